@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Regenerates every generated file with the tools pinned in go.mod's tool block:
+# deepcopy, applyconfigurations and the CRD (controller-gen), the typed clientset
+# (client-gen), and the protobuf/gRPC Go code (buf with protoc-gen-go and
+# protoc-gen-go-grpc).
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+header=hack/boilerplate.go.txt
+
+rm -rf pkg/applyconfiguration pkg/client deploy/crds
+go tool controller-gen \
+	object:headerFile="${header}" \
+	applyconfiguration:headerFile="${header}" \
+	crd:crdVersions=v1 output:crd:dir=deploy/crds \
+	paths=./pkg/apis/...
+
+go tool client-gen \
+	--go-header-file "${header}" \
+	--input-base github.com/cozystack/cozy-health/pkg/apis \
+	--input health/v1alpha1 \
+	--output-dir pkg/client/clientset \
+	--output-pkg github.com/cozystack/cozy-health/pkg/client/clientset \
+	--clientset-name versioned \
+	--fake-clientset=false \
+	--apply-configuration-package github.com/cozystack/cozy-health/pkg/applyconfiguration
+
+find proto -name '*.pb.go' -delete
+(cd proto && go tool buf lint && go tool buf generate)
