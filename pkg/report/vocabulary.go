@@ -76,3 +76,25 @@ const (
 	KindResource    = "Resource"
 	KindBlockDevice = "BlockDevice"
 )
+
+// Attribute names added by the node agent for its disk and network checks
+// (informational; the rollup does not read them).
+const (
+	// AttrWriteLatencySeconds: average write latency of a block device over
+	// the interval (diskstats).
+	AttrWriteLatencySeconds = "writeLatencySeconds"
+	// AttrFlushLatencySeconds: average flush latency of a block device over
+	// the interval, where the kernel reports flush counters (diskstats).
+	AttrFlushLatencySeconds = "flushLatencySeconds"
+	// AttrReadLatencySeconds: average read latency of a block device over
+	// the interval (diskstats).
+	AttrReadLatencySeconds = "readLatencySeconds"
+	// AttrNodePingLossRatio: lost / sent node pings of kube-ovn's pinger
+	// over the interval.
+	AttrNodePingLossRatio = "nodePingLossRatio"
+	// AttrInconsistentPortBindings: OVS ports missing from OVN-SB port
+	// bindings (kube-ovn pinger).
+	AttrInconsistentPortBindings = "inconsistentPortBindings"
+	// AttrDBSizeInUseBytes: logically used etcd database size.
+	AttrDBSizeInUseBytes = "dbSizeInUseBytes"
+)
