@@ -3,56 +3,372 @@
 // ed25519 signature, rejects replays, skew, oversize, garbage and floods, and
 // hands accepted reports to a Sink.
 //
-// CONTRACT SKELETON: the API below is what aggregator/main.go wires; the
-// implementation is the signed report stream issue's.
+// A stream opens with a Hello carrying a projected ServiceAccount token and
+// the agent's ed25519 public key. The token must pass a TokenReview for the
+// configured audience, belong to the configured agent ServiceAccount and be
+// bound to a Pod on the node the Hello claims; the key is then bound to that
+// node for the life of the stream. Every following SignedReport is checked,
+// in this order (cheap checks first, so a flood costs little):
+//
+//	oversized -> rate_limited -> missing_signature -> unknown_key ->
+//	bad_signature -> malformed -> node_mismatch -> skew -> replay
+//
+// and acknowledged with the aggregator's desired interval. A rejected report
+// changes nothing but the counters (and the node's rate bucket); the stream
+// stays open. A rejected Hello closes the stream.
+//
+// Every replica receives every report on its own stream, so the replay state
+// (last accepted sequence per agent instance) is per replica by design.
 package ingest
 
 import (
+	"context"
+	"crypto/ed25519"
 	"errors"
+	"fmt"
+	"io"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
 	authenticationv1client "k8s.io/client-go/kubernetes/typed/authentication/v1"
 
 	"github.com/cozystack/cozy-health/pkg/report"
+	"github.com/cozystack/cozy-health/pkg/signing"
+	"github.com/cozystack/cozy-health/pkg/wire"
+	pb "github.com/cozystack/cozy-health/proto/cozyhealth/v1"
 )
 
 // Sink receives every accepted report. It is called from stream goroutines
-// and must not block for long.
+// and must not block for long. Reports of one agent instance arrive in
+// sequence order.
 type Sink interface {
 	Accept(r *report.NodeReport, receivedAt time.Time)
 }
 
-// Config configures ingest; aggregator flags map onto it.
-type Config struct {
-	// TokenAudience is the audience agent tokens must carry (--token-audience).
-	TokenAudience string
-	// AgentServiceAccount is namespace/name of the agents' ServiceAccount
-	// (--agent-service-account).
-	AgentServiceAccount string
-	// DesiredInterval is sent to agents in every ack.
-	DesiredInterval time.Duration
-	// InsecureDevKeysDir, when set, accepts streams whose key is listed there
-	// without a token (--insecure-dev-keys-dir). Never the default.
-	InsecureDevKeysDir string
-}
-
 // Deps are ingest's collaborators.
 type Deps struct {
+	// TokenReviews checks agent tokens; required unless only dev keys are
+	// accepted.
 	TokenReviews authenticationv1client.TokenReviewInterface
-	Sink         Sink
-	Registerer   prometheus.Registerer
-	Log          *zap.Logger
-	Now          func() time.Time
+	// Sink receives accepted reports; required.
+	Sink Sink
+	// Registerer registers ingest's metrics; nil registers nowhere.
+	Registerer prometheus.Registerer
+	// Log defaults to a no-op logger.
+	Log *zap.Logger
+	// Now defaults to time.Now.
+	Now func() time.Time
 }
 
 // Server is the IngestService implementation.
-type Server struct{}
+type Server struct {
+	pb.UnimplementedIngestServiceServer
+
+	cfg      Config
+	sink     Sink
+	now      func() time.Time
+	log      *zap.Logger
+	m        *metrics
+	auth     *tokenAuthenticator // nil without TokenReviews
+	devKeys  map[string]signing.DevKey
+	limiters *nodeLimiters
+	replays  *replayGuard
+	logs     *logLimiter
+	// desired is the desired interval in nanoseconds.
+	desired atomic.Int64
+}
 
 // New validates cfg and builds a Server.
-func New(cfg Config, deps Deps) (*Server, error) { return nil, errors.New("ingest: not implemented") }
+func New(cfg Config, deps Deps) (*Server, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("ingest config: %w", err)
+	}
+	cfg = cfg.withDefaults()
+	if deps.Sink == nil {
+		return nil, errors.New("ingest: a sink is required")
+	}
+	if deps.TokenReviews == nil && cfg.InsecureDevKeysDir == "" {
+		return nil, errors.New("ingest: a TokenReview client is required")
+	}
+	if deps.Now == nil {
+		deps.Now = time.Now
+	}
+	if deps.Log == nil {
+		deps.Log = zap.NewNop()
+	}
+	m, err := newMetrics(deps.Registerer)
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{
+		cfg: cfg, sink: deps.Sink, now: deps.Now, log: deps.Log.With(zap.String("component", "ingest")), m: m,
+		limiters: newNodeLimiters(cfg.RatePerNode, cfg.RateBurst),
+		replays:  newReplayGuard(cfg.SkewWindow),
+		logs:     newLogLimiter(10 * time.Second),
+	}
+	s.desired.Store(int64(cfg.DesiredInterval))
+	if deps.TokenReviews != nil {
+		s.auth, err = newTokenAuthenticator(deps.TokenReviews, cfg.TokenAudience, cfg.AgentServiceAccount, cfg.TokenReviewCacheTTL, deps.Now, m)
+		if err != nil {
+			return nil, err
+		}
+	}
+	if cfg.InsecureDevKeysDir != "" {
+		s.devKeys, err = signing.LoadDevKeysDir(cfg.InsecureDevKeysDir)
+		if err != nil {
+			return nil, fmt.Errorf("ingest: %w", err)
+		}
+		s.log.Warn("INSECURE: accepting agent streams without a token for the listed development keys",
+			zap.String("dir", cfg.InsecureDevKeysDir), zap.Int("keys", len(s.devKeys)))
+	}
+	return s, nil
+}
 
 // Register registers the IngestService on g.
-func (s *Server) Register(g *grpc.Server) {}
+func (s *Server) Register(g *grpc.Server) { pb.RegisterIngestServiceServer(g, s) }
+
+// SetDesiredInterval changes the interval sent in every following ack.
+func (s *Server) SetDesiredInterval(d time.Duration) { s.desired.Store(int64(d)) }
+
+// DesiredInterval returns the interval sent in acks.
+func (s *Server) DesiredInterval() time.Duration { return time.Duration(s.desired.Load()) }
+
+// session is one authenticated stream: the key bound to the node.
+type session struct {
+	node     string
+	key      ed25519.PublicKey
+	keyID    string
+	instance string
+	peer     string
+}
+
+// rejection is a counted, logged refusal; code is set for stream-stage ones.
+type rejection struct {
+	reason string
+	detail string
+	code   codes.Code
+}
+
+func (s *Server) ack(seq uint64, reason string) *pb.IngestResponse {
+	return &pb.IngestResponse{Ack: &pb.Ack{
+		Sequence: seq, Accepted: reason == "", RejectReason: reason,
+		DesiredInterval: durationpb.New(s.DesiredInterval()),
+	}}
+}
+
+// reject counts a rejection and logs it, at most once per period per
+// (reason, node).
+func (s *Server) reject(reason, node, peerAddr, detail string, seq uint64) {
+	s.m.rejected.WithLabelValues(reason).Inc()
+	ok, suppressed := s.logs.allow(reason+"\x00"+node, s.now())
+	if !ok {
+		return
+	}
+	s.log.Warn("report rejected", zap.String("node", node), zap.String("reason", reason), zap.String("detail", detail),
+		zap.Uint64("sequence", seq), zap.String("peer", peerAddr), zap.Int("suppressedSinceLast", suppressed))
+}
+
+// Ingest serves one agent stream.
+func (s *Server) Ingest(stream pb.IngestService_IngestServer) error {
+	ctx := stream.Context()
+	peerAddr := ""
+	if p, ok := peer.FromContext(ctx); ok {
+		peerAddr = p.Addr.String()
+	}
+	hello, rej := s.recvHello(stream)
+	var sess *session
+	if rej == nil {
+		sess, rej = s.authenticate(ctx, hello, peerAddr)
+	}
+	if rej != nil {
+		s.reject(rej.reason, hello.GetNodeName(), peerAddr, rej.detail, 0)
+		if rej.reason != ReasonNoHello {
+			_ = stream.Send(s.ack(0, rej.reason))
+		}
+		return status.Error(rej.code, rej.reason+": "+rej.detail)
+	}
+	s.m.streams.Inc()
+	defer s.m.streams.Dec()
+	log := s.log.With(zap.String("node", sess.node), zap.String("keyID", sess.keyID), zap.String("peer", peerAddr))
+	log.Info("agent stream authenticated", zap.String("agentInstance", sess.instance), zap.String("agentVersion", hello.GetAgentVersion()))
+	if err := stream.Send(s.ack(0, "")); err != nil {
+		return err
+	}
+	for {
+		req, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			log.Info("agent stream closed")
+			return nil
+		}
+		if err != nil {
+			if status.Code(err) == codes.ResourceExhausted {
+				// Over the gRPC receive limit: the stream is gone.
+				s.m.received.Inc()
+				s.reject(ReasonOversized, sess.node, peerAddr, err.Error(), 0)
+			}
+			log.Info("agent stream ended", zap.Error(err))
+			return err
+		}
+		var resp *pb.IngestResponse
+		switch msg := req.GetMsg().(type) {
+		case *pb.IngestRequest_Report:
+			resp = s.handleReport(sess, msg.Report)
+		default:
+			s.m.received.Inc()
+			s.reject(ReasonMalformed, sess.node, peerAddr, fmt.Sprintf("want a report after the hello, got %T", msg), 0)
+			resp = s.ack(0, ReasonMalformed)
+		}
+		if err := stream.Send(resp); err != nil {
+			return err
+		}
+	}
+}
+
+// recvHello waits up to HelloTimeout for the first message, which must be a
+// Hello.
+func (s *Server) recvHello(stream pb.IngestService_IngestServer) (*pb.Hello, *rejection) {
+	type result struct {
+		req *pb.IngestRequest
+		err error
+	}
+	ch := make(chan result, 1)
+	// Recv returns once the handler returns and the stream is cancelled.
+	go func() {
+		req, err := stream.Recv()
+		ch <- result{req, err}
+	}()
+	t := time.NewTimer(s.cfg.HelloTimeout)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil, &rejection{reason: ReasonNoHello, detail: "no hello within " + s.cfg.HelloTimeout.String(), code: codes.DeadlineExceeded}
+	case r := <-ch:
+		if r.err != nil {
+			if status.Code(r.err) == codes.ResourceExhausted {
+				return nil, &rejection{reason: ReasonOversized, detail: r.err.Error(), code: codes.ResourceExhausted}
+			}
+			return nil, &rejection{reason: ReasonNoHello, detail: "stream ended before a hello: " + r.err.Error(), code: codes.InvalidArgument}
+		}
+		h := r.req.GetHello()
+		if h == nil {
+			return nil, &rejection{reason: ReasonNoHello, detail: "first message is not a hello", code: codes.InvalidArgument}
+		}
+		return h, nil
+	}
+}
+
+// authenticate binds the Hello's key to the node its token proves.
+func (s *Server) authenticate(ctx context.Context, h *pb.Hello, peerAddr string) (*session, *rejection) {
+	malformed := func(detail string) *rejection {
+		return &rejection{reason: ReasonMalformed, detail: detail, code: codes.InvalidArgument}
+	}
+	pub, err := signing.ParsePublicKey(h.GetPublicKey())
+	if err != nil {
+		return nil, malformed("hello: " + err.Error())
+	}
+	keyID := signing.KeyID(pub)
+	switch {
+	case h.GetKeyId() != keyID:
+		return nil, malformed(fmt.Sprintf("hello key id %q is not the id %s of its key", h.GetKeyId(), keyID))
+	case h.GetNodeName() == "":
+		return nil, malformed("hello has no node name")
+	case h.GetAgentInstanceId() == "":
+		return nil, malformed("hello has no agent instance id")
+	}
+	var node string
+	switch {
+	case h.GetToken() != "" && s.auth != nil:
+		id, err := s.auth.authenticate(ctx, h.GetToken())
+		if err != nil {
+			return nil, &rejection{reason: ReasonAuthUnavailable, detail: err.Error(), code: codes.Unavailable}
+		}
+		switch id.reason {
+		case "":
+		case ReasonWrongServiceAccount:
+			return nil, &rejection{reason: id.reason, detail: id.detail, code: codes.PermissionDenied}
+		default:
+			return nil, &rejection{reason: id.reason, detail: id.detail, code: codes.Unauthenticated}
+		}
+		node = id.node
+	case h.GetToken() == "" && s.devKeys != nil:
+		dk, ok := s.devKeys[keyID]
+		if !ok {
+			return nil, &rejection{reason: ReasonUnknownKey, detail: "no token and key " + keyID + " is not a listed development key", code: codes.Unauthenticated}
+		}
+		node = dk.Node
+	default:
+		return nil, &rejection{reason: ReasonUnauthenticated, detail: "hello carries no token", code: codes.Unauthenticated}
+	}
+	if node != h.GetNodeName() {
+		return nil, &rejection{reason: ReasonNodeMismatch, detail: fmt.Sprintf("hello claims node %s, token is bound to %s", h.GetNodeName(), node), code: codes.PermissionDenied}
+	}
+	return &session{node: node, key: pub, keyID: keyID, instance: h.GetAgentInstanceId(), peer: peerAddr}, nil
+}
+
+// handleReport runs every check on one signed report and, if all pass, hands
+// it to the sink. It is the whole per-report path of a stream.
+func (s *Server) handleReport(sess *session, sr *pb.SignedReport) *pb.IngestResponse {
+	s.m.received.Inc()
+	now := s.now()
+	seq, reason, detail := s.accept(sess, sr, now)
+	if reason != "" {
+		s.reject(reason, sess.node, sess.peer, detail, seq)
+		return s.ack(seq, reason)
+	}
+	s.m.accepted.Inc()
+	return s.ack(seq, "")
+}
+
+// accept checks sr and hands it to the sink; it returns the report's
+// sequence when known and the rejection reason, if any.
+func (s *Server) accept(sess *session, sr *pb.SignedReport, now time.Time) (uint64, string, string) {
+	if n := len(sr.GetPayload()); n > s.cfg.MaxPayloadBytes {
+		return 0, ReasonOversized, fmt.Sprintf("payload of %d bytes over the %d byte limit", n, s.cfg.MaxPayloadBytes)
+	}
+	if !s.limiters.allow(sess.node, now) {
+		return 0, ReasonRateLimited, fmt.Sprintf("over %.3g reports/s (burst %d)", s.cfg.RatePerNode, s.cfg.RateBurst)
+	}
+	if len(sr.GetSignature()) == 0 {
+		return 0, ReasonMissingSignature, "report is not signed"
+	}
+	if sr.GetKeyId() != sess.keyID {
+		return 0, ReasonUnknownKey, fmt.Sprintf("report key id %q is not the stream's key %s", sr.GetKeyId(), sess.keyID)
+	}
+	if err := signing.Verify(sess.key, sr.GetPayload(), sr.GetSignature()); err != nil {
+		return 0, ReasonBadSignature, err.Error()
+	}
+	var p pb.NodeReport
+	if err := proto.Unmarshal(sr.GetPayload(), &p); err != nil {
+		return 0, ReasonMalformed, "decode report: " + err.Error()
+	}
+	r, err := wire.ReportFromProto(&p)
+	if err != nil {
+		return p.GetSequence(), ReasonMalformed, err.Error()
+	}
+	if r.NodeName != sess.node {
+		return r.Sequence, ReasonNodeMismatch, fmt.Sprintf("report for node %s on a stream bound to %s", r.NodeName, sess.node)
+	}
+	if r.AgentInstanceID != sess.instance {
+		return r.Sequence, ReasonMalformed, fmt.Sprintf("report of agent instance %s on a stream of instance %s", r.AgentInstanceID, sess.instance)
+	}
+	if d := now.Sub(r.SentAt); d > s.cfg.SkewWindow || d < -s.cfg.SkewWindow {
+		return r.Sequence, ReasonSkew, fmt.Sprintf("sent at %s, %s from now, window %s", r.SentAt.Format(time.RFC3339Nano), d, s.cfg.SkewWindow)
+	}
+	e := s.replays.entry(replayKey{node: sess.node, keyID: sess.keyID, instance: r.AgentInstanceID}, now)
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if r.Sequence <= e.last {
+		return r.Sequence, ReasonReplay, fmt.Sprintf("sequence %d not above the last accepted %d", r.Sequence, e.last)
+	}
+	s.sink.Accept(r, now)
+	e.last = r.Sequence
+	return r.Sequence, "", ""
+}

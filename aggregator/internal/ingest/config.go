@@ -1,0 +1,179 @@
+package ingest
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/keepalive"
+
+	"github.com/cozystack/cozy-health/pkg/tlsutil"
+)
+
+// Defaults of the tunables; a zero value in Config means the default.
+const (
+	DefaultTokenAudience       = "health.cozystack.io"
+	DefaultAgentServiceAccount = "cozy-health/cozy-health-agent"
+	DefaultDesiredInterval     = 5 * time.Second
+	// DefaultMaxPayloadBytes bounds one serialized NodeReport. A report of
+	// 30 observations is about 4 KiB; 256 KiB leaves room for a node with
+	// hundreds of DRBD resources.
+	DefaultMaxPayloadBytes = 256 << 10
+	// DefaultSkewWindow is how far a report's sent-at may be from the
+	// aggregator's clock, in either direction.
+	DefaultSkewWindow = time.Minute
+	// DefaultRatePerNode and DefaultRateBurst bound the reports one node may
+	// send to one replica: with the default 5 s interval an agent sends 0.2
+	// reports/s.
+	DefaultRatePerNode = 2.0
+	DefaultRateBurst   = 10
+	// DefaultTokenReviewCacheTTL is how long a TokenReview result (positive
+	// or negative) is reused for the same token.
+	DefaultTokenReviewCacheTTL = 10 * time.Second
+	// DefaultHelloTimeout is how long a new stream may take to send its
+	// Hello.
+	DefaultHelloTimeout = 10 * time.Second
+	// DefaultMaxConnectionAge closes connections (agents reconnect at once,
+	// re-reading their rotated token) so no stream outlives its token by
+	// long.
+	DefaultMaxConnectionAge = 30 * time.Minute
+	// DefaultKeepaliveTime and DefaultKeepaliveTimeout: the server pings a
+	// silent client after Time and drops it Timeout later.
+	DefaultKeepaliveTime    = 10 * time.Second
+	DefaultKeepaliveTimeout = 5 * time.Second
+	// KeepaliveMinTime is the most frequent client ping the server permits;
+	// the uplink pings every 5 s.
+	KeepaliveMinTime = 3 * time.Second
+	// envelopeSlack is what a message may carry beyond the payload: the
+	// signature, the key id, or a Hello's token and key.
+	envelopeSlack = 16 << 10
+)
+
+// Config configures ingest; aggregator flags map onto it. A zero value of
+// any tunable (everything but the identity fields) means its default.
+type Config struct {
+	// TokenAudience is the audience agent tokens must carry (--token-audience).
+	TokenAudience string
+	// AgentServiceAccount is namespace/name of the agents' ServiceAccount
+	// (--agent-service-account).
+	AgentServiceAccount string
+	// DesiredInterval is sent to agents in every ack; SetDesiredInterval
+	// changes it at runtime.
+	DesiredInterval time.Duration
+	// InsecureDevKeysDir, when set, accepts streams whose key is listed there
+	// (as <node>.pub) without a token (--insecure-dev-keys-dir). Never the
+	// default.
+	InsecureDevKeysDir string
+
+	// TLSCertFile and TLSKeyFile are the serving pair (--tls-cert,
+	// --tls-key), used by ServerOptions; re-read when they change.
+	TLSCertFile, TLSKeyFile string
+
+	// MaxPayloadBytes bounds one serialized report.
+	MaxPayloadBytes int
+	// SkewWindow bounds |sent-at - now|.
+	SkewWindow time.Duration
+	// RatePerNode (reports per second) and RateBurst bound each node's
+	// reports on this replica.
+	RatePerNode float64
+	RateBurst   int
+	// TokenReviewCacheTTL is how long a TokenReview result is reused.
+	TokenReviewCacheTTL time.Duration
+	// HelloTimeout bounds the wait for a stream's Hello.
+	HelloTimeout time.Duration
+	// MaxConnectionAge, KeepaliveTime and KeepaliveTimeout go into
+	// ServerOptions.
+	MaxConnectionAge, KeepaliveTime, KeepaliveTimeout time.Duration
+}
+
+// DefaultConfig returns a Config with every default filled in and no TLS
+// files.
+func DefaultConfig() Config {
+	return Config{TokenAudience: DefaultTokenAudience, AgentServiceAccount: DefaultAgentServiceAccount}.withDefaults()
+}
+
+func (c Config) withDefaults() Config {
+	def := func(d *time.Duration, v time.Duration) {
+		if *d == 0 {
+			*d = v
+		}
+	}
+	def(&c.DesiredInterval, DefaultDesiredInterval)
+	def(&c.SkewWindow, DefaultSkewWindow)
+	def(&c.TokenReviewCacheTTL, DefaultTokenReviewCacheTTL)
+	def(&c.HelloTimeout, DefaultHelloTimeout)
+	def(&c.MaxConnectionAge, DefaultMaxConnectionAge)
+	def(&c.KeepaliveTime, DefaultKeepaliveTime)
+	def(&c.KeepaliveTimeout, DefaultKeepaliveTimeout)
+	if c.MaxPayloadBytes == 0 {
+		c.MaxPayloadBytes = DefaultMaxPayloadBytes
+	}
+	if c.RatePerNode == 0 {
+		c.RatePerNode = DefaultRatePerNode
+	}
+	if c.RateBurst == 0 {
+		c.RateBurst = DefaultRateBurst
+	}
+	return c
+}
+
+// Validate checks c with its defaults applied.
+func (c Config) Validate() error {
+	c = c.withDefaults()
+	var errs []error
+	if c.TokenAudience == "" {
+		errs = append(errs, errors.New("token audience is required"))
+	}
+	if _, _, err := splitServiceAccount(c.AgentServiceAccount); err != nil {
+		errs = append(errs, err)
+	}
+	for name, d := range map[string]time.Duration{
+		"desired interval": c.DesiredInterval, "skew window": c.SkewWindow, "token review cache ttl": c.TokenReviewCacheTTL,
+		"hello timeout": c.HelloTimeout, "max connection age": c.MaxConnectionAge, "keepalive time": c.KeepaliveTime,
+		"keepalive timeout": c.KeepaliveTimeout,
+	} {
+		if d < 0 {
+			errs = append(errs, fmt.Errorf("%s must not be negative, got %s", name, d))
+		}
+	}
+	if c.MaxPayloadBytes < 0 || c.RatePerNode < 0 || c.RateBurst < 0 {
+		errs = append(errs, errors.New("max payload bytes, rate per node and rate burst must not be negative"))
+	}
+	if c.DesiredInterval > 0 && c.RatePerNode*c.DesiredInterval.Seconds() < 1.5 {
+		errs = append(errs, fmt.Errorf("rate per node %.3g/s would reject agents reporting every %s", c.RatePerNode, c.DesiredInterval))
+	}
+	return errors.Join(errs...)
+}
+
+// splitServiceAccount parses namespace/name.
+func splitServiceAccount(s string) (ns, name string, err error) {
+	ns, name, ok := strings.Cut(s, "/")
+	if !ok || ns == "" || name == "" || strings.Contains(name, "/") {
+		return "", "", fmt.Errorf("agent service account %q: want namespace/name", s)
+	}
+	return ns, name, nil
+}
+
+// ServerOptions returns the grpc.Server options ingest needs: TLS from
+// cfg's cert and key files (re-read on rotation), keepalive parameters and
+// enforcement, and a receive limit just above the payload limit. The
+// aggregator builds its one grpc.Server with them.
+func ServerOptions(cfg Config) ([]grpc.ServerOption, error) {
+	cfg = cfg.withDefaults()
+	tc, err := tlsutil.ServerConfig(cfg.TLSCertFile, cfg.TLSKeyFile)
+	if err != nil {
+		return nil, fmt.Errorf("ingest tls: %w", err)
+	}
+	return []grpc.ServerOption{
+		grpc.Creds(credentials.NewTLS(tc)),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: KeepaliveMinTime, PermitWithoutStream: true}),
+		grpc.KeepaliveParams(keepalive.ServerParameters{
+			Time: cfg.KeepaliveTime, Timeout: cfg.KeepaliveTimeout,
+			MaxConnectionAge: cfg.MaxConnectionAge, MaxConnectionAgeGrace: 10 * time.Second,
+		}),
+		grpc.MaxRecvMsgSize(cfg.MaxPayloadBytes + envelopeSlack),
+	}, nil
+}

@@ -1,0 +1,110 @@
+// Package tlsutil holds the TLS plumbing shared by the agent and the
+// aggregator: a serving certificate that is re-read when its files change
+// (cert-manager rotates them in place), a client config that verifies against
+// one CA file, and a small CA that mints serving certificates for tests and
+// the local lab.
+package tlsutil
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"time"
+)
+
+// reloadCheckEvery bounds how often the cert files are stat'ed.
+const reloadCheckEvery = 10 * time.Second
+
+// certReloader serves a key pair and re-reads it when either file's mtime or
+// size changes.
+type certReloader struct {
+	certFile, keyFile string
+
+	mu sync.Mutex // guards the fields below
+	// cert is the last successfully loaded pair.
+	cert *tls.Certificate
+	// stamp identifies the files cert was loaded from.
+	stamp     string
+	checkedAt time.Time
+}
+
+func fileStamp(paths ...string) (string, error) {
+	s := ""
+	for _, p := range paths {
+		fi, err := os.Stat(p)
+		if err != nil {
+			return "", fmt.Errorf("stat %s: %w", p, err)
+		}
+		s += fmt.Sprintf("%s:%d:%d;", p, fi.ModTime().UnixNano(), fi.Size())
+	}
+	return s, nil
+}
+
+func (r *certReloader) load() error {
+	stamp, err := fileStamp(r.certFile, r.keyFile)
+	if err != nil {
+		return err
+	}
+	if stamp == r.stamp && r.cert != nil {
+		return nil
+	}
+	c, err := tls.LoadX509KeyPair(r.certFile, r.keyFile)
+	if err != nil {
+		return fmt.Errorf("load serving key pair: %w", err)
+	}
+	r.cert, r.stamp = &c, stamp
+	return nil
+}
+
+func (r *certReloader) get(*tls.ClientHelloInfo) (*tls.Certificate, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if now := time.Now(); now.Sub(r.checkedAt) >= reloadCheckEvery {
+		r.checkedAt = now
+		// A half-written rotation keeps serving the previous pair.
+		if err := r.load(); err != nil && r.cert == nil {
+			return nil, err
+		}
+	}
+	return r.cert, nil
+}
+
+// ServerConfig returns a TLS 1.2+ server config serving certFile/keyFile,
+// re-read when they change on disk. The files must load now.
+func ServerConfig(certFile, keyFile string) (*tls.Config, error) {
+	if certFile == "" || keyFile == "" {
+		return nil, errors.New("serving certificate and key files are required")
+	}
+	r := &certReloader{certFile: certFile, keyFile: keyFile}
+	if err := r.load(); err != nil {
+		return nil, err
+	}
+	r.checkedAt = time.Now()
+	return &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: r.get}, nil
+}
+
+// ClientConfig returns a TLS 1.2+ client config that trusts only the CAs in
+// caFile and checks the server's certificate for serverName.
+func ClientConfig(caFile, serverName string) (*tls.Config, error) {
+	pool, err := LoadCAPool(caFile)
+	if err != nil {
+		return nil, err
+	}
+	return &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: pool, ServerName: serverName}, nil
+}
+
+// LoadCAPool reads a PEM bundle into a cert pool.
+func LoadCAPool(caFile string) (*x509.CertPool, error) {
+	b, err := os.ReadFile(caFile)
+	if err != nil {
+		return nil, fmt.Errorf("read CA file: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(b) {
+		return nil, fmt.Errorf("CA file %s holds no PEM certificate", caFile)
+	}
+	return pool, nil
+}
