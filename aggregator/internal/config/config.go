@@ -1,0 +1,298 @@
+// Package config turns the aggregator's command line and optional YAML file
+// into a validated Config. Flags override the file; every value a flag can
+// take can also be written in the file under the flag's own name.
+package config
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"sigs.k8s.io/yaml"
+)
+
+// Config is everything the aggregator is configured with.
+type Config struct {
+	// ConfigFile is the optional YAML file (--config).
+	ConfigFile string
+
+	// Kubeconfig is the kubeconfig path; empty means in-cluster (--kubeconfig).
+	Kubeconfig string
+	// Namespace is the platform namespace Health objects live in (--namespace).
+	Namespace string
+	// LeaseNamespace is the namespace of the leader-election Lease (--lease-namespace).
+	LeaseNamespace string
+	// LeaseName is the name of the leader-election Lease (--lease-name).
+	LeaseName string
+	// LeaseDuration, RenewDeadline and RetryPeriod tune leader election.
+	LeaseDuration time.Duration
+	RenewDeadline time.Duration
+	RetryPeriod   time.Duration
+	// Identity is this replica's leader-election identity (--identity).
+	Identity string
+
+	// HeartbeatGrace is how long a node may stay silent before its entries
+	// read Unknown/HeartbeatMissed; 0 means 3x the node's reported interval.
+	HeartbeatGrace time.Duration
+	// ReportInterval is the interval asked of agents in every ack and the
+	// unit of FreshForMultiple (--report-interval).
+	ReportInterval time.Duration
+	// WarmUp is how long a replica ingests before it campaigns for the
+	// Lease, so a fresh leader never publishes a half-filled state.
+	WarmUp time.Duration
+
+	// MetricsAddr serves /metrics (--metrics-addr).
+	MetricsAddr string
+	// HTTPAddr serves /healthz, /readyz and the drain-check API (--http-addr).
+	HTTPAddr string
+
+	// Listen is the gRPC ingest address (--listen).
+	Listen string
+	// TLSCert and TLSKey are the serving certificate and key (PEM files).
+	TLSCert string
+	TLSKey  string
+	// TokenAudience is the audience agent tokens must carry.
+	TokenAudience string
+	// AgentServiceAccount is namespace/name of the agents' ServiceAccount.
+	AgentServiceAccount string
+	// InsecureDevKeysDir accepts listed keys without a token. Never in production.
+	InsecureDevKeysDir string
+
+	// FreshForMultiple: freshUntil = observedAt + FreshForMultiple x ReportInterval.
+	FreshForMultiple int
+	// RefreshPeriod is how often an unchanged object is rewritten so that its
+	// freshUntil never lapses while the leader is alive.
+	RefreshPeriod time.Duration
+	// RollupPeriod is how often the state is rolled up (and heartbeats judged).
+	RollupPeriod time.Duration
+	// WritesPerSecond and WriteBurst bound apiserver writes (token bucket).
+	WritesPerSecond float64
+	WriteBurst      int
+	// DampDegraded, DampDown and DampUnknown are how long a transition to a
+	// worse state must persist before it is published.
+	DampDegraded time.Duration
+	DampDown     time.Duration
+	DampUnknown  time.Duration
+
+	// LogLevel is the zap level (debug, info, warn, error).
+	LogLevel string
+}
+
+// Default returns the configuration with every default filled in. Identity
+// defaults to $POD_NAME, then the host name.
+func Default() Config {
+	id := os.Getenv("POD_NAME")
+	if id == "" {
+		id, _ = os.Hostname()
+	}
+	return Config{
+		Namespace:           "cozy-system",
+		LeaseName:           "cozy-health-aggregator",
+		LeaseDuration:       15 * time.Second,
+		RenewDeadline:       10 * time.Second,
+		RetryPeriod:         2 * time.Second,
+		Identity:            id,
+		ReportInterval:      5 * time.Second,
+		WarmUp:              6 * time.Second,
+		MetricsAddr:         ":9090",
+		HTTPAddr:            ":8080",
+		Listen:              ":9443",
+		TokenAudience:       "health.cozystack.io",
+		AgentServiceAccount: "cozy-health/cozy-health-agent",
+		FreshForMultiple:    6,
+		RefreshPeriod:       10 * time.Second,
+		RollupPeriod:        time.Second,
+		WritesPerSecond:     2,
+		WriteBurst:          6,
+		DampDegraded:        10 * time.Second,
+		LogLevel:            "info",
+	}
+}
+
+// bind registers every flag on fs, writing into c.
+func bind(fs *flag.FlagSet, c *Config) {
+	fs.StringVar(&c.ConfigFile, "config", c.ConfigFile, "YAML file with any of these flags by name; flags given on the command line win")
+	fs.StringVar(&c.Kubeconfig, "kubeconfig", c.Kubeconfig, "kubeconfig path; empty: in-cluster config")
+	fs.StringVar(&c.Namespace, "namespace", c.Namespace, "namespace of the platform Health objects")
+	fs.StringVar(&c.LeaseNamespace, "lease-namespace", c.LeaseNamespace, "namespace of the leader-election Lease (default: --namespace)")
+	fs.StringVar(&c.LeaseName, "lease-name", c.LeaseName, "name of the leader-election Lease")
+	fs.DurationVar(&c.LeaseDuration, "lease-duration", c.LeaseDuration, "leader-election lease duration")
+	fs.DurationVar(&c.RenewDeadline, "renew-deadline", c.RenewDeadline, "leader-election renew deadline")
+	fs.DurationVar(&c.RetryPeriod, "retry-period", c.RetryPeriod, "leader-election retry period")
+	fs.StringVar(&c.Identity, "identity", c.Identity, "leader-election identity (default: $POD_NAME, then the host name)")
+	fs.DurationVar(&c.HeartbeatGrace, "heartbeat-grace", c.HeartbeatGrace, "silence after which a node's entries read Unknown (0: 3x the node's interval)")
+	fs.DurationVar(&c.ReportInterval, "report-interval", c.ReportInterval, "report interval asked of agents; unit of --fresh-for-multiple")
+	fs.DurationVar(&c.WarmUp, "warm-up", c.WarmUp, "how long to ingest before campaigning for the Lease")
+	fs.StringVar(&c.MetricsAddr, "metrics-addr", c.MetricsAddr, "address serving /metrics")
+	fs.StringVar(&c.HTTPAddr, "http-addr", c.HTTPAddr, "address serving /healthz, /readyz and the drain-check API")
+	fs.StringVar(&c.Listen, "listen", c.Listen, "gRPC ingest address")
+	fs.StringVar(&c.TLSCert, "tls-cert", c.TLSCert, "serving certificate (PEM)")
+	fs.StringVar(&c.TLSKey, "tls-key", c.TLSKey, "serving key (PEM)")
+	fs.StringVar(&c.TokenAudience, "token-audience", c.TokenAudience, "audience agent tokens must carry")
+	fs.StringVar(&c.AgentServiceAccount, "agent-service-account", c.AgentServiceAccount, "namespace/name of the agents' ServiceAccount")
+	fs.StringVar(&c.InsecureDevKeysDir, "insecure-dev-keys-dir", c.InsecureDevKeysDir, "DEVELOPMENT ONLY: accept listed agent keys without a token")
+	fs.IntVar(&c.FreshForMultiple, "fresh-for-multiple", c.FreshForMultiple, "freshUntil = observedAt + this many report intervals")
+	fs.DurationVar(&c.RefreshPeriod, "refresh-period", c.RefreshPeriod, "rewrite unchanged Health objects this often")
+	fs.DurationVar(&c.RollupPeriod, "rollup-period", c.RollupPeriod, "how often the state is rolled up")
+	fs.Float64Var(&c.WritesPerSecond, "writes-per-second", c.WritesPerSecond, "token-bucket rate of apiserver writes")
+	fs.IntVar(&c.WriteBurst, "write-burst", c.WriteBurst, "token-bucket burst of apiserver writes")
+	fs.DurationVar(&c.DampDegraded, "damp-degraded", c.DampDegraded, "a worsening to Degraded must persist this long before it is published")
+	fs.DurationVar(&c.DampDown, "damp-down", c.DampDown, "a worsening to Down must persist this long before it is published")
+	fs.DurationVar(&c.DampUnknown, "damp-unknown", c.DampUnknown, "a worsening to Unknown must persist this long before it is published")
+	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "log level: debug, info, warn or error")
+}
+
+// Load parses args (without the program name), applies the --config file if
+// one is named, lets the command line override it, and validates the result.
+func Load(args []string, stderr io.Writer) (Config, error) {
+	cfg := Default()
+	fs := flag.NewFlagSet("cozy-health-aggregator", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	bind(fs, &cfg)
+	if err := fs.Parse(args); err != nil {
+		return Config{}, err
+	}
+	if fs.NArg() > 0 {
+		return Config{}, fmt.Errorf("unexpected arguments: %s", strings.Join(fs.Args(), " "))
+	}
+	if cfg.ConfigFile != "" {
+		file := cfg.ConfigFile
+		cfg = Default()
+		fs = flag.NewFlagSet("cozy-health-aggregator", flag.ContinueOnError)
+		fs.SetOutput(io.Discard)
+		bind(fs, &cfg)
+		if err := applyFile(fs, file); err != nil {
+			return Config{}, err
+		}
+		if err := fs.Parse(args); err != nil {
+			return Config{}, err
+		}
+	}
+	if err := cfg.Validate(); err != nil {
+		return Config{}, err
+	}
+	return cfg, nil
+}
+
+// applyFile sets every key of the YAML file as the flag of the same name.
+func applyFile(fs *flag.FlagSet, path string) error {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("read config file: %w", err)
+	}
+	var values map[string]any
+	if err := yaml.Unmarshal(data, &values); err != nil {
+		return fmt.Errorf("parse config file %s: %w", path, err)
+	}
+	for key, v := range values {
+		if key == "config" || fs.Lookup(key) == nil {
+			return fmt.Errorf("config file %s: unknown key %q (keys are flag names)", path, key)
+		}
+		var s string
+		switch x := v.(type) {
+		case string:
+			s = x
+		case float64:
+			s = fmt.Sprint(x)
+		case bool:
+			s = fmt.Sprint(x)
+		default:
+			return fmt.Errorf("config file %s: --%s: want a scalar, got %T", path, key, v)
+		}
+		if err := fs.Set(key, s); err != nil {
+			return fmt.Errorf("config file %s: --%s: %w", path, key, err)
+		}
+	}
+	return nil
+}
+
+// Validate refuses values the aggregator cannot run with, naming the flag.
+func (c *Config) Validate() error {
+	var errs []error
+	bad := func(flag, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("--%s: %s", flag, fmt.Sprintf(format, args...)))
+	}
+	if c.Namespace == "" {
+		bad("namespace", "must not be empty")
+	}
+	if c.LeaseNamespace == "" {
+		c.LeaseNamespace = c.Namespace
+	}
+	if c.LeaseName == "" {
+		bad("lease-name", "must not be empty")
+	}
+	if c.Identity == "" {
+		bad("identity", "must not be empty (set $POD_NAME or --identity)")
+	}
+	if c.LeaseDuration <= 0 {
+		bad("lease-duration", "must be > 0, got %s", c.LeaseDuration)
+	}
+	if c.RenewDeadline <= 0 || c.RenewDeadline >= c.LeaseDuration {
+		bad("renew-deadline", "must be > 0 and < --lease-duration (%s), got %s", c.LeaseDuration, c.RenewDeadline)
+	}
+	if c.RetryPeriod <= 0 || c.RetryPeriod >= c.RenewDeadline {
+		bad("retry-period", "must be > 0 and < --renew-deadline (%s), got %s", c.RenewDeadline, c.RetryPeriod)
+	}
+	if c.HeartbeatGrace < 0 {
+		bad("heartbeat-grace", "must be >= 0 (0: 3x the node's interval), got %s", c.HeartbeatGrace)
+	}
+	if c.ReportInterval < time.Second {
+		bad("report-interval", "must be >= 1s, got %s", c.ReportInterval)
+	}
+	if c.WarmUp < 0 {
+		bad("warm-up", "must be >= 0, got %s", c.WarmUp)
+	}
+	if c.Listen == "" {
+		bad("listen", "must not be empty")
+	}
+	if (c.TLSCert == "") != (c.TLSKey == "") {
+		bad("tls-cert", "--tls-cert and --tls-key go together")
+	}
+	if c.TokenAudience == "" {
+		bad("token-audience", "must not be empty")
+	}
+	if ns, name, ok := strings.Cut(c.AgentServiceAccount, "/"); !ok || ns == "" || name == "" || strings.Contains(name, "/") {
+		bad("agent-service-account", "want namespace/name, got %q", c.AgentServiceAccount)
+	}
+	if c.FreshForMultiple < 2 {
+		bad("fresh-for-multiple", "must be >= 2, got %d", c.FreshForMultiple)
+	}
+	if c.RollupPeriod <= 0 || c.RollupPeriod > c.ReportInterval {
+		bad("rollup-period", "must be > 0 and <= --report-interval (%s), got %s", c.ReportInterval, c.RollupPeriod)
+	}
+	if c.FreshForMultiple >= 2 && c.ReportInterval > 0 {
+		freshFor := time.Duration(c.FreshForMultiple) * c.ReportInterval
+		if c.RefreshPeriod <= 0 || c.RefreshPeriod > freshFor/2 {
+			bad("refresh-period", "must be > 0 and <= half of --fresh-for-multiple x --report-interval (%s), got %s", freshFor/2, c.RefreshPeriod)
+		}
+	}
+	if c.WritesPerSecond <= 0 {
+		bad("writes-per-second", "must be > 0, got %g", c.WritesPerSecond)
+	}
+	if c.WriteBurst < 1 {
+		bad("write-burst", "must be >= 1, got %d", c.WriteBurst)
+	}
+	for _, d := range []struct {
+		flag string
+		v    time.Duration
+	}{{"damp-degraded", c.DampDegraded}, {"damp-down", c.DampDown}, {"damp-unknown", c.DampUnknown}} {
+		if d.v < 0 {
+			bad(d.flag, "must be >= 0, got %s", d.v)
+		}
+	}
+	switch c.LogLevel {
+	case "debug", "info", "warn", "error":
+	default:
+		bad("log-level", "want debug, info, warn or error, got %q", c.LogLevel)
+	}
+	return errors.Join(errs...)
+}
+
+// FreshFor is how long a written status stays trustworthy.
+func (c *Config) FreshFor() time.Duration {
+	return time.Duration(c.FreshForMultiple) * c.ReportInterval
+}

@@ -1,0 +1,199 @@
+package rollup
+
+import (
+	"time"
+
+	"github.com/cozystack/cozy-health/pkg/report"
+)
+
+// Holds are the damping hold times: how long a transition to a worse state
+// must persist before it is published, by the state transitioned to.
+type Holds struct {
+	Degraded time.Duration
+	Down     time.Duration
+	Unknown  time.Duration
+}
+
+// For is the hold time of a worsening to s. Healthy is never held.
+func (h Holds) For(s report.Status) time.Duration {
+	switch s {
+	case report.StatusDegraded:
+		return h.Degraded
+	case report.StatusDown:
+		return h.Down
+	case report.StatusUnknown:
+		return h.Unknown
+	}
+	return 0
+}
+
+// Track is the damping record of one published fact (a component's
+// overall, one node state, one condition).
+type Track struct {
+	// Published is the status last published; Since is when it was first
+	// published (the last transition).
+	Published report.Status
+	Since     time.Time
+	// Worsening is set while the desired status has been continuously worse
+	// than Published since WorseSince.
+	Worsening  bool
+	WorseSince time.Time
+}
+
+// Step is the damping rule, applied to one fact at every rollup:
+//
+//   - The first time a fact is seen, its desired status is published at once.
+//   - A desired status as good as or better than the published one (a
+//     recovery, or no change) is published at once.
+//   - A desired status worse than the published one is published only once
+//     the desired status has been worse than the published one, without
+//     interruption, for at least the hold time of the desired status
+//     (Holds.For). Until then the previously published fact (status,
+//     reason, message) stays published. If the worsening goes away the
+//     clock restarts.
+//
+// Step reports whether the desired fact is published (publish) or the
+// previous one is kept.
+func Step(t Track, seen bool, desired report.Status, now time.Time, h Holds) (next Track, publish bool) {
+	if !seen {
+		return Track{Published: desired, Since: now}, true
+	}
+	if desired.Rank() <= t.Published.Rank() {
+		if desired != t.Published {
+			t.Published, t.Since = desired, now
+		}
+		t.Worsening = false
+		return t, true
+	}
+	if !t.Worsening {
+		t.Worsening, t.WorseSince = true, now
+	}
+	if now.Sub(t.WorseSince) >= h.For(desired) {
+		return Track{Published: desired, Since: now}, true
+	}
+	return t, false
+}
+
+type trackedNode struct {
+	Track
+	value NodeState
+}
+
+type trackedCond struct {
+	Track
+	value Condition
+}
+
+type trackedOverall struct {
+	Track
+	reason string
+}
+
+// Damper applies Step to every fact of every component. It is the only
+// stateful part of the rollup; it is not safe for concurrent use.
+type Damper struct {
+	holds   Holds
+	overall map[string]*trackedOverall
+	nodes   map[string]map[string]*trackedNode
+	conds   map[string]map[condKey]*trackedCond
+}
+
+type condKey struct{ typ, node string }
+
+// NewDamper returns a Damper with the given hold times.
+func NewDamper(h Holds) *Damper {
+	return &Damper{holds: h, overall: map[string]*trackedOverall{}, nodes: map[string]map[string]*trackedNode{}, conds: map[string]map[condKey]*trackedCond{}}
+}
+
+// Apply damps cs (as Compute returned it) in place at now: held facts are
+// replaced by their previously published values, and every condition gets
+// its LastTransition. Facts that are no longer present are forgotten.
+func (d *Damper) Apply(cs *ComponentStatus, now time.Time) {
+	comp := cs.Component
+	// Overall.
+	to, seen := d.overall[comp]
+	if !seen {
+		to = &trackedOverall{}
+		d.overall[comp] = to
+	}
+	next, pub := Step(to.Track, seen, cs.Overall, now, d.holds)
+	to.Track = next
+	if pub {
+		to.reason = cs.Reason
+	} else {
+		cs.Overall, cs.Reason = to.Published, to.reason
+	}
+
+	// Node states.
+	nodes := d.nodes[comp]
+	if nodes == nil {
+		nodes = map[string]*trackedNode{}
+		d.nodes[comp] = nodes
+	}
+	for name, ns := range cs.Nodes {
+		tn, seen := nodes[name]
+		if !seen {
+			tn = &trackedNode{}
+			nodes[name] = tn
+		}
+		next, pub := Step(tn.Track, seen, ns.Status, now, d.holds)
+		tn.Track = next
+		if pub {
+			tn.value = ns
+		} else {
+			held := tn.value
+			held.LastReportAt = ns.LastReportAt
+			cs.Nodes[name] = held
+		}
+	}
+	for name := range nodes {
+		if _, ok := cs.Nodes[name]; !ok {
+			delete(nodes, name)
+		}
+	}
+
+	// Conditions.
+	conds := d.conds[comp]
+	if conds == nil {
+		conds = map[condKey]*trackedCond{}
+		d.conds[comp] = conds
+	}
+	present := make(map[condKey]struct{}, len(cs.Conditions))
+	for i := range cs.Conditions {
+		c := &cs.Conditions[i]
+		k := condKey{c.Type, c.Node}
+		present[k] = struct{}{}
+		tc, seen := conds[k]
+		if !seen {
+			tc = &trackedCond{}
+			conds[k] = tc
+		}
+		next, pub := Step(tc.Track, seen, c.Severity, now, d.holds)
+		tc.Track = next
+		if pub {
+			tc.value = *c
+		} else {
+			*c = tc.value
+		}
+		c.LastTransition = tc.Since
+	}
+	for k := range conds {
+		if _, ok := present[k]; !ok {
+			delete(conds, k)
+		}
+	}
+}
+
+// Forget drops everything remembered about a node (it was deleted).
+func (d *Damper) Forget(node string) {
+	for _, m := range d.nodes {
+		delete(m, node)
+	}
+	for _, m := range d.conds {
+		for k := range m {
+			if k.node == node {
+				delete(m, k)
+			}
+		}
+	}
+}

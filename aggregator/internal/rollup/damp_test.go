@@ -1,0 +1,84 @@
+package rollup
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+
+	"github.com/cozystack/cozy-health/pkg/report"
+)
+
+var holds = Holds{Degraded: 10 * time.Second}
+
+func TestStepRule(t *testing.T) {
+	type step struct {
+		at      time.Duration
+		desired report.Status
+		want    report.Status // published after the step
+	}
+	for _, tc := range []struct {
+		name  string
+		holds Holds
+		steps []step
+	}{
+		{"first sight is published at once", holds, []step{{0, G, G}}},
+		{"degraded must persist for its hold", holds, []step{{0, H, H}, {1 * time.Second, G, H}, {10 * time.Second, G, H}, {11 * time.Second, G, G}}},
+		{"a blip to degraded is never published", holds, []step{{0, H, H}, {1 * time.Second, G, H}, {5 * time.Second, H, H}, {8 * time.Second, G, H}, {17 * time.Second, G, H}, {18 * time.Second, G, G}}},
+		{"down and unknown are published at once by default", holds, []step{{0, H, H}, {time.Second, U, U}, {2 * time.Second, D, D}}},
+		{"recovery is published at once", holds, []step{{0, D, D}, {time.Second, H, H}}},
+		{"partial recovery is published at once", holds, []step{{0, D, D}, {time.Second, G, G}}},
+		{"worsening held then jumping to down publishes down", holds, []step{{0, H, H}, {time.Second, G, H}, {2 * time.Second, D, D}}},
+		{"worsening clock counts from the first worse rollup", Holds{Degraded: 10 * time.Second, Unknown: 4 * time.Second}, []step{{0, H, H}, {time.Second, U, H}, {3 * time.Second, G, H}, {5 * time.Second, U, U}}},
+		{"configured down hold", Holds{Down: 3 * time.Second}, []step{{0, G, G}, {time.Second, D, G}, {4 * time.Second, D, D}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var tr Track
+			seen := false
+			for i, s := range tc.steps {
+				tr, _ = Step(tr, seen, s.desired, t0.Add(s.at), tc.holds)
+				seen = true
+				assert.Equal(t, s.want, tr.Published, "step %d (t+%s desired %s)", i, s.at, s.desired)
+			}
+		})
+	}
+}
+
+func TestDamperHoldsWholeFacts(t *testing.T) {
+	d := NewDamper(holds)
+	mk := func(s report.Status, reason string) *ComponentStatus {
+		return &ComponentStatus{
+			Component: report.ComponentDisk, Overall: s, Reason: reason,
+			Nodes:      map[string]NodeState{"a": {Status: s, Reason: reason}},
+			Conditions: []Condition{{Type: "FsyncProbe", Node: "a", Severity: s, Reason: reason}},
+		}
+	}
+	cs := mk(H, "Fine")
+	d.Apply(cs, t0)
+	cs = mk(G, "Slow")
+	d.Apply(cs, t0.Add(2*time.Second))
+	assert.Equal(t, H, cs.Overall)
+	assert.Equal(t, "Fine", cs.Nodes["a"].Reason, "the held node state keeps its previous reason")
+	assert.Equal(t, "Fine", cs.Conditions[0].Reason)
+	assert.Equal(t, t0, cs.Conditions[0].LastTransition)
+
+	cs = mk(G, "Slow")
+	d.Apply(cs, t0.Add(12*time.Second))
+	assert.Equal(t, G, cs.Overall)
+	assert.Equal(t, "Slow", cs.Nodes["a"].Reason)
+	assert.Equal(t, t0.Add(12*time.Second), cs.Conditions[0].LastTransition)
+
+	cs = mk(H, "Fine")
+	d.Apply(cs, t0.Add(13*time.Second))
+	assert.Equal(t, H, cs.Overall, "recovery at once")
+	assert.Equal(t, t0.Add(13*time.Second), cs.Conditions[0].LastTransition)
+
+	// A node that disappears is forgotten: when it comes back it is new.
+	cs = mk(H, "Fine")
+	delete(cs.Nodes, "a")
+	cs.Conditions = nil
+	d.Apply(cs, t0.Add(14*time.Second))
+	cs = mk(G, "Slow")
+	d.Apply(cs, t0.Add(15*time.Second))
+	assert.Equal(t, G, cs.Nodes["a"].Status)
+}

@@ -1,0 +1,477 @@
+// Package rollup turns a state snapshot into the desired status of every
+// node-local component. Compute is a pure function of (snapshot, now,
+// config): every replica computes the same answer from the same reports, and
+// golden files pin it down. Damping (damp.go) and compaction (compact.go)
+// are separate, equally explicit steps.
+//
+// The contract (DESIGN.md, "Rollup contract"):
+//   - Precedence, worst wins: Down > Degraded > Unknown > Healthy.
+//   - A component no fresh node observed is Unknown with reason NoData,
+//     never Healthy.
+//   - A node with no accepted report within the heartbeat grace (default 3x
+//     the interval the node reports) has every entry Unknown with reason
+//     HeartbeatMissed and the time it was last heard.
+//   - etcd is judged on the quorum projection: with V voting members and H
+//     healthy voting members it is Healthy when H >= V, Degraded when
+//     H >= floor(V/2)+1 and Down below. Learners do not vote; a member whose
+//     node is stale or whose etcd-member observation is not Healthy is not
+//     counted healthy. V comes from the etcd-membership observation
+//     (votingMembers, the largest any fresh node reports); when no fresh
+//     node sends one, V is the number of nodes whose latest report has an
+//     etcd-member observation that is not a learner. Any other etcd check
+//     (fsync latency, alarms) that is Degraded or Down on a fresh node
+//     degrades etcd to at most Degraded: the component still serves, its
+//     margin is reduced; only the projection can make etcd Down.
+//   - Every other component is the worst of its node states.
+//   - A node state is the worst of the node's conditions for the component.
+//   - Conditions: one per (node, check), type = CamelCase(check), pinned to
+//     the node (ResourceRef{Kind: Node}); several observations of one check
+//     on one node (one per DRBD resource or block device) fold into one
+//     condition with the worst status whose message names the resources
+//     that are not Healthy. Status True = Healthy, False = Degraded or Down,
+//     Unknown = Unknown.
+package rollup
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/cozystack/cozy-health/aggregator/internal/state"
+	"github.com/cozystack/cozy-health/pkg/report"
+)
+
+// Condition types the rollup adds beyond CamelCase(check).
+const (
+	// TypeHeartbeat is the per-node heartbeat: Unknown/HeartbeatMissed when
+	// the node's agent is silent past its grace.
+	TypeHeartbeat = "Heartbeat"
+	// TypeQuorum is etcd's quorum projection (component-level).
+	TypeQuorum = "Quorum"
+	// TypeQuorumMember is one voting member's contribution to quorum.
+	TypeQuorumMember = "QuorumMember"
+	// TypeData is a component-level condition present when no fresh node
+	// observed the component (Unknown/NoData).
+	TypeData = "Data"
+)
+
+// Reasons the rollup writes.
+const (
+	ReasonChecksPassed    = "ChecksPassed"
+	ReasonReportReceived  = "ReportReceived"
+	ReasonQuorumHealthy   = "AllVotingMembersHealthy"
+	ReasonQuorumAtRisk    = "QuorumAtRisk"
+	ReasonQuorumLost      = "QuorumLost"
+	ReasonNoVotingMembers = "NoVotingMembers"
+	ReasonCheckDegraded   = "CheckDegraded"
+	ReasonNodesHealthy    = "AllNodesHealthy"
+	ReasonNodesNotHealthy = "NodesNotHealthy"
+	ReasonNotAMember      = "NotReporting"
+)
+
+// MaxMessage is the longest message written for one condition or node state.
+const MaxMessage = 256
+
+// Config is what the rollup is judged against.
+type Config struct {
+	// HeartbeatGrace is the silence after which a node is stale; 0 means 3x
+	// the interval the node reports (DefaultInterval when it reports none).
+	HeartbeatGrace time.Duration
+	// DefaultInterval is the agents' configured interval; it is the unit of
+	// FreshForMultiple.
+	DefaultInterval time.Duration
+	// FreshForMultiple: FreshUntil = ObservedAt + FreshForMultiple x DefaultInterval.
+	FreshForMultiple int
+}
+
+// NodeState is a component's state on one node.
+type NodeState struct {
+	Status       report.Status `json:"status"`
+	Reason       string        `json:"reason,omitempty"`
+	Message      string        `json:"message,omitempty"`
+	LastReportAt time.Time     `json:"lastReportAt"`
+}
+
+// Condition is one fact about a component. Node is the node it is pinned to
+// (ResourceRef{Kind: Node, Name: Node}); empty for component-level facts.
+type Condition struct {
+	Type string `json:"type"`
+	// Severity is the status behind the condition; ConditionStatus derives
+	// True/False/Unknown from it.
+	Severity       report.Status `json:"severity"`
+	Reason         string        `json:"reason,omitempty"`
+	Message        string        `json:"message,omitempty"`
+	Node           string        `json:"node,omitempty"`
+	LastTransition time.Time     `json:"lastTransition,omitzero"`
+}
+
+// ConditionStatus is True (good), False (bad) or Unknown (no data).
+func (c Condition) ConditionStatus() string {
+	return conditionStatus(c.Severity)
+}
+
+func conditionStatus(s report.Status) string {
+	switch s {
+	case report.StatusHealthy:
+		return "True"
+	case report.StatusUnknown:
+		return "Unknown"
+	default:
+		return "False"
+	}
+}
+
+// ComponentStatus is the desired status of one component's Health object.
+type ComponentStatus struct {
+	Component  string               `json:"component"`
+	Overall    report.Status        `json:"overall"`
+	Reason     string               `json:"reason"`
+	ObservedAt time.Time            `json:"observedAt"`
+	FreshUntil time.Time            `json:"freshUntil"`
+	Nodes      map[string]NodeState `json:"nodes,omitempty"`
+	Conditions []Condition          `json:"conditions,omitempty"`
+	// DegradedNodes and Issues are filled by Compact.
+	DegradedNodes []string `json:"degradedNodes,omitempty"`
+	Issues        int      `json:"issues"`
+}
+
+// Grace is the heartbeat grace of a node reporting at interval.
+func (c Config) Grace(interval time.Duration) time.Duration {
+	if c.HeartbeatGrace > 0 {
+		return c.HeartbeatGrace
+	}
+	if interval <= 0 {
+		interval = c.DefaultInterval
+	}
+	return 3 * interval
+}
+
+// Stale tells whether e's node has missed its heartbeat at now.
+func (c Config) Stale(e state.Entry, now time.Time) bool {
+	return now.Sub(e.ReceivedAt) > c.Grace(e.Report.Interval)
+}
+
+// Compute rolls the snapshot up into every node-local component's status,
+// uncompacted (every condition, True ones included) and undamped.
+func Compute(snap state.Snapshot, now time.Time, cfg Config) map[string]*ComponentStatus {
+	names := snap.Names()
+	out := make(map[string]*ComponentStatus, len(report.NodeComponents))
+	for _, comp := range report.NodeComponents {
+		out[comp] = computeComponent(comp, names, snap, now, cfg)
+	}
+	return out
+}
+
+func computeComponent(comp string, names []string, snap state.Snapshot, now time.Time, cfg Config) *ComponentStatus {
+	cs := &ComponentStatus{Component: comp, Nodes: map[string]NodeState{}}
+	var observedAt time.Time
+	anyFresh := false
+	for _, name := range names {
+		e := snap[name]
+		obs := observationsOf(e.Report, comp)
+		if len(obs) == 0 && comp != report.ComponentNode {
+			continue
+		}
+		if cfg.Stale(e, now) {
+			msg := fmt.Sprintf("no valid report since %s (grace %s)", e.ReceivedAt.UTC().Format(time.RFC3339), cfg.Grace(e.Report.Interval))
+			cs.Nodes[name] = NodeState{Status: report.StatusUnknown, Reason: report.ReasonHeartbeatMissed, Message: msg, LastReportAt: e.ReceivedAt}
+			cs.Conditions = append(cs.Conditions, Condition{Type: TypeHeartbeat, Severity: report.StatusUnknown, Reason: report.ReasonHeartbeatMissed, Message: msg, Node: name})
+			continue
+		}
+		anyFresh = true
+		if e.ReceivedAt.After(observedAt) {
+			observedAt = e.ReceivedAt
+		}
+		conds := foldChecks(name, obs)
+		if comp == report.ComponentNode {
+			conds = append(conds, Condition{Type: TypeHeartbeat, Severity: report.StatusHealthy, Reason: ReasonReportReceived, Message: "report received", Node: name})
+		}
+		cs.Nodes[name] = nodeStateOf(conds, e.ReceivedAt)
+		cs.Conditions = append(cs.Conditions, conds...)
+	}
+	if !anyFresh {
+		observedAt = now
+	}
+	cs.ObservedAt = observedAt
+	cs.FreshUntil = observedAt.Add(time.Duration(cfg.FreshForMultiple) * cfg.DefaultInterval)
+
+	switch {
+	case !anyFresh:
+		cs.Overall, cs.Reason = report.StatusUnknown, report.ReasonNoData
+		cs.Conditions = append(cs.Conditions, Condition{Type: TypeData, Severity: report.StatusUnknown, Reason: report.ReasonNoData,
+			Message: fmt.Sprintf("no fresh %s observation from any node", comp)})
+	case comp == report.ComponentEtcd:
+		quorum, conds := etcdQuorum(names, snap, now, cfg)
+		cs.Conditions = append(cs.Conditions, conds...)
+		cs.Overall, cs.Reason = quorum, conds[0].Reason
+		if worstOtherEtcdCheck(names, snap, now, cfg).Rank() >= report.StatusDegraded.Rank() && quorum.Rank() < report.StatusDegraded.Rank() {
+			cs.Overall, cs.Reason = report.StatusDegraded, ReasonCheckDegraded
+		}
+	default:
+		cs.Overall, cs.Reason = report.StatusHealthy, ReasonNodesHealthy
+		for _, ns := range cs.Nodes {
+			cs.Overall = report.Worse(cs.Overall, ns.Status)
+		}
+		if cs.Overall != report.StatusHealthy {
+			cs.Reason = ReasonNodesNotHealthy
+		}
+	}
+	sortConditions(cs.Conditions)
+	return cs
+}
+
+func observationsOf(r *report.NodeReport, comp string) []report.Observation {
+	var out []report.Observation
+	for _, o := range r.Observations {
+		if o.Component == comp {
+			out = append(out, o)
+		}
+	}
+	return out
+}
+
+// foldChecks folds a node's observations of one component into one
+// condition per check.
+func foldChecks(node string, obs []report.Observation) []Condition {
+	byCheck := map[string][]report.Observation{}
+	for _, o := range obs {
+		byCheck[o.Check] = append(byCheck[o.Check], o)
+	}
+	checks := make([]string, 0, len(byCheck))
+	for c := range byCheck {
+		checks = append(checks, c)
+	}
+	sort.Strings(checks)
+	out := make([]Condition, 0, len(checks))
+	for _, check := range checks {
+		group := byCheck[check]
+		worst := group[0]
+		for _, o := range group[1:] {
+			if o.Status.Rank() > worst.Status.Rank() {
+				worst = o
+			}
+		}
+		msg := worst.Message
+		if len(group) > 1 || (worst.ResourceRef != nil && worst.ResourceRef.Kind != report.KindNode) {
+			msg = foldMessages(group)
+		}
+		out = append(out, Condition{Type: ConditionType(check), Severity: worst.Status, Reason: worst.Reason, Message: truncate(msg), Node: node})
+	}
+	return out
+}
+
+// foldMessages names the resources of a group of observations that are not
+// Healthy, worst first, or says how many are Healthy when all are.
+func foldMessages(group []report.Observation) string {
+	bad := make([]report.Observation, 0, len(group))
+	for _, o := range group {
+		if o.Status != report.StatusHealthy {
+			bad = append(bad, o)
+		}
+	}
+	if len(bad) == 0 {
+		if len(group) == 1 {
+			return group[0].Message
+		}
+		return fmt.Sprintf("%d resources Healthy", len(group))
+	}
+	sort.SliceStable(bad, func(i, j int) bool {
+		if bad[i].Status.Rank() != bad[j].Status.Rank() {
+			return bad[i].Status.Rank() > bad[j].Status.Rank()
+		}
+		return refName(bad[i]) < refName(bad[j])
+	})
+	parts := make([]string, 0, len(bad))
+	for _, o := range bad {
+		parts = append(parts, fmt.Sprintf("%s %s: %s", refName(o), o.Status, o.Reason))
+	}
+	return fmt.Sprintf("%d of %d not Healthy: %s", len(bad), len(group), strings.Join(parts, "; "))
+}
+
+func refName(o report.Observation) string {
+	if o.ResourceRef == nil {
+		return "-"
+	}
+	if o.ResourceRef.Namespace != "" {
+		return o.ResourceRef.Kind + "/" + o.ResourceRef.Namespace + "/" + o.ResourceRef.Name
+	}
+	return o.ResourceRef.Kind + "/" + o.ResourceRef.Name
+}
+
+// nodeStateOf is the worst of a node's conditions.
+func nodeStateOf(conds []Condition, lastReport time.Time) NodeState {
+	ns := NodeState{Status: report.StatusHealthy, Reason: ReasonChecksPassed, LastReportAt: lastReport}
+	var worst *Condition
+	for i := range conds {
+		c := &conds[i]
+		if c.Severity == report.StatusHealthy {
+			continue
+		}
+		if worst == nil || c.Severity.Rank() > worst.Severity.Rank() {
+			worst = c
+		}
+	}
+	if worst != nil {
+		ns.Status, ns.Reason = worst.Severity, worst.Reason
+		ns.Message = truncate(worst.Type + ": " + worst.Message)
+	}
+	return ns
+}
+
+// etcdMember is one node's etcd member as its latest report describes it.
+type etcdMember struct {
+	node    string
+	learner bool
+	fresh   bool
+	status  report.Status
+	reason  string
+}
+
+// etcdQuorum judges etcd on the quorum projection. The first condition
+// returned is the component-level Quorum condition; one QuorumMember
+// condition per voting member follows.
+func etcdQuorum(names []string, snap state.Snapshot, now time.Time, cfg Config) (report.Status, []Condition) {
+	var members []etcdMember
+	voting := -1
+	for _, name := range names {
+		e := snap[name]
+		fresh := !cfg.Stale(e, now)
+		for _, o := range e.Report.Observations {
+			if o.Component != report.ComponentEtcd {
+				continue
+			}
+			switch o.Check {
+			case report.CheckEtcdMember:
+				m := etcdMember{node: name, learner: o.Attributes[report.AttrIsLearner] == 1, fresh: fresh, status: o.Status, reason: o.Reason}
+				if !fresh {
+					m.status, m.reason = report.StatusUnknown, report.ReasonHeartbeatMissed
+				}
+				members = append(members, m)
+			case report.CheckEtcdMembership:
+				if v, ok := o.Attributes[report.AttrVotingMembers]; ok && fresh && int(v) > voting {
+					voting = int(v)
+				}
+			}
+		}
+	}
+	var healthy, counted int
+	var notHealthy []string
+	var memberConds []Condition
+	for _, m := range members {
+		if m.learner {
+			continue
+		}
+		counted++
+		c := Condition{Type: TypeQuorumMember, Node: m.node, Severity: m.status, Reason: m.reason}
+		if m.status == report.StatusHealthy {
+			healthy++
+			c.Message = "voting member, healthy"
+		} else {
+			c.Message = fmt.Sprintf("voting member, not counted healthy: %s", m.status)
+			notHealthy = append(notHealthy, fmt.Sprintf("%s (%s)", m.node, m.reason))
+		}
+		memberConds = append(memberConds, c)
+	}
+	source := "etcd-membership"
+	if voting < 0 {
+		voting, source = counted, "counted etcd-member observations"
+	}
+	q := Condition{Type: TypeQuorum}
+	switch {
+	case voting == 0:
+		q.Severity, q.Reason = report.StatusUnknown, ReasonNoVotingMembers
+	case healthy >= voting:
+		q.Severity, q.Reason = report.StatusHealthy, ReasonQuorumHealthy
+	case healthy >= voting/2+1:
+		q.Severity, q.Reason = report.StatusDegraded, ReasonQuorumAtRisk
+	default:
+		q.Severity, q.Reason = report.StatusDown, ReasonQuorumLost
+	}
+	q.Message = fmt.Sprintf("%d/%d voting members healthy (voting members from %s)", healthy, voting, source)
+	if missing := voting - counted; missing > 0 {
+		q.Message += fmt.Sprintf("; %d voting member(s) on no reporting node", missing)
+	}
+	if len(notHealthy) > 0 {
+		q.Message += "; not healthy: " + strings.Join(notHealthy, ", ")
+	}
+	q.Message = truncate(q.Message)
+	return q.Severity, append([]Condition{q}, memberConds...)
+}
+
+// worstOtherEtcdCheck is the worst etcd observation on fresh nodes other
+// than the member and membership checks the projection already judged.
+func worstOtherEtcdCheck(names []string, snap state.Snapshot, now time.Time, cfg Config) report.Status {
+	worst := report.StatusHealthy
+	for _, name := range names {
+		e := snap[name]
+		if cfg.Stale(e, now) {
+			continue
+		}
+		for _, o := range e.Report.Observations {
+			if o.Component != report.ComponentEtcd || o.Check == report.CheckEtcdMember || o.Check == report.CheckEtcdMembership {
+				continue
+			}
+			if o.Status == report.StatusDegraded || o.Status == report.StatusDown {
+				worst = report.Worse(worst, o.Status)
+			}
+		}
+	}
+	return worst
+}
+
+// ConditionType turns a kebab-case check name into a condition type:
+// fsync-latency -> FsyncLatency. Characters other than letters and digits
+// separate words; a name that does not start with a letter gets "Check".
+func ConditionType(check string) string {
+	var b strings.Builder
+	upper := true
+	for _, r := range check {
+		switch {
+		case r >= 'a' && r <= 'z':
+			if upper {
+				r -= 'a' - 'A'
+			}
+			b.WriteRune(r)
+			upper = false
+		case r >= 'A' && r <= 'Z', r >= '0' && r <= '9':
+			b.WriteRune(r)
+			upper = false
+		default:
+			upper = true
+		}
+	}
+	s := b.String()
+	if s == "" || s[0] < 'A' || s[0] > 'Z' {
+		s = "Check" + s
+	}
+	return s
+}
+
+func truncate(s string) string {
+	if len(s) <= MaxMessage {
+		return s
+	}
+	cut := MaxMessage - 3
+	for cut > 0 && !utf8Start(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "..."
+}
+
+func utf8Start(b byte) bool { return b&0xC0 != 0x80 }
+
+// sortConditions orders conditions: component-level first, then by type,
+// then by node.
+func sortConditions(cs []Condition) {
+	sort.SliceStable(cs, func(i, j int) bool {
+		a, b := cs[i], cs[j]
+		if (a.Node == "") != (b.Node == "") {
+			return a.Node == ""
+		}
+		if a.Type != b.Type {
+			return a.Type < b.Type
+		}
+		return a.Node < b.Node
+	})
+}

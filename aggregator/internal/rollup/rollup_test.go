@@ -1,0 +1,348 @@
+package rollup
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/cozystack/cozy-health/aggregator/internal/state"
+	"github.com/cozystack/cozy-health/pkg/report"
+)
+
+var update = flag.Bool("update", false, "rewrite testdata/*.golden")
+
+var t0 = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+
+var defaultCfg = Config{DefaultInterval: 5 * time.Second, FreshForMultiple: 6}
+
+const (
+	H = report.StatusHealthy
+	G = report.StatusDegraded
+	D = report.StatusDown
+	U = report.StatusUnknown
+)
+
+// node builds one node's entry: received `ago` before t0, with observations.
+func node(name string, ago time.Duration, obs ...report.Observation) state.Entry {
+	return state.Entry{
+		Report:     &report.NodeReport{NodeName: name, AgentInstanceID: "i-" + name, Sequence: 1, SentAt: t0.Add(-ago), Interval: 5 * time.Second, Observations: obs},
+		ReceivedAt: t0.Add(-ago),
+	}
+}
+
+func ob(comp, check string, s report.Status, reason string) report.Observation {
+	return report.Observation{Component: comp, Check: check, Status: s, Reason: reason, Message: check + " is " + s.String()}
+}
+
+func member(s report.Status, learner bool) report.Observation {
+	o := ob(report.ComponentEtcd, report.CheckEtcdMember, s, "Member"+s.String())
+	l := 0.0
+	if learner {
+		l = 1
+	}
+	o.Attributes = map[string]float64{report.AttrIsLearner: l}
+	return o
+}
+
+func membership(voting, learners int) report.Observation {
+	o := ob(report.ComponentEtcd, report.CheckEtcdMembership, H, "MembersListed")
+	o.Attributes = map[string]float64{report.AttrVotingMembers: float64(voting), report.AttrLearnerMembers: float64(learners)}
+	return o
+}
+
+func drbd(res string, s report.Status, reason string) report.Observation {
+	o := ob(report.ComponentLinstor, report.CheckDRBDResource, s, reason)
+	o.ResourceRef = &report.ResourceRef{Kind: report.KindResource, Name: res}
+	return o
+}
+
+func snap(entries ...state.Entry) state.Snapshot {
+	s := state.Snapshot{}
+	for _, e := range entries {
+		s[e.Report.NodeName] = e
+	}
+	return s
+}
+
+// etcdNodes builds n control-plane nodes a,b,c,... with the given member
+// statuses; learners marks learner indexes; membership, when >= 0, is the
+// voting count every fresh node reports.
+func etcdNodes(statuses []report.Status, learners map[int]bool, stale map[int]bool, voting int) state.Snapshot {
+	s := state.Snapshot{}
+	for i, st := range statuses {
+		name := fmt.Sprintf("cp-%d", i+1)
+		obs := []report.Observation{member(st, learners[i])}
+		if voting >= 0 {
+			obs = append(obs, membership(voting, len(learners)))
+		}
+		ago := time.Second
+		if stale[i] {
+			ago = 20 * time.Second
+		}
+		e := node(name, ago, obs...)
+		s[name] = e
+	}
+	return s
+}
+
+type goldenCase struct {
+	name       string
+	snap       state.Snapshot
+	cfg        Config
+	components []string // rendered; all when empty
+	maxListed  int
+}
+
+func cases() []goldenCase {
+	healthyNode := func(name string, ago time.Duration) state.Entry {
+		return node(name, ago,
+			member(H, false), membership(3, 0),
+			ob(report.ComponentEtcd, report.CheckFsyncLatency, H, "LatencyOK"),
+			ob(report.ComponentDisk, report.CheckFsyncProbe, H, "LatencyOK"),
+			ob(report.ComponentCilium, report.CheckCiliumHealth, H, "AgentHealthy"),
+			ob(report.ComponentKubeOVN, report.CheckKubeOVNPinger, H, "PingOK"),
+			ob(report.ComponentLinstor, report.CheckLinstorSatellite, H, "Online"),
+			ob(report.ComponentNode, report.CheckTalosServices, H, "ServicesRunning"),
+		)
+	}
+	etcdOnly := []string{report.ComponentEtcd}
+	none := map[int]bool{}
+	return []goldenCase{
+		{name: "no-nodes", snap: snap()},
+		{name: "all-healthy", snap: snap(healthyNode("a", time.Second), healthyNode("b", 2*time.Second), healthyNode("c", 3*time.Second))},
+		{name: "precedence", components: []string{report.ComponentDisk, report.ComponentCilium, report.ComponentKubeOVN, report.ComponentLinstor, report.ComponentNode}, snap: snap(
+			// disk: Healthy+Unknown -> Unknown; cilium: Degraded+Unknown -> Degraded;
+			// kube-ovn: Down+Degraded+Unknown -> Down; linstor: Healthy only on a;
+			// node: no talos-services at all -> Healthy by heartbeat alone.
+			node("a", time.Second,
+				ob(report.ComponentDisk, report.CheckFsyncProbe, H, "LatencyOK"),
+				ob(report.ComponentCilium, report.CheckCiliumHealth, G, "EndpointsUnreachable"),
+				ob(report.ComponentKubeOVN, report.CheckKubeOVNPinger, D, "PingFailed"),
+				ob(report.ComponentLinstor, report.CheckLinstorSatellite, H, "Online")),
+			node("b", time.Second,
+				ob(report.ComponentDisk, report.CheckFsyncProbe, U, report.ReasonCheckTimeout),
+				ob(report.ComponentCilium, report.CheckCiliumHealth, U, report.ReasonCheckFailed),
+				ob(report.ComponentKubeOVN, report.CheckKubeOVNPinger, G, "PingSlow")),
+			node("c", time.Second,
+				ob(report.ComponentDisk, report.CheckFsyncProbe, H, "LatencyOK"),
+				ob(report.ComponentDisk, report.CheckDiskstats, H, "LatencyOK"),
+				ob(report.ComponentKubeOVN, report.CheckKubeOVNPinger, U, report.ReasonCheckPanicked)),
+		)},
+		{name: "node-worst-check-wins", components: []string{report.ComponentDisk}, snap: snap(
+			node("a", time.Second, ob(report.ComponentDisk, report.CheckFsyncProbe, G, "Slow"), ob(report.ComponentDisk, report.CheckDiskstats, D, "DeviceErrors")),
+			node("b", time.Second, ob(report.ComponentDisk, report.CheckFsyncProbe, U, report.ReasonCheckTimeout), ob(report.ComponentDisk, report.CheckDiskstats, H, "LatencyOK")),
+		)},
+		{name: "heartbeat-expiry", snap: snap(
+			healthyNode("a", time.Second),
+			healthyNode("b", 15*time.Second), // exactly at the grace: still fresh
+			healthyNode("c", 15*time.Second+time.Millisecond),
+		)},
+		{name: "heartbeat-grace-flag", cfg: Config{HeartbeatGrace: 30 * time.Second, DefaultInterval: 5 * time.Second, FreshForMultiple: 6}, components: []string{report.ComponentDisk, report.ComponentNode}, snap: snap(
+			healthyNode("a", 29*time.Second),
+			healthyNode("b", 31*time.Second),
+		)},
+		{name: "all-stale-is-nodata", snap: snap(healthyNode("a", time.Minute), healthyNode("b", time.Minute))},
+		{name: "drbd-fold", components: []string{report.ComponentLinstor}, snap: snap(
+			node("a", time.Second, drbd("pvc-1", H, "UpToDate"), drbd("pvc-2", G, "Outdated"), drbd("pvc-3", D, "Failed"), ob(report.ComponentLinstor, report.CheckLinstorSatellite, H, "Online")),
+			node("b", time.Second, drbd("pvc-1", H, "UpToDate"), drbd("pvc-2", H, "Diskless")),
+		)},
+		{name: "etcd-other-check-degrades", components: etcdOnly, snap: snap(
+			node("cp-1", time.Second, member(H, false), membership(3, 0), ob(report.ComponentEtcd, report.CheckFsyncLatency, D, "WALFsyncSlow")),
+			node("cp-2", time.Second, member(H, false), membership(3, 0), ob(report.ComponentEtcd, report.CheckFsyncLatency, U, report.ReasonCheckTimeout)),
+			node("cp-3", time.Second, member(H, false), membership(3, 0)),
+		)},
+		// Quorum with 1, 3 and 5 members, learners and Unknowns.
+		{name: "quorum-1-healthy", components: etcdOnly, snap: etcdNodes([]report.Status{H}, none, none, 1)},
+		{name: "quorum-1-down", components: etcdOnly, snap: etcdNodes([]report.Status{D}, none, none, 1)},
+		{name: "quorum-1-unknown", components: etcdOnly, snap: etcdNodes([]report.Status{U}, none, none, 1)},
+		{name: "quorum-1-learner-only", components: etcdOnly, snap: etcdNodes([]report.Status{H}, map[int]bool{0: true}, none, -1)},
+		{name: "quorum-3-healthy", components: etcdOnly, snap: etcdNodes([]report.Status{H, H, H}, none, none, 3)},
+		{name: "quorum-3-one-down", components: etcdOnly, snap: etcdNodes([]report.Status{H, H, D}, none, none, 3)},
+		{name: "quorum-3-one-unknown", components: etcdOnly, snap: etcdNodes([]report.Status{H, U, H}, none, none, 3)},
+		{name: "quorum-3-one-stale", components: etcdOnly, snap: etcdNodes([]report.Status{H, H, H}, none, map[int]bool{2: true}, 3)},
+		{name: "quorum-3-two-down", components: etcdOnly, snap: etcdNodes([]report.Status{H, D, G}, none, none, 3)},
+		{name: "quorum-3-learner-does-not-vote", components: etcdOnly, snap: etcdNodes([]report.Status{H, H, D, H}, map[int]bool{3: true}, none, 3)},
+		{name: "quorum-3-learner-down-ignored", components: etcdOnly, snap: etcdNodes([]report.Status{H, H, H, D}, map[int]bool{3: true}, none, 3)},
+		{name: "quorum-3-member-not-reporting", components: etcdOnly, snap: etcdNodes([]report.Status{H, H}, none, none, 3)},
+		{name: "quorum-3-fallback-count", components: etcdOnly, snap: etcdNodes([]report.Status{H, H, U, H}, map[int]bool{3: true}, none, -1)},
+		{name: "quorum-5-healthy", components: etcdOnly, snap: etcdNodes([]report.Status{H, H, H, H, H}, none, none, 5)},
+		{name: "quorum-5-two-unknown", components: etcdOnly, snap: etcdNodes([]report.Status{H, U, H, U, H}, none, none, 5)},
+		{name: "quorum-5-three-bad", components: etcdOnly, snap: etcdNodes([]report.Status{H, U, D, H, G}, none, none, 5)},
+		{name: "quorum-5-learners-and-unknown", components: etcdOnly, snap: etcdNodes([]report.Status{H, H, U, H, H, D, D}, map[int]bool{3: true, 4: true}, map[int]bool{6: true}, 5)},
+		{name: "compaction-cap", components: []string{report.ComponentDisk}, maxListed: 3, snap: func() state.Snapshot {
+			s := state.Snapshot{}
+			for i := range 8 {
+				st := H
+				if i%2 == 1 {
+					st = G
+				}
+				if i == 6 {
+					st = U
+				}
+				n := node(fmt.Sprintf("n%02d", i), time.Second, ob(report.ComponentDisk, report.CheckFsyncProbe, st, "Probe"+st.String()))
+				s[n.Report.NodeName] = n
+			}
+			return s
+		}()},
+	}
+}
+
+func render(out map[string]*ComponentStatus, components []string) string {
+	if len(components) == 0 {
+		components = report.NodeComponents
+	}
+	var b strings.Builder
+	ts := func(t time.Time) string {
+		if t.IsZero() {
+			return "-"
+		}
+		return t.UTC().Format(time.RFC3339Nano)
+	}
+	for _, comp := range components {
+		cs := out[comp]
+		fmt.Fprintf(&b, "component %s: overall=%s reason=%s observedAt=%s freshUntil=%s issues=%d degradedNodes=%q\n",
+			cs.Component, cs.Overall, cs.Reason, ts(cs.ObservedAt), ts(cs.FreshUntil), cs.Issues, strings.Join(cs.DegradedNodes, ","))
+		names := make([]string, 0, len(cs.Nodes))
+		for n := range cs.Nodes {
+			names = append(names, n)
+		}
+		sort.Strings(names)
+		for _, n := range names {
+			ns := cs.Nodes[n]
+			fmt.Fprintf(&b, "  node %s: %s reason=%s lastReportAt=%s message=%q\n", n, ns.Status, ns.Reason, ts(ns.LastReportAt), ns.Message)
+		}
+		for _, c := range cs.Conditions {
+			ref := "-"
+			if c.Node != "" {
+				ref = "Node/" + c.Node
+			}
+			fmt.Fprintf(&b, "  condition %s=%s (%s) ref=%s reason=%s message=%q\n", c.Type, c.ConditionStatus(), c.Severity, ref, c.Reason, c.Message)
+		}
+	}
+	return b.String()
+}
+
+func TestGolden(t *testing.T) {
+	for _, tc := range cases() {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := tc.cfg
+			if cfg.DefaultInterval == 0 {
+				cfg = defaultCfg
+			}
+			max := tc.maxListed
+			if max == 0 {
+				max = DefaultMaxListed
+			}
+			out := Compute(tc.snap, t0, cfg)
+			for _, cs := range out {
+				Compact(cs, max)
+			}
+			got := render(out, tc.components)
+			path := filepath.Join("testdata", tc.name+".golden")
+			if *update {
+				require.NoError(t, os.WriteFile(path, []byte(got), 0o644))
+				return
+			}
+			want, err := os.ReadFile(path)
+			require.NoError(t, err, "run go test ./aggregator/internal/rollup -update")
+			assert.Equal(t, string(want), got)
+		})
+	}
+}
+
+// TestComputeIsPure checks that the same inputs give the same output and
+// that the snapshot is not modified.
+func TestComputeIsPure(t *testing.T) {
+	for _, tc := range cases() {
+		a := render(Compute(tc.snap, t0, defaultCfg), nil)
+		b := render(Compute(tc.snap, t0, defaultCfg), nil)
+		assert.Equal(t, a, b, tc.name)
+	}
+}
+
+// TestContractInvariants checks the contract's rules on every golden case,
+// independently of the golden files.
+func TestContractInvariants(t *testing.T) {
+	for _, tc := range cases() {
+		out := Compute(tc.snap, t0, defaultCfg)
+		for comp, cs := range out {
+			fresh := 0
+			for _, e := range tc.snap {
+				if !defaultCfg.Stale(e, t0) && (len(observationsOf(e.Report, comp)) > 0 || comp == report.ComponentNode) {
+					fresh++
+				}
+			}
+			if fresh == 0 {
+				assert.Equal(t, U, cs.Overall, "%s/%s: no fresh data must be Unknown", tc.name, comp)
+				assert.Equal(t, report.ReasonNoData, cs.Reason, "%s/%s", tc.name, comp)
+			}
+			for name, ns := range cs.Nodes {
+				if defaultCfg.Stale(tc.snap[name], t0) {
+					assert.Equal(t, U, ns.Status, "%s/%s/%s", tc.name, comp, name)
+					assert.Equal(t, report.ReasonHeartbeatMissed, ns.Reason)
+					assert.Equal(t, tc.snap[name].ReceivedAt, ns.LastReportAt)
+				}
+				if comp != report.ComponentEtcd && fresh > 0 {
+					assert.GreaterOrEqual(t, cs.Overall.Rank(), ns.Status.Rank(), "%s/%s: overall is at least its worst node", tc.name, comp)
+				}
+			}
+			for _, c := range cs.Conditions {
+				if c.Type != TypeQuorum && c.Type != TypeData {
+					assert.NotEmpty(t, c.Node, "%s/%s: node-level condition %s must be pinned to its node", tc.name, comp, c.Type)
+				}
+			}
+		}
+	}
+}
+
+func TestConditionType(t *testing.T) {
+	for in, want := range map[string]string{
+		report.CheckFsyncLatency:     "FsyncLatency",
+		report.CheckKubeOVNPinger:    "KubeOvnPinger",
+		report.CheckDRBDResource:     "DrbdResource",
+		report.CheckEtcdMember:       "EtcdMember",
+		report.CheckLinstorSatellite: "LinstorSatellite",
+		"already_Camel.case":         "AlreadyCamelCase",
+		"42-things":                  "Check42Things",
+		"":                           "Check",
+	} {
+		assert.Equal(t, want, ConditionType(in), in)
+	}
+}
+
+func TestQuorumTable(t *testing.T) {
+	// The projection alone, as a table: V voting members, statuses of the
+	// members that report.
+	for _, tc := range []struct {
+		statuses []report.Status
+		learners map[int]bool
+		voting   int
+		want     report.Status
+	}{
+		{[]report.Status{H}, nil, 1, H},
+		{[]report.Status{U}, nil, 1, D},
+		{[]report.Status{H, H, H}, nil, 3, H},
+		{[]report.Status{H, H, U}, nil, 3, G},
+		{[]report.Status{H, U, U}, nil, 3, D},
+		{[]report.Status{H, H, G}, nil, 3, G},
+		{[]report.Status{H, H, H, U}, map[int]bool{3: true}, 3, H},
+		{[]report.Status{H, H, U, H}, map[int]bool{3: true}, 3, G},
+		{[]report.Status{H, H, H, H, H}, nil, 5, H},
+		{[]report.Status{H, H, H, U, D}, nil, 5, G},
+		{[]report.Status{H, H, U, U, D}, nil, 5, D},
+		{[]report.Status{H, H, H, H, H, H}, map[int]bool{3: true, 4: true}, 5, G},
+		{[]report.Status{H, H, H, H}, nil, 5, G}, // one voting member reports nothing
+	} {
+		s := etcdNodes(tc.statuses, tc.learners, nil, tc.voting)
+		q, conds := etcdQuorum(s.Names(), s, t0, defaultCfg)
+		assert.Equal(t, tc.want, q, "%v learners=%v V=%d: %s", tc.statuses, tc.learners, tc.voting, conds[0].Message)
+	}
+}

@@ -1,0 +1,143 @@
+// Package state keeps, in every aggregator replica, the latest accepted
+// report of every node and when it arrived. It implements ingest.Sink. It
+// judges nothing: heartbeats and rollups are the rollup package's, computed
+// from a Snapshot.
+package state
+
+import (
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/cozystack/cozy-health/pkg/report"
+)
+
+// Entry is the latest accepted report of one node.
+type Entry struct {
+	// Report is the report as accepted; never mutated after Accept.
+	Report *report.NodeReport
+	// ReceivedAt is when the aggregator accepted it (its own clock).
+	ReceivedAt time.Time
+}
+
+// Snapshot is a point-in-time copy of the state: node name -> entry. The
+// reports it points to are immutable, so a Snapshot may be read without
+// locks.
+type Snapshot map[string]Entry
+
+// Names returns the snapshot's node names, sorted.
+func (s Snapshot) Names() []string {
+	names := make([]string, 0, len(s))
+	for n := range s {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// Observer is told about every change of the state, outside the state's
+// lock. It must not block.
+type Observer interface {
+	// Accepted is called after a node's report was stored.
+	Accepted(node string, receivedAt time.Time)
+	// Removed is called after a node was pruned.
+	Removed(node string)
+}
+
+// State is the aggregator's in-memory state.
+type State struct {
+	observer Observer
+
+	// mu guards nodes, deleted and version.
+	mu    sync.RWMutex
+	nodes map[string]Entry
+	// deleted remembers nodes pruned because Kubernetes deleted them, so a
+	// report still in flight does not resurrect them; a node object that is
+	// created again clears it (Restore).
+	deleted map[string]struct{}
+	version uint64
+}
+
+// New returns an empty State. observer may be nil.
+func New(observer Observer) *State {
+	return &State{observer: observer, nodes: map[string]Entry{}, deleted: map[string]struct{}{}}
+}
+
+// Accept stores r as the latest report of its node. A report older (by
+// sequence within the same agent instance) than the stored one is ignored;
+// ingest already rejects replays, this only guards reordering across
+// streams.
+func (s *State) Accept(r *report.NodeReport, receivedAt time.Time) {
+	if r == nil || r.NodeName == "" {
+		return
+	}
+	s.mu.Lock()
+	if _, gone := s.deleted[r.NodeName]; gone {
+		s.mu.Unlock()
+		return
+	}
+	if prev, ok := s.nodes[r.NodeName]; ok && prev.Report.AgentInstanceID == r.AgentInstanceID && prev.Report.Sequence >= r.Sequence {
+		s.mu.Unlock()
+		return
+	}
+	s.nodes[r.NodeName] = Entry{Report: r, ReceivedAt: receivedAt}
+	s.version++
+	s.mu.Unlock()
+	if s.observer != nil {
+		s.observer.Accepted(r.NodeName, receivedAt)
+	}
+}
+
+// DeleteNode prunes a node that no longer exists in Kubernetes.
+func (s *State) DeleteNode(name string) {
+	s.mu.Lock()
+	_, had := s.nodes[name]
+	delete(s.nodes, name)
+	s.deleted[name] = struct{}{}
+	s.version++
+	s.mu.Unlock()
+	if had && s.observer != nil {
+		s.observer.Removed(name)
+	}
+}
+
+// Restore allows reports from a node again after it was deleted (a Node of
+// the same name was created).
+func (s *State) Restore(name string) {
+	s.mu.Lock()
+	delete(s.deleted, name)
+	s.mu.Unlock()
+}
+
+// Snapshot copies the state.
+func (s *State) Snapshot() Snapshot {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	out := make(Snapshot, len(s.nodes))
+	for k, v := range s.nodes {
+		out[k] = v
+	}
+	return out
+}
+
+// Get returns one node's entry.
+func (s *State) Get(node string) (Entry, bool) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	e, ok := s.nodes[node]
+	return e, ok
+}
+
+// Len is the number of nodes in the state.
+func (s *State) Len() int {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return len(s.nodes)
+}
+
+// Version increases on every change; equal versions mean equal states.
+func (s *State) Version() uint64 {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.version
+}
