@@ -1,0 +1,39 @@
+// Package check defines the one-method unit every node-local check
+// implements. Timing, deadlines, panic recovery, metrics and the
+// "not applicable" sentinel live in the runner, so checks stay small.
+package check
+
+import (
+	"context"
+	"errors"
+
+	"github.com/cozystack/cozy-health/pkg/report"
+)
+
+// ErrNotApplicable is returned (possibly wrapped) by a check whose source is
+// absent on this node: not a control-plane node, no DRBD, an empty source
+// flag. The runner omits the check from the report and counts it.
+var ErrNotApplicable = errors.New("not applicable on this node")
+
+// Check reads one local source and turns it into observations.
+type Check interface {
+	// Name is the check's name from pkg/report's vocabulary (Check*).
+	Name() string
+	// Component is the component its observations belong to (Component*).
+	Component() string
+	// Run reads the source once. It must honour ctx; the runner abandons a
+	// check at its deadline whether or not it returns. Observations may leave
+	// Component, Check and ResourceRef empty: the runner fills them with the
+	// check's component, name and the node.
+	Run(ctx context.Context) ([]report.Observation, error)
+}
+
+// NotApplicable wraps ErrNotApplicable with the reason the source is absent.
+func NotApplicable(why string) error {
+	return &notApplicableError{why: why}
+}
+
+type notApplicableError struct{ why string }
+
+func (e *notApplicableError) Error() string { return "not applicable: " + e.why }
+func (e *notApplicableError) Unwrap() error { return ErrNotApplicable }

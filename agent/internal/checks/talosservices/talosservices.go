@@ -1,0 +1,137 @@
+// Package talosservices judges the Talos system services that a node needs
+// (etcd on control-plane nodes, kubelet, cri) from the Talos ServiceList.
+package talosservices
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/siderolabs/talos/pkg/machinery/api/machine"
+
+	"github.com/cozystack/cozy-health/agent/internal/check"
+	"github.com/cozystack/cozy-health/pkg/report"
+	"github.com/cozystack/cozy-health/talos"
+)
+
+// Services are the Talos service IDs judged; etcd only where it exists.
+var Services = []string{"etcd", "kubelet", "cri"}
+
+// required are the services every Talos node runs.
+var required = map[string]bool{"kubelet": true, "cri": true}
+
+// Check is the talos-services check.
+type Check struct{ talos *talos.Client }
+
+var _ check.Check = (*Check)(nil)
+
+// New returns the check reading services through c.
+func New(c *talos.Client) *Check { return &Check{talos: c} }
+
+// Name implements check.Check.
+func (*Check) Name() string { return report.CheckTalosServices }
+
+// Component implements check.Check.
+func (*Check) Component() string { return report.ComponentNode }
+
+// Run implements check.Check.
+func (c *Check) Run(ctx context.Context) ([]report.Observation, error) {
+	svcs, err := ServiceList(ctx, c.talos)
+	if err != nil {
+		return nil, err
+	}
+	return []report.Observation{Judge(svcs)}, nil
+}
+
+// ServiceList reads the services, mapping an absent talosconfig to "not
+// applicable".
+func ServiceList(ctx context.Context, c *talos.Client) ([]*machine.ServiceInfo, error) {
+	svcs, err := c.ServiceList(ctx)
+	if err != nil {
+		if isNoConfig(err) {
+			return nil, check.NotApplicable(err.Error())
+		}
+		return nil, err
+	}
+	return svcs, nil
+}
+
+// Find returns the service with id, or nil.
+func Find(svcs []*machine.ServiceInfo, id string) *machine.ServiceInfo {
+	for _, s := range svcs {
+		if s.GetId() == id {
+			return s
+		}
+	}
+	return nil
+}
+
+// ServiceStatus judges one Talos service.
+func ServiceStatus(s *machine.ServiceInfo) (report.Status, string) {
+	h := s.GetHealth()
+	switch {
+	case s.GetState() != "Running":
+		return report.StatusDown, "ServiceNotRunning"
+	case h == nil || h.GetUnknown():
+		return report.StatusUnknown, "ServiceHealthUnknown"
+	case !h.GetHealthy():
+		return report.StatusDegraded, "ServiceUnhealthy"
+	}
+	return report.StatusHealthy, "ServiceHealthy"
+}
+
+// Describe renders a service for people.
+func Describe(s *machine.ServiceInfo) string {
+	h := s.GetHealth()
+	health := "health unknown"
+	if h != nil && !h.GetUnknown() {
+		health = "healthy"
+		if !h.GetHealthy() {
+			health = "unhealthy"
+		}
+	}
+	out := fmt.Sprintf("%s %s, %s", s.GetId(), s.GetState(), health)
+	if msg := h.GetLastMessage(); msg != "" {
+		out += ": " + msg
+	}
+	return out
+}
+
+// Judge turns a ServiceList into the talos-services observation.
+func Judge(svcs []*machine.ServiceInfo) report.Observation {
+	status, reason := report.StatusHealthy, "ServicesHealthy"
+	var parts []string
+	for _, id := range Services {
+		s := Find(svcs, id)
+		if s == nil {
+			if required[id] {
+				status, reason = report.StatusDown, "ServiceMissing"
+				parts = append(parts, id+" missing")
+			}
+			continue
+		}
+		st, why := ServiceStatus(s)
+		if report.Worse(status, st) != status {
+			status, reason = st, why
+		}
+		parts = append(parts, Describe(s))
+	}
+	return report.Observation{Status: status, Reason: reason, Message: strings.Join(parts, "; ")}
+}
+
+func isNoConfig(err error) bool { return errors.Is(err, talos.ErrNoConfig) }
+
+// RequireEtcd returns this node's etcd service, or a "not applicable" error
+// on a node without one (not a control-plane node, no talosconfig).
+func RequireEtcd(ctx context.Context, c *talos.Client) (*machine.ServiceInfo, error) {
+	svcs, err := ServiceList(ctx, c)
+	if err != nil {
+		return nil, err
+	}
+	etcd := Find(svcs, "etcd")
+	if etcd == nil {
+		return nil, check.NotApplicable("no etcd service on this node: not a control-plane node")
+	}
+	return etcd, nil
+}

@@ -1,0 +1,308 @@
+// Package config holds the agent's configuration: flags map onto Config,
+// Validate rejects bad combinations, and constructors take the validated
+// values. Nothing here exits or reads global state except the defaults'
+// $NODE_NAME.
+package config
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"net/url"
+	"os"
+	"regexp"
+	"strings"
+	"time"
+)
+
+// Output formats of run-once.
+const (
+	OutputText = "text"
+	OutputJSON = "json"
+)
+
+// Config is everything the agent is told on its command line.
+type Config struct {
+	// NodeName is the node this agent speaks for (--node-name, default $NODE_NAME).
+	NodeName string
+	// Interval between reports (--interval).
+	Interval time.Duration
+	// CheckDeadline bounds one check run (--check-deadline).
+	CheckDeadline time.Duration
+	// Concurrency bounds how many checks run at once (--concurrency).
+	Concurrency int
+	// MetricsAddr serves the agent's own metrics; "" disables (--metrics-addr).
+	MetricsAddr string
+	// LogLevel is the zap level (--log-level).
+	LogLevel string
+	// Output is run-once's output format (--output).
+	Output string
+	// MemoryLimitBytes is the Go soft memory limit; 0 keeps the runtime's
+	// default (--memory-limit-bytes).
+	MemoryLimitBytes int64
+
+	Uplink     Uplink
+	Sources    Sources
+	Thresholds Thresholds
+}
+
+// Uplink mirrors agent/internal/uplink.Config's flags.
+type Uplink struct {
+	// Aggregators are host:port addresses or DNS names (--aggregator, repeatable or comma list).
+	Aggregators []string
+	// CAFile verifies the aggregators' certificates (--ca-file).
+	CAFile string
+	// TokenFile is the projected ServiceAccount token (--token-file).
+	TokenFile string
+	// InsecureDevKeyFile signs with a static key for development (--insecure-dev-key-file).
+	InsecureDevKeyFile string
+}
+
+// Sources says where each node-local source is. An empty value disables the
+// source; a source absent on the node makes its checks not applicable.
+type Sources struct {
+	// TalosConfig is the talosconfig file (--talosconfig).
+	TalosConfig string
+	// TalosEndpoints override the talosconfig's endpoints (--talos-endpoints).
+	TalosEndpoints []string
+	// TalosNode is sent as the "node" metadata so the endpoint proxies to
+	// this node; "" asks the endpoint itself (--talos-node).
+	TalosNode string
+	// EtcdMetricsURL is etcd's plain-HTTP metrics URL (--etcd-metrics-url).
+	EtcdMetricsURL string
+	// FsyncProbeDir is where the fsync probe writes (--fsync-probe-dir).
+	FsyncProbeDir string
+	// FsyncProbeSamples is the number of write+fdatasync per run (--fsync-probe-samples).
+	FsyncProbeSamples int
+	// FsyncProbeWindow is the number of samples the p99 is taken over (--fsync-probe-window).
+	FsyncProbeWindow int
+	// ProcRoot is the host's /proc (--proc-root).
+	ProcRoot string
+	// DiskstatsDevices selects the block devices judged (--diskstats-devices).
+	DiskstatsDevices string
+	// CiliumSocket is the Cilium agent's API socket (--cilium-socket).
+	CiliumSocket string
+	// KubeOVNPingerURL is the local kube-ovn-pinger metrics URL (--kube-ovn-pinger-url).
+	KubeOVNPingerURL string
+	// LinstorURL is the LINSTOR controller's REST URL (--linstor-url).
+	LinstorURL string
+	// LinstorCAFile verifies the controller (--linstor-ca-file).
+	LinstorCAFile string
+	// LinstorCertFile and LinstorKeyFile are the TLS client certificate
+	// (--linstor-client-cert-file, --linstor-client-key-file).
+	LinstorCertFile string
+	LinstorKeyFile  string
+	// DrbdsetupPath is the drbdsetup binary (--drbdsetup).
+	DrbdsetupPath string
+}
+
+// Thresholds turn numbers into statuses.
+type Thresholds struct {
+	WALFsyncDegraded      time.Duration
+	WALFsyncDown          time.Duration
+	BackendCommitDegraded time.Duration
+	BackendCommitDown     time.Duration
+	EtcdDBQuotaBytes      int64
+	EtcdDBDegradedRatio   float64
+	FsyncProbeDegraded    time.Duration
+	FsyncProbeDown        time.Duration
+	DiskLatencyDegraded   time.Duration
+	DiskLatencyDown       time.Duration
+	PingLossDegraded      float64
+	PingLossDown          float64
+}
+
+// DefaultTokenFile is where the agent's projected ServiceAccount token is mounted.
+const DefaultTokenFile = "/var/run/secrets/tokens/cozy-health/token"
+
+// DefaultTalosConfig is where the Talos ServiceAccount secret is mounted.
+const DefaultTalosConfig = "/var/run/secrets/talos.dev/config"
+
+// Default returns the defaults every flag starts from.
+func Default() Config {
+	return Config{
+		NodeName:      os.Getenv("NODE_NAME"),
+		Interval:      5 * time.Second,
+		CheckDeadline: 2 * time.Second,
+		Concurrency:   4,
+		MetricsAddr:   "127.0.0.1:9810",
+		LogLevel:      "info",
+		Output:        OutputText,
+		// The agent lives within 20 MiB; a soft limit just above makes the
+		// GC work harder instead of growing the heap.
+		MemoryLimitBytes: 16 << 20,
+		Uplink: Uplink{
+			TokenFile: DefaultTokenFile,
+		},
+		Sources: Sources{
+			TalosConfig:       DefaultTalosConfig,
+			EtcdMetricsURL:    "http://127.0.0.1:2381/metrics",
+			FsyncProbeDir:     "/var/lib/cozy-health/fsync-probe",
+			FsyncProbeSamples: 3,
+			FsyncProbeWindow:  60,
+			ProcRoot:          "/proc",
+			DiskstatsDevices:  `^(sd[a-z]+|vd[a-z]+|xvd[a-z]+|hd[a-z]+|nvme[0-9]+n[0-9]+|mmcblk[0-9]+)$`,
+			CiliumSocket:      "/var/run/cilium/cilium.sock",
+			DrbdsetupPath:     "drbdsetup",
+		},
+		Thresholds: Thresholds{
+			// etcd's mixin: etcdHighFsyncDurations p99 > 0.5 s warning, > 1 s critical.
+			WALFsyncDegraded: 500 * time.Millisecond,
+			WALFsyncDown:     time.Second,
+			// etcdHighCommitDurations p99 > 0.25 s warning; Down scaled likewise (2x).
+			BackendCommitDegraded: 250 * time.Millisecond,
+			BackendCommitDown:     500 * time.Millisecond,
+			// Talos' default etcd space quota (2 GiB).
+			EtcdDBQuotaBytes:    2 << 30,
+			EtcdDBDegradedRatio: 0.8,
+			// etcd wants fdatasync p99 < 10 ms; 10x that is a slow disk, and
+			// etcd itself warns at 1 s ("slow fdatasync").
+			FsyncProbeDegraded:  100 * time.Millisecond,
+			FsyncProbeDown:      time.Second,
+			DiskLatencyDegraded: 100 * time.Millisecond,
+			DiskLatencyDown:     time.Second,
+			PingLossDegraded:    0.05,
+			PingLossDown:        0.5,
+		},
+	}
+}
+
+// RegisterFlags binds every field of c to a flag of fs; c's current values
+// are the defaults.
+func (c *Config) RegisterFlags(fs *flag.FlagSet) {
+	fs.StringVar(&c.NodeName, "node-name", c.NodeName, "node this agent speaks for (default $NODE_NAME)")
+	fs.DurationVar(&c.Interval, "interval", c.Interval, "interval between reports")
+	fs.DurationVar(&c.CheckDeadline, "check-deadline", c.CheckDeadline, "deadline of one check run")
+	fs.IntVar(&c.Concurrency, "concurrency", c.Concurrency, "maximum checks running at once")
+	fs.StringVar(&c.MetricsAddr, "metrics-addr", c.MetricsAddr, "listen address of the agent's own /metrics; empty disables")
+	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "log level: debug, info, warn, error")
+	fs.StringVar(&c.Output, "output", c.Output, "run-once output: text or json")
+	fs.Int64Var(&c.MemoryLimitBytes, "memory-limit-bytes", c.MemoryLimitBytes, "Go soft memory limit in bytes; 0 keeps the runtime default")
+
+	fs.Var((*listFlag)(&c.Uplink.Aggregators), "aggregator", "aggregator address host:port or DNS name (repeatable or comma list)")
+	fs.StringVar(&c.Uplink.CAFile, "ca-file", c.Uplink.CAFile, "CA bundle verifying the aggregators")
+	fs.StringVar(&c.Uplink.TokenFile, "token-file", c.Uplink.TokenFile, "projected ServiceAccount token file")
+	fs.StringVar(&c.Uplink.InsecureDevKeyFile, "insecure-dev-key-file", c.Uplink.InsecureDevKeyFile, "DEVELOPMENT ONLY: sign with the static ed25519 key in this file")
+
+	s := &c.Sources
+	fs.StringVar(&s.TalosConfig, "talosconfig", s.TalosConfig, "talosconfig file (re-read when it changes); empty disables the Talos checks")
+	fs.Var((*listFlag)(&s.TalosEndpoints), "talos-endpoints", "override the talosconfig endpoints (repeatable or comma list)")
+	fs.StringVar(&s.TalosNode, "talos-node", s.TalosNode, "Talos node (IP) the endpoint proxies requests to; empty asks the endpoint itself")
+	fs.StringVar(&s.EtcdMetricsURL, "etcd-metrics-url", s.EtcdMetricsURL, "etcd metrics URL (listen-metrics-urls); empty disables")
+	fs.StringVar(&s.FsyncProbeDir, "fsync-probe-dir", s.FsyncProbeDir, "directory on the etcd filesystem for the fsync probe; empty disables")
+	fs.IntVar(&s.FsyncProbeSamples, "fsync-probe-samples", s.FsyncProbeSamples, "write+fdatasync samples per run")
+	fs.IntVar(&s.FsyncProbeWindow, "fsync-probe-window", s.FsyncProbeWindow, "samples the fsync p99 is computed over")
+	fs.StringVar(&s.ProcRoot, "proc-root", s.ProcRoot, "host /proc mount; empty disables diskstats")
+	fs.StringVar(&s.DiskstatsDevices, "diskstats-devices", s.DiskstatsDevices, "regular expression selecting judged block devices")
+	fs.StringVar(&s.CiliumSocket, "cilium-socket", s.CiliumSocket, "Cilium agent API unix socket; empty disables")
+	fs.StringVar(&s.KubeOVNPingerURL, "kube-ovn-pinger-url", s.KubeOVNPingerURL, "kube-ovn-pinger metrics URL of this node; empty disables")
+	fs.StringVar(&s.LinstorURL, "linstor-url", s.LinstorURL, "LINSTOR controller REST URL; empty disables the LINSTOR view")
+	fs.StringVar(&s.LinstorCAFile, "linstor-ca-file", s.LinstorCAFile, "CA verifying the LINSTOR controller")
+	fs.StringVar(&s.LinstorCertFile, "linstor-client-cert-file", s.LinstorCertFile, "TLS client certificate for LINSTOR")
+	fs.StringVar(&s.LinstorKeyFile, "linstor-client-key-file", s.LinstorKeyFile, "TLS client key for LINSTOR")
+	fs.StringVar(&s.DrbdsetupPath, "drbdsetup", s.DrbdsetupPath, "drbdsetup binary (name or path); empty disables local DRBD state")
+
+	t := &c.Thresholds
+	fs.DurationVar(&t.WALFsyncDegraded, "etcd-wal-fsync-p99-degraded", t.WALFsyncDegraded, "etcd WAL fsync p99 above which etcd is Degraded")
+	fs.DurationVar(&t.WALFsyncDown, "etcd-wal-fsync-p99-down", t.WALFsyncDown, "etcd WAL fsync p99 above which etcd is Down")
+	fs.DurationVar(&t.BackendCommitDegraded, "etcd-backend-commit-p99-degraded", t.BackendCommitDegraded, "etcd backend commit p99 above which etcd is Degraded")
+	fs.DurationVar(&t.BackendCommitDown, "etcd-backend-commit-p99-down", t.BackendCommitDown, "etcd backend commit p99 above which etcd is Down")
+	fs.Int64Var(&t.EtcdDBQuotaBytes, "etcd-db-quota-bytes", t.EtcdDBQuotaBytes, "etcd backend quota (quota-backend-bytes)")
+	fs.Float64Var(&t.EtcdDBDegradedRatio, "etcd-db-degraded-ratio", t.EtcdDBDegradedRatio, "db size / quota above which the member is Degraded")
+	fs.DurationVar(&t.FsyncProbeDegraded, "fsync-probe-p99-degraded", t.FsyncProbeDegraded, "probe fdatasync p99 above which the disk is Degraded")
+	fs.DurationVar(&t.FsyncProbeDown, "fsync-probe-p99-down", t.FsyncProbeDown, "probe fdatasync p99 above which the disk is Down")
+	fs.DurationVar(&t.DiskLatencyDegraded, "disk-latency-degraded", t.DiskLatencyDegraded, "average device write/flush latency above which a device is Degraded")
+	fs.DurationVar(&t.DiskLatencyDown, "disk-latency-down", t.DiskLatencyDown, "average device write/flush latency above which a device is Down")
+	fs.Float64Var(&t.PingLossDegraded, "kube-ovn-ping-loss-degraded", t.PingLossDegraded, "node ping loss ratio above which kube-ovn is Degraded")
+	fs.Float64Var(&t.PingLossDown, "kube-ovn-ping-loss-down", t.PingLossDown, "node ping loss ratio above which kube-ovn is Down")
+}
+
+// Validate rejects a configuration the agent cannot run with.
+func (c *Config) Validate() error {
+	var errs []error
+	add := func(format string, a ...any) { errs = append(errs, fmt.Errorf(format, a...)) }
+
+	if c.NodeName == "" {
+		add("--node-name (or $NODE_NAME) is required")
+	}
+	if c.Interval < time.Second {
+		add("--interval %s: must be at least 1s", c.Interval)
+	}
+	if c.CheckDeadline <= 0 || c.CheckDeadline >= c.Interval {
+		add("--check-deadline %s: must be positive and shorter than --interval %s", c.CheckDeadline, c.Interval)
+	}
+	if c.Concurrency < 1 {
+		add("--concurrency %d: must be at least 1", c.Concurrency)
+	}
+	if c.Output != OutputText && c.Output != OutputJSON {
+		add("--output %q: want text or json", c.Output)
+	}
+	if c.MemoryLimitBytes < 0 {
+		add("--memory-limit-bytes %d: must not be negative", c.MemoryLimitBytes)
+	}
+	s := c.Sources
+	for name, raw := range map[string]string{"--etcd-metrics-url": s.EtcdMetricsURL, "--kube-ovn-pinger-url": s.KubeOVNPingerURL, "--linstor-url": s.LinstorURL} {
+		if raw == "" {
+			continue
+		}
+		u, err := url.Parse(raw)
+		if err != nil {
+			add("%s %q: %w", name, raw, err)
+			continue
+		}
+		if u.Scheme != "http" && u.Scheme != "https" || u.Host == "" {
+			add("%s %q: want an http:// or https:// URL with a host", name, raw)
+		}
+	}
+	if (s.LinstorCertFile == "") != (s.LinstorKeyFile == "") {
+		add("--linstor-client-cert-file and --linstor-client-key-file go together")
+	}
+	if s.FsyncProbeSamples < 1 || s.FsyncProbeSamples > 100 {
+		add("--fsync-probe-samples %d: want 1..100", s.FsyncProbeSamples)
+	}
+	if s.FsyncProbeWindow < s.FsyncProbeSamples || s.FsyncProbeWindow > 10000 {
+		add("--fsync-probe-window %d: want --fsync-probe-samples..10000", s.FsyncProbeWindow)
+	}
+	if _, err := regexp.Compile(s.DiskstatsDevices); err != nil {
+		add("--diskstats-devices: %w", err)
+	}
+	t := c.Thresholds
+	pairs := []struct {
+		name       string
+		degr, down time.Duration
+	}{
+		{"etcd-wal-fsync-p99", t.WALFsyncDegraded, t.WALFsyncDown},
+		{"etcd-backend-commit-p99", t.BackendCommitDegraded, t.BackendCommitDown},
+		{"fsync-probe-p99", t.FsyncProbeDegraded, t.FsyncProbeDown},
+		{"disk-latency", t.DiskLatencyDegraded, t.DiskLatencyDown},
+	}
+	for _, p := range pairs {
+		if p.degr <= 0 || p.down < p.degr {
+			add("--%s-degraded %s / --%s-down %s: want 0 < degraded <= down", p.name, p.degr, p.name, p.down)
+		}
+	}
+	if t.EtcdDBQuotaBytes <= 0 {
+		add("--etcd-db-quota-bytes %d: must be positive", t.EtcdDBQuotaBytes)
+	}
+	if t.EtcdDBDegradedRatio <= 0 || t.EtcdDBDegradedRatio > 1 {
+		add("--etcd-db-degraded-ratio %v: want (0, 1]", t.EtcdDBDegradedRatio)
+	}
+	if t.PingLossDegraded <= 0 || t.PingLossDown < t.PingLossDegraded || t.PingLossDown > 1 {
+		add("--kube-ovn-ping-loss-degraded %v / -down %v: want 0 < degraded <= down <= 1", t.PingLossDegraded, t.PingLossDown)
+	}
+	return errors.Join(errs...)
+}
+
+// listFlag is a repeatable flag that also splits comma lists.
+type listFlag []string
+
+func (l *listFlag) String() string { return strings.Join(*l, ",") }
+
+func (l *listFlag) Set(v string) error {
+	for _, part := range strings.Split(v, ",") {
+		if part = strings.TrimSpace(part); part != "" {
+			*l = append(*l, part)
+		}
+	}
+	return nil
+}

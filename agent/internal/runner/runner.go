@@ -1,0 +1,285 @@
+// Package runner runs the agent's checks on an interval and turns their
+// results into one report per interval. It owns everything a check should not
+// care about: the per-check deadline, panic recovery, a bound on concurrency,
+// the "not applicable" sentinel and the checks' Prometheus metrics. A check
+// that hangs is abandoned at its deadline, so the report always goes out on
+// time.
+package runner
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"runtime/debug"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+
+	"github.com/cozystack/cozy-health/agent/internal/check"
+	"github.com/cozystack/cozy-health/pkg/report"
+	"github.com/cozystack/cozy-health/pkg/version"
+)
+
+// Config configures a Runner.
+type Config struct {
+	// NodeName is the node the reports speak for.
+	NodeName string
+	// Interval is the default report interval.
+	Interval time.Duration
+	// CheckDeadline bounds one check run.
+	CheckDeadline time.Duration
+	// Concurrency bounds how many checks run at once.
+	Concurrency int
+}
+
+// Runner runs checks and builds reports.
+type Runner struct {
+	cfg        Config
+	checks     []check.Check
+	log        *zap.Logger
+	metrics    *metrics
+	instanceID string
+	// sem bounds concurrently running (not yet abandoned) checks.
+	sem chan struct{}
+	// seq is the last sequence handed out.
+	seq atomic.Uint64
+	// busy[i] is true while check i's goroutine has not returned, including
+	// after the runner abandoned it; a busy check is not started again.
+	busy []atomic.Bool
+}
+
+// New builds a Runner; it registers its metrics with reg.
+func New(cfg Config, checks []check.Check, reg prometheus.Registerer, log *zap.Logger) (*Runner, error) {
+	if cfg.NodeName == "" {
+		return nil, errors.New("runner: node name is empty")
+	}
+	if cfg.Interval <= 0 || cfg.CheckDeadline <= 0 || cfg.Concurrency < 1 {
+		return nil, fmt.Errorf("runner: invalid config interval=%s deadline=%s concurrency=%d", cfg.Interval, cfg.CheckDeadline, cfg.Concurrency)
+	}
+	seen := map[string]bool{}
+	for _, c := range checks {
+		if seen[c.Name()] {
+			return nil, fmt.Errorf("runner: check %q listed twice", c.Name())
+		}
+		seen[c.Name()] = true
+	}
+	m, err := newMetrics(reg)
+	if err != nil {
+		return nil, fmt.Errorf("register runner metrics: %w", err)
+	}
+	var id [8]byte
+	if _, err := rand.Read(id[:]); err != nil {
+		return nil, fmt.Errorf("generate agent instance id: %w", err)
+	}
+	return &Runner{
+		cfg:        cfg,
+		checks:     checks,
+		log:        log.With(zap.String("component", "runner")),
+		metrics:    m,
+		instanceID: hex.EncodeToString(id[:]),
+		sem:        make(chan struct{}, cfg.Concurrency),
+		busy:       make([]atomic.Bool, len(checks)),
+	}, nil
+}
+
+// InstanceID is random per runner and identifies this agent process.
+func (r *Runner) InstanceID() string { return r.instanceID }
+
+// outcome is what one check run came to.
+type outcome struct {
+	obs           []report.Observation
+	notApplicable bool
+}
+
+// Collect runs every check once and returns the report. It returns within
+// about twice the check deadline whatever the checks do.
+func (r *Runner) Collect(ctx context.Context, interval time.Duration) *report.NodeReport {
+	start := time.Now()
+	// A check waiting for a slot is started no later than one deadline from
+	// now, so everything is settled by 2x the deadline.
+	collectCtx, cancel := context.WithTimeout(ctx, 2*r.cfg.CheckDeadline)
+	defer cancel()
+
+	outcomes := make([]outcome, len(r.checks))
+	var wg sync.WaitGroup
+	for i, c := range r.checks {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			outcomes[i] = r.runOne(collectCtx, i, c)
+		}()
+	}
+	wg.Wait()
+
+	rep := &report.NodeReport{
+		NodeName:        r.cfg.NodeName,
+		AgentInstanceID: r.instanceID,
+		Sequence:        r.seq.Add(1),
+		SentAt:          time.Now(),
+		Interval:        interval,
+		AgentVersion:    version.Version,
+	}
+	counts := map[report.Status]int{}
+	for _, o := range outcomes {
+		for _, ob := range o.obs {
+			counts[ob.Status]++
+		}
+		rep.Observations = append(rep.Observations, o.obs...)
+	}
+	for _, s := range report.Statuses {
+		r.metrics.observations.WithLabelValues(s.String()).Set(float64(counts[s]))
+	}
+	r.metrics.reports.Inc()
+	r.metrics.collectDuration.Observe(time.Since(start).Seconds())
+	return rep
+}
+
+// runOne runs check i under its deadline and never waits past it.
+func (r *Runner) runOne(ctx context.Context, i int, c check.Check) outcome {
+	name := c.Name()
+	log := r.log.With(zap.String("check", name))
+
+	// Wait for a slot, but not past the collection's own bound minus one deadline.
+	slotCtx, cancelSlot := context.WithTimeout(ctx, r.cfg.CheckDeadline)
+	defer cancelSlot()
+	select {
+	case r.sem <- struct{}{}:
+	case <-slotCtx.Done():
+		r.metrics.errors.WithLabelValues(name, report.ReasonCheckTimeout).Inc()
+		log.Warn("check not started: no free slot before the deadline")
+		return outcome{obs: []report.Observation{r.unknown(c, report.ReasonCheckTimeout, "check was not started before the deadline: too many checks running")}}
+	}
+	// The slot is released when the runner stops waiting, even if the
+	// check's goroutine is still stuck; busy keeps it from piling up.
+	defer func() { <-r.sem }()
+
+	if !r.busy[i].CompareAndSwap(false, true) {
+		r.metrics.errors.WithLabelValues(name, report.ReasonCheckTimeout).Inc()
+		log.Warn("check still running since an earlier interval; not started again")
+		return outcome{obs: []report.Observation{r.unknown(c, report.ReasonCheckTimeout, "check still hangs since an earlier run")}}
+	}
+
+	runCtx, cancel := context.WithTimeout(ctx, r.cfg.CheckDeadline)
+	defer cancel()
+
+	type result struct {
+		obs      []report.Observation
+		err      error
+		panicked any
+		stack    []byte
+	}
+	done := make(chan result, 1)
+	start := time.Now()
+	go func() {
+		defer r.busy[i].Store(false)
+		var res result
+		defer func() {
+			if p := recover(); p != nil {
+				res = result{panicked: p, stack: debug.Stack()}
+			}
+			done <- res
+		}()
+		res.obs, res.err = c.Run(runCtx)
+	}()
+
+	var res result
+	select {
+	case res = <-done:
+	case <-runCtx.Done():
+		r.metrics.duration.WithLabelValues(name).Observe(time.Since(start).Seconds())
+		r.metrics.errors.WithLabelValues(name, report.ReasonCheckTimeout).Inc()
+		log.Warn("check abandoned at its deadline", zap.Duration("deadline", r.cfg.CheckDeadline))
+		return outcome{obs: []report.Observation{r.unknown(c, report.ReasonCheckTimeout, fmt.Sprintf("check did not finish within %s", r.cfg.CheckDeadline))}}
+	}
+	elapsed := time.Since(start)
+	r.metrics.duration.WithLabelValues(name).Observe(elapsed.Seconds())
+
+	switch {
+	case res.panicked != nil:
+		r.metrics.errors.WithLabelValues(name, report.ReasonCheckPanicked).Inc()
+		log.Error("check panicked", zap.Any("panic", res.panicked), zap.ByteString("stack", res.stack))
+		return outcome{obs: []report.Observation{r.unknown(c, report.ReasonCheckPanicked, fmt.Sprintf("check panicked: %v", res.panicked))}}
+	case errors.Is(res.err, check.ErrNotApplicable):
+		r.metrics.notApplicable.WithLabelValues(name).Inc()
+		r.metrics.applicable.WithLabelValues(name).Set(0)
+		log.Debug("check not applicable", zap.Error(res.err))
+		return outcome{notApplicable: true}
+	case res.err != nil:
+		reason := report.ReasonCheckFailed
+		if errors.Is(res.err, context.DeadlineExceeded) && runCtx.Err() != nil {
+			reason = report.ReasonCheckTimeout
+		}
+		r.metrics.errors.WithLabelValues(name, reason).Inc()
+		log.Warn("check failed", zap.Error(res.err), zap.Duration("took", elapsed))
+		return outcome{obs: []report.Observation{r.unknown(c, reason, res.err.Error())}}
+	}
+	r.metrics.applicable.WithLabelValues(name).Set(1)
+	r.metrics.lastSuccess.WithLabelValues(name).SetToCurrentTime()
+	obs := res.obs
+	for j := range obs {
+		r.fill(c, &obs[j])
+	}
+	return outcome{obs: obs}
+}
+
+// fill completes an observation with the check's defaults.
+func (r *Runner) fill(c check.Check, o *report.Observation) {
+	if o.Component == "" {
+		o.Component = c.Component()
+	}
+	if o.Check == "" {
+		o.Check = c.Name()
+	}
+	if o.ResourceRef == nil {
+		o.ResourceRef = &report.ResourceRef{Kind: report.KindNode, Name: r.cfg.NodeName}
+	}
+	if o.Reason == "" {
+		o.Reason = o.Status.String()
+	}
+}
+
+func (r *Runner) unknown(c check.Check, reason, msg string) report.Observation {
+	o := report.Observation{Status: report.StatusUnknown, Reason: reason, Message: msg}
+	r.fill(c, &o)
+	return o
+}
+
+// Run collects a report every interval and hands it to publish until ctx is
+// done. interval, when non-nil and returning a positive duration, overrides
+// the configured interval (the aggregators' desired interval), clamped to
+// [1s, 5m].
+func (r *Runner) Run(ctx context.Context, interval func() time.Duration, publish func(*report.NodeReport)) error {
+	next := time.Now()
+	for {
+		iv := r.cfg.Interval
+		if interval != nil {
+			if d := interval(); d > 0 {
+				iv = min(max(d, time.Second), 5*time.Minute)
+			}
+		}
+		rep := r.Collect(ctx, iv)
+		if ctx.Err() != nil {
+			return nil
+		}
+		publish(rep)
+		r.metrics.sequence.Set(float64(rep.Sequence))
+		r.log.Debug("report collected", zap.Uint64("sequence", rep.Sequence), zap.Int("observations", len(rep.Observations)))
+
+		next = next.Add(iv)
+		if now := time.Now(); next.Before(now) {
+			next = now // fell behind (suspend, slow machine): do not burst
+		}
+		t := time.NewTimer(time.Until(next))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil
+		case <-t.C:
+		}
+	}
+}
