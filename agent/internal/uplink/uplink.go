@@ -1,18 +1,49 @@
 // Package uplink streams the agent's signed reports to every aggregator
 // replica.
 //
-// CONTRACT SKELETON: the API below is what agent/main.go wires; the
-// implementation is the signed report stream issue's.
+// Publish stamps each report with this process's random agent instance id
+// and the next sequence number (the uplink owns both, so the sequence is
+// strictly increasing per instance whatever the caller does), signs its exact
+// bytes once with the in-memory ed25519 key, and keeps it as the newest
+// report. Every replica has its own goroutine, gRPC connection, stream and
+// exponential backoff; each sends the newest report it has not sent yet, so
+// nothing queues and a slow or dead replica delays no other. A report is sent
+// to a replica at most once: after a reconnect only newer reports go out, so a
+// report that did arrive is never replayed by us.
 package uplink
 
 import (
 	"context"
+	"crypto/rand"
+	"crypto/tls"
+	"encoding/hex"
 	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
 	"github.com/cozystack/cozy-health/pkg/report"
+	"github.com/cozystack/cozy-health/pkg/signing"
+	"github.com/cozystack/cozy-health/pkg/tlsutil"
+	"github.com/cozystack/cozy-health/pkg/version"
+	pb "github.com/cozystack/cozy-health/proto/cozyhealth/v1"
+)
+
+// Defaults of the tunables; a zero value in Config means the default.
+const (
+	DefaultResolveInterval  = 30 * time.Second
+	DefaultBackoffInitial   = 500 * time.Millisecond
+	DefaultBackoffMax       = 30 * time.Second
+	DefaultHelloTimeout     = 10 * time.Second
+	DefaultAckTimeout       = 30 * time.Second
+	DefaultKeepaliveTime    = 5 * time.Second
+	DefaultKeepaliveTimeout = 5 * time.Second
 )
 
 // Config configures the uplink; agent flags map onto it one to one.
@@ -23,7 +54,7 @@ type Config struct {
 	// CAFile verifies the aggregators' serving certificates (--ca-file).
 	CAFile string
 	// TokenFile is the projected ServiceAccount token, re-read on rotation
-	// (--token-file).
+	// (--token-file): it is read again for every stream opened.
 	TokenFile string
 	// NodeName is the node this agent speaks for (--node-name).
 	NodeName string
@@ -32,23 +63,299 @@ type Config struct {
 	InsecureDevKeyFile string
 	// ResolveInterval is how often DNS names are re-resolved.
 	ResolveInterval time.Duration
+
+	// AgentVersion is sent in the Hello and stamped on reports that carry
+	// none; defaults to version.Version.
+	AgentVersion string
+	// BackoffInitial and BackoffMax bound each replica's reconnect backoff
+	// (doubling, with jitter, reset after a stream got an ack).
+	BackoffInitial, BackoffMax time.Duration
+	// HelloTimeout bounds connecting plus the Hello's ack.
+	HelloTimeout time.Duration
+	// AckTimeout: a stream whose oldest unacknowledged report is older than
+	// this is torn down and reopened (a replica that is alive to keepalives
+	// but stuck).
+	AckTimeout time.Duration
+	// KeepaliveTime and KeepaliveTimeout: the agent pings a silent replica
+	// after Time and drops the connection Timeout later. The aggregator
+	// permits pings every 3 s or slower.
+	KeepaliveTime, KeepaliveTimeout time.Duration
+	// Registerer registers the uplink metrics; nil registers nowhere.
+	Registerer prometheus.Registerer
+}
+
+func (c Config) withDefaults() Config {
+	def := func(d *time.Duration, v time.Duration) {
+		if *d == 0 {
+			*d = v
+		}
+	}
+	def(&c.ResolveInterval, DefaultResolveInterval)
+	def(&c.BackoffInitial, DefaultBackoffInitial)
+	def(&c.BackoffMax, DefaultBackoffMax)
+	def(&c.HelloTimeout, DefaultHelloTimeout)
+	def(&c.AckTimeout, DefaultAckTimeout)
+	def(&c.KeepaliveTime, DefaultKeepaliveTime)
+	def(&c.KeepaliveTimeout, DefaultKeepaliveTimeout)
+	if c.AgentVersion == "" {
+		c.AgentVersion = version.Version
+	}
+	return c
+}
+
+// Validate checks c with its defaults applied.
+func (c Config) Validate() error {
+	c = c.withDefaults()
+	var errs []error
+	if len(c.Aggregators) == 0 {
+		errs = append(errs, errors.New("at least one aggregator address is required"))
+	}
+	for _, a := range c.Aggregators {
+		if _, port, err := net.SplitHostPort(a); err != nil || port == "" {
+			errs = append(errs, fmt.Errorf("aggregator %q: want host:port", a))
+		}
+	}
+	if c.CAFile == "" {
+		errs = append(errs, errors.New("a CA file is required to verify the aggregators"))
+	}
+	if c.NodeName == "" {
+		errs = append(errs, errors.New("node name is required"))
+	}
+	if c.TokenFile == "" && c.InsecureDevKeyFile == "" {
+		errs = append(errs, errors.New("a token file is required"))
+	}
+	if c.BackoffInitial < 0 || c.BackoffMax < c.BackoffInitial {
+		errs = append(errs, errors.New("backoff must be positive with max >= initial"))
+	}
+	if c.ResolveInterval < 0 || c.HelloTimeout < 0 || c.AckTimeout < 0 || c.KeepaliveTime < 0 || c.KeepaliveTimeout < 0 {
+		errs = append(errs, errors.New("intervals and timeouts must not be negative"))
+	}
+	return errors.Join(errs...)
+}
+
+// pending is the newest signed report.
+type pending struct {
+	seq uint64
+	sr  *pb.SignedReport
 }
 
 // Uplink keeps one stream per aggregator replica.
-type Uplink struct{}
+type Uplink struct {
+	cfg        Config
+	log        *zap.Logger
+	signer     *signing.Signer
+	instanceID string
+	tls        *tls.Config
+	m          *metrics
+
+	seq     atomic.Uint64
+	latest  atomic.Pointer[pending]
+	desired atomic.Int64 // nanoseconds
+
+	mu sync.Mutex // guards replicas and resolved
+	// replicas by dial address.
+	replicas map[string]*replica
+	// resolved is the last good resolution of each Aggregators entry.
+	resolved map[string][]target
+}
 
 // New validates cfg and builds an Uplink; nothing connects until Run.
 func New(cfg Config, log *zap.Logger) (*Uplink, error) {
-	return nil, errors.New("uplink: not implemented")
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("uplink config: %w", err)
+	}
+	cfg = cfg.withDefaults()
+	if log == nil {
+		log = zap.NewNop()
+	}
+	log = log.With(zap.String("component", "uplink"))
+	pool, err := tlsutil.LoadCAPool(cfg.CAFile)
+	if err != nil {
+		return nil, fmt.Errorf("uplink: %w", err)
+	}
+	var signer *signing.Signer
+	if cfg.InsecureDevKeyFile != "" {
+		signer, err = signing.LoadKeyFile(cfg.InsecureDevKeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("uplink: %w", err)
+		}
+		log.Warn("INSECURE: signing reports with a static development key", zap.String("file", cfg.InsecureDevKeyFile), zap.String("keyID", signer.KeyID()))
+	} else if signer, err = signing.Generate(); err != nil {
+		return nil, fmt.Errorf("uplink: %w", err)
+	}
+	id := make([]byte, 16)
+	if _, err := rand.Read(id); err != nil {
+		return nil, fmt.Errorf("uplink: agent instance id: %w", err)
+	}
+	m, err := newMetrics(cfg.Registerer)
+	if err != nil {
+		return nil, err
+	}
+	return &Uplink{
+		cfg: cfg, log: log, signer: signer, instanceID: hex.EncodeToString(id),
+		tls: &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: pool}, m: m,
+		replicas: map[string]*replica{}, resolved: map[string][]target{},
+	}, nil
 }
 
+// InstanceID returns this process's random agent instance id.
+func (u *Uplink) InstanceID() string { return u.instanceID }
+
+// KeyID returns the id of the key reports are signed with.
+func (u *Uplink) KeyID() string { return u.signer.KeyID() }
+
 // Publish hands over the newest report; it never blocks, and a report not yet
-// sent to a replica is replaced by a newer one.
-func (u *Uplink) Publish(r *report.NodeReport) {}
+// sent to a replica is replaced by a newer one. It stamps a copy of r with
+// the agent instance id and the next sequence number, and with the node name,
+// agent version and sent-at when r leaves them empty, then signs it.
+func (u *Uplink) Publish(r *report.NodeReport) {
+	c := *r
+	c.AgentInstanceID = u.instanceID
+	c.Sequence = u.seq.Add(1)
+	if c.NodeName == "" {
+		c.NodeName = u.cfg.NodeName
+	}
+	if c.AgentVersion == "" {
+		c.AgentVersion = u.cfg.AgentVersion
+	}
+	if c.SentAt.IsZero() {
+		c.SentAt = time.Now()
+	}
+	sr, err := u.signer.SignReport(&c)
+	if err != nil {
+		u.log.Error("sign report", zap.Uint64("sequence", c.Sequence), zap.Error(err))
+		return
+	}
+	u.latest.Store(&pending{seq: c.Sequence, sr: sr})
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	for _, rep := range u.replicas {
+		rep.wakeUp()
+	}
+}
 
 // DesiredInterval returns the interval the aggregators asked for in their
 // latest ack, or 0 when none has.
-func (u *Uplink) DesiredInterval() time.Duration { return 0 }
+func (u *Uplink) DesiredInterval() time.Duration { return time.Duration(u.desired.Load()) }
 
-// Run connects to every replica and streams until ctx is done.
-func (u *Uplink) Run(ctx context.Context) error { return errors.New("uplink: not implemented") }
+// ReplicaStatus is what the uplink knows about one replica.
+type ReplicaStatus struct {
+	// Connected: the replica accepted our Hello and the stream is open.
+	Connected bool
+	// Sent and Acked count reports sent and acknowledged as accepted;
+	// Rejected counts reports acknowledged as rejected.
+	Sent, Acked, Rejected uint64
+	// LastAcked is the sequence of the latest accepted report.
+	LastAcked uint64
+}
+
+// Status returns the status of every replica currently resolved, by dial
+// address.
+func (u *Uplink) Status() map[string]ReplicaStatus {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	out := make(map[string]ReplicaStatus, len(u.replicas))
+	for a, r := range u.replicas {
+		out[a] = ReplicaStatus{
+			Connected: r.connected.Load(), Sent: r.sent.Load(), Acked: r.acked.Load(),
+			Rejected: r.rejected.Load(), LastAcked: r.lastAcked.Load(),
+		}
+	}
+	return out
+}
+
+// Run connects to every replica and streams until ctx is done. It returns
+// nil when ctx is cancelled.
+func (u *Uplink) Run(ctx context.Context) error {
+	var wg sync.WaitGroup
+	defer func() {
+		u.mu.Lock()
+		for _, r := range u.replicas {
+			r.cancel()
+		}
+		u.mu.Unlock()
+		wg.Wait()
+	}()
+	t := time.NewTicker(u.cfg.ResolveInterval)
+	defer t.Stop()
+	for {
+		u.reconcile(ctx, u.resolve(ctx), &wg)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+// target is one replica to dial: an IP address and port, and the name its
+// certificate must carry.
+type target struct {
+	addr, serverName string
+}
+
+// resolve turns the Aggregators entries into targets. An entry that fails to
+// resolve keeps its previous targets, so a DNS blip drops no stream.
+func (u *Uplink) resolve(ctx context.Context) map[string]target {
+	out := map[string]target{}
+	for _, entry := range u.cfg.Aggregators {
+		host, port, _ := net.SplitHostPort(entry) // checked by Validate
+		var ts []target
+		if ip := net.ParseIP(host); ip != nil {
+			ts = []target{{addr: net.JoinHostPort(ip.String(), port), serverName: host}}
+		} else {
+			rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			ips, err := net.DefaultResolver.LookupIPAddr(rctx, host)
+			cancel()
+			if err != nil || len(ips) == 0 {
+				u.mu.Lock()
+				ts = u.resolved[entry]
+				u.mu.Unlock()
+				if ctx.Err() == nil {
+					u.log.Warn("resolve aggregator", zap.String("aggregator", entry), zap.Int("keptAddresses", len(ts)), zap.Error(err))
+				}
+			} else {
+				for _, ip := range ips {
+					ts = append(ts, target{addr: net.JoinHostPort(ip.IP.String(), port), serverName: strings.TrimSuffix(host, ".")})
+				}
+			}
+		}
+		u.mu.Lock()
+		u.resolved[entry] = ts
+		u.mu.Unlock()
+		for _, t := range ts {
+			out[t.addr] = t
+		}
+	}
+	return out
+}
+
+// reconcile starts a replica goroutine per new target and stops those of
+// targets gone from DNS.
+func (u *Uplink) reconcile(ctx context.Context, targets map[string]target, wg *sync.WaitGroup) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if ctx.Err() != nil {
+		return
+	}
+	for addr, r := range u.replicas {
+		if _, ok := targets[addr]; !ok {
+			u.log.Info("aggregator replica gone from DNS", zap.String("aggregator", addr))
+			r.cancel()
+			delete(u.replicas, addr)
+		}
+	}
+	for addr, t := range targets {
+		if _, ok := u.replicas[addr]; ok {
+			continue
+		}
+		rctx, cancel := context.WithCancel(ctx)
+		r := &replica{target: t, cancel: cancel, wake: make(chan struct{}, 1)}
+		u.replicas[addr] = r
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			u.runReplica(rctx, r)
+		}()
+	}
+}
