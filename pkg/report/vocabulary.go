@@ -98,3 +98,25 @@ const (
 	// AttrDBSizeInUseBytes: logically used etcd database size.
 	AttrDBSizeInUseBytes = "dbSizeInUseBytes"
 )
+
+// Vocabulary of kube-ovn's ovn-central raft membership, read by the drain
+// pre-check's ovn-central rule. The agent does NOT emit it yet: until it
+// does, no node reports an ovn-central member and the rule finds none.
+const (
+	// CheckOVNCentralMember (component kube-ovn): this node's ovn-central
+	// raft member of one clustered OVSDB database, as `ovn-appctl
+	// cluster/status <db>` on the node's ovnnb_db.ctl / ovnsb_db.ctl sees it;
+	// one observation per database with ResourceRef{Kind: KindOVNDatabase,
+	// Name: "OVN_Northbound" | "OVN_Southbound"}. Healthy when Status is
+	// "cluster member" and Role is leader or follower; Down when the server
+	// is not a cluster member or its status says failed/disconnected.
+	// Not sent on nodes that host no ovn-central member. Attributes:
+	// AttrRaftServers, AttrIsLeader.
+	CheckOVNCentralMember = "ovn-central-member"
+	// AttrRaftServers: servers listed under `Servers:` of `cluster/status`,
+	// i.e. the voting size of the raft cluster as this member sees it.
+	AttrRaftServers = "raftServers"
+	// KindOVNDatabase: an OVN clustered OVSDB database (OVN_Northbound,
+	// OVN_Southbound).
+	KindOVNDatabase = "OVNDatabase"
+)
