@@ -22,6 +22,8 @@ const reloadCheckEvery = 10 * time.Second
 // size changes.
 type certReloader struct {
 	certFile, keyFile string
+	// every bounds how often the files are stat'ed.
+	every time.Duration
 
 	mu sync.Mutex // guards the fields below
 	// cert is the last successfully loaded pair.
@@ -62,7 +64,7 @@ func (r *certReloader) load() error {
 func (r *certReloader) get(*tls.ClientHelloInfo) (*tls.Certificate, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if now := time.Now(); now.Sub(r.checkedAt) >= reloadCheckEvery {
+	if now := time.Now(); now.Sub(r.checkedAt) >= r.every {
 		r.checkedAt = now
 		// A half-written rotation keeps serving the previous pair.
 		if err := r.load(); err != nil && r.cert == nil {
@@ -75,10 +77,14 @@ func (r *certReloader) get(*tls.ClientHelloInfo) (*tls.Certificate, error) {
 // ServerConfig returns a TLS 1.2+ server config serving certFile/keyFile,
 // re-read when they change on disk. The files must load now.
 func ServerConfig(certFile, keyFile string) (*tls.Config, error) {
+	return serverConfig(certFile, keyFile, reloadCheckEvery)
+}
+
+func serverConfig(certFile, keyFile string, every time.Duration) (*tls.Config, error) {
 	if certFile == "" || keyFile == "" {
 		return nil, errors.New("serving certificate and key files are required")
 	}
-	r := &certReloader{certFile: certFile, keyFile: keyFile}
+	r := &certReloader{certFile: certFile, keyFile: keyFile, every: every}
 	if err := r.load(); err != nil {
 		return nil, err
 	}

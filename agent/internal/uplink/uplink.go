@@ -37,12 +37,15 @@ import (
 
 // Defaults of the tunables; a zero value in Config means the default.
 const (
-	DefaultResolveInterval  = 30 * time.Second
-	DefaultBackoffInitial   = 500 * time.Millisecond
-	DefaultBackoffMax       = 30 * time.Second
-	DefaultHelloTimeout     = 10 * time.Second
-	DefaultAckTimeout       = 30 * time.Second
-	DefaultKeepaliveTime    = 5 * time.Second
+	DefaultResolveInterval = 30 * time.Second
+	DefaultBackoffInitial  = 500 * time.Millisecond
+	DefaultBackoffMax      = 30 * time.Second
+	DefaultHelloTimeout    = 10 * time.Second
+	DefaultAckTimeout      = 10 * time.Second
+	// DefaultKeepaliveTime is grpc-go's floor for client pings; with
+	// DefaultKeepaliveTimeout a silent replica is dropped within 15 s, or
+	// within AckTimeout of the first report it leaves unanswered.
+	DefaultKeepaliveTime    = 10 * time.Second
 	DefaultKeepaliveTimeout = 5 * time.Second
 )
 
@@ -77,8 +80,9 @@ type Config struct {
 	// but stuck).
 	AckTimeout time.Duration
 	// KeepaliveTime and KeepaliveTimeout: the agent pings a silent replica
-	// after Time and drops the connection Timeout later. The aggregator
-	// permits pings every 3 s or slower.
+	// after Time (grpc-go raises anything below 10 s to 10 s) and drops the
+	// connection Timeout later. The aggregator permits pings every 3 s or
+	// slower.
 	KeepaliveTime, KeepaliveTimeout time.Duration
 	// Registerer registers the uplink metrics; nil registers nowhere.
 	Registerer prometheus.Registerer

@@ -45,7 +45,7 @@ const (
 	DefaultKeepaliveTime    = 10 * time.Second
 	DefaultKeepaliveTimeout = 5 * time.Second
 	// KeepaliveMinTime is the most frequent client ping the server permits;
-	// the uplink pings every 5 s.
+	// the uplink pings every 10 s (grpc-go's floor for clients).
 	KeepaliveMinTime = 3 * time.Second
 	// envelopeSlack is what a message may carry beyond the payload: the
 	// signature, the key id, or a Hello's token and key.
