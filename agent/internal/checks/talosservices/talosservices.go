@@ -47,6 +47,9 @@ func (c *Check) Run(ctx context.Context) ([]report.Observation, error) {
 // ServiceList reads the services, mapping an absent talosconfig to "not
 // applicable".
 func ServiceList(ctx context.Context, c *talos.Client) ([]*machine.ServiceInfo, error) {
+	if c == nil {
+		return nil, check.NotApplicable("no talosconfig configured")
+	}
 	svcs, err := c.ServiceList(ctx)
 	if err != nil {
 		if isNoConfig(err) {

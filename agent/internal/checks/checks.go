@@ -1,0 +1,107 @@
+// Package checks lists every node-local check in one table and builds them
+// from the agent's configuration. Adding a check is one line here plus its
+// package under checks/.
+package checks
+
+import (
+	"fmt"
+	"regexp"
+
+	"go.uber.org/zap"
+
+	"github.com/cozystack/cozy-health/agent/internal/check"
+	"github.com/cozystack/cozy-health/agent/internal/checks/cilium"
+	"github.com/cozystack/cozy-health/agent/internal/checks/diskstats"
+	"github.com/cozystack/cozy-health/agent/internal/checks/drbd"
+	"github.com/cozystack/cozy-health/agent/internal/checks/etcdalarms"
+	"github.com/cozystack/cozy-health/agent/internal/checks/etcdmember"
+	"github.com/cozystack/cozy-health/agent/internal/checks/etcdmembership"
+	"github.com/cozystack/cozy-health/agent/internal/checks/fsynclatency"
+	"github.com/cozystack/cozy-health/agent/internal/checks/fsyncprobe"
+	"github.com/cozystack/cozy-health/agent/internal/checks/kubeovn"
+	"github.com/cozystack/cozy-health/agent/internal/checks/linstor"
+	"github.com/cozystack/cozy-health/agent/internal/checks/talosservices"
+	"github.com/cozystack/cozy-health/agent/internal/config"
+	"github.com/cozystack/cozy-health/talos"
+)
+
+// deps are the shared clients checks are built from.
+type deps struct {
+	cfg     config.Config
+	talos   *talos.Client
+	linstor *linstor.Client
+	devices *regexp.Regexp
+}
+
+// table is every check the agent runs, in report order. A nil client or an
+// empty source makes a check not applicable at run time, never absent here.
+var table = []func(d deps) check.Check{
+	func(d deps) check.Check { return talosservices.New(d.talos) },
+	func(d deps) check.Check {
+		return etcdmember.New(d.talos, etcdmember.Thresholds{QuotaBytes: d.cfg.Thresholds.EtcdDBQuotaBytes, DegradedRatio: d.cfg.Thresholds.EtcdDBDegradedRatio})
+	},
+	func(d deps) check.Check { return etcdmembership.New(d.talos) },
+	func(d deps) check.Check { return etcdalarms.New(d.talos) },
+	func(d deps) check.Check {
+		t := d.cfg.Thresholds
+		return fsynclatency.New(d.cfg.Sources.EtcdMetricsURL, fsynclatency.Thresholds{
+			WALFsyncDegraded: t.WALFsyncDegraded, WALFsyncDown: t.WALFsyncDown,
+			BackendCommitDegraded: t.BackendCommitDegraded, BackendCommitDown: t.BackendCommitDown,
+		})
+	},
+	func(d deps) check.Check {
+		s := d.cfg.Sources
+		return fsyncprobe.New(fsyncprobe.Config{Dir: s.FsyncProbeDir, Samples: s.FsyncProbeSamples, Window: s.FsyncProbeWindow,
+			DegradedP99: d.cfg.Thresholds.FsyncProbeDegraded, DownP99: d.cfg.Thresholds.FsyncProbeDown})
+	},
+	func(d deps) check.Check {
+		return diskstats.New(diskstats.Config{ProcRoot: d.cfg.Sources.ProcRoot, Devices: d.devices,
+			Degraded: d.cfg.Thresholds.DiskLatencyDegraded, Down: d.cfg.Thresholds.DiskLatencyDown})
+	},
+	func(d deps) check.Check { return cilium.New(d.cfg.Sources.CiliumSocket) },
+	func(d deps) check.Check {
+		return kubeovn.New(d.cfg.Sources.KubeOVNPingerURL, d.cfg.NodeName, kubeovn.Thresholds{
+			PingLossDegraded: d.cfg.Thresholds.PingLossDegraded, PingLossDown: d.cfg.Thresholds.PingLossDown})
+	},
+	func(d deps) check.Check { return linstor.NewSatellite(d.linstor, d.cfg.NodeName) },
+	func(d deps) check.Check { return drbd.New(d.linstor, d.cfg.Sources.DrbdsetupPath, d.cfg.NodeName) },
+}
+
+// Set is the built checks and what they hold open.
+type Set struct {
+	Checks []check.Check
+	talos  *talos.Client
+}
+
+// Close releases the checks' clients.
+func (s *Set) Close() error {
+	if s.talos != nil {
+		return s.talos.Close()
+	}
+	return nil
+}
+
+// Build builds every check in the table from a validated configuration.
+func Build(cfg config.Config, log *zap.Logger) (*Set, error) {
+	d := deps{cfg: cfg}
+	var err error
+	if d.devices, err = regexp.Compile(cfg.Sources.DiskstatsDevices); err != nil {
+		return nil, fmt.Errorf("compile --diskstats-devices: %w", err)
+	}
+	if cfg.Sources.TalosConfig != "" {
+		if d.talos, err = talos.New(talos.Config{ConfigFile: cfg.Sources.TalosConfig, Endpoints: cfg.Sources.TalosEndpoints, Node: cfg.Sources.TalosNode}, log); err != nil {
+			return nil, err
+		}
+	}
+	if cfg.Sources.LinstorURL != "" {
+		if d.linstor, err = linstor.NewClient(linstor.ClientConfig{URL: cfg.Sources.LinstorURL, CAFile: cfg.Sources.LinstorCAFile,
+			CertFile: cfg.Sources.LinstorCertFile, KeyFile: cfg.Sources.LinstorKeyFile}); err != nil {
+			return nil, err
+		}
+	}
+	s := &Set{talos: d.talos}
+	for _, mk := range table {
+		s.Checks = append(s.Checks, mk(d))
+	}
+	return s, nil
+}

@@ -1,0 +1,210 @@
+// Package fsynclatency judges etcd's disk from etcd's own histograms:
+// the p99 of etcd_disk_wal_fsync_duration_seconds and
+// etcd_disk_backend_commit_duration_seconds over the delta between two
+// scrapes (the cumulative histogram on the first scrape).
+package fsynclatency
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"math"
+	"net/http"
+	"sort"
+	"sync"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+
+	"github.com/cozystack/cozy-health/agent/internal/check"
+	"github.com/cozystack/cozy-health/agent/internal/checks/httpsource"
+	"github.com/cozystack/cozy-health/pkg/report"
+)
+
+// Metric names read from etcd.
+const (
+	WALFsyncMetric      = "etcd_disk_wal_fsync_duration_seconds"
+	BackendCommitMetric = "etcd_disk_backend_commit_duration_seconds"
+)
+
+// Thresholds configure the check.
+type Thresholds struct {
+	WALFsyncDegraded, WALFsyncDown           time.Duration
+	BackendCommitDegraded, BackendCommitDown time.Duration
+}
+
+// Check is the fsync-latency check.
+type Check struct {
+	url    string
+	client *http.Client
+	th     Thresholds
+
+	// mu guards prev, the buckets of the previous scrape by metric name.
+	mu   sync.Mutex
+	prev map[string]Histogram
+}
+
+var _ check.Check = (*Check)(nil)
+
+// New returns the check scraping url.
+func New(url string, th Thresholds) *Check {
+	return &Check{url: url, client: &http.Client{}, th: th, prev: map[string]Histogram{}}
+}
+
+// Name implements check.Check.
+func (*Check) Name() string { return report.CheckFsyncLatency }
+
+// Component implements check.Check.
+func (*Check) Component() string { return report.ComponentEtcd }
+
+// Run implements check.Check.
+func (c *Check) Run(ctx context.Context) ([]report.Observation, error) {
+	if c.url == "" {
+		return nil, check.NotApplicable("no etcd metrics URL configured")
+	}
+	body, err := httpsource.Get(ctx, c.client, c.url, nil)
+	if err != nil {
+		if httpsource.IsAbsent(err) {
+			return nil, check.NotApplicable(fmt.Sprintf("no etcd metrics at %s: %v", c.url, err))
+		}
+		return nil, fmt.Errorf("read etcd metrics: %w", err)
+	}
+	hs, err := Parse(body)
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	wal := hs[WALFsyncMetric].Sub(c.prev[WALFsyncMetric])
+	commit := hs[BackendCommitMetric].Sub(c.prev[BackendCommitMetric])
+	c.prev = hs
+	return []report.Observation{c.judge(wal, commit)}, nil
+}
+
+func (c *Check) judge(wal, commit Histogram) report.Observation {
+	walP99, commitP99 := wal.Quantile(0.99), commit.Quantile(0.99)
+	o := report.Observation{
+		Attributes: map[string]float64{
+			report.AttrWALFsyncP99Seconds:      walP99,
+			report.AttrBackendCommitP99Seconds: commitP99,
+		},
+	}
+	secs := func(d time.Duration) float64 { return d.Seconds() }
+	o.Status, o.Reason = report.StatusHealthy, "FsyncLatencyNormal"
+	switch {
+	case walP99 > secs(c.th.WALFsyncDown):
+		o.Status, o.Reason = report.StatusDown, "FsyncLatencyHigh"
+	case commitP99 > secs(c.th.BackendCommitDown):
+		o.Status, o.Reason = report.StatusDown, "BackendCommitLatencyHigh"
+	case walP99 > secs(c.th.WALFsyncDegraded):
+		o.Status, o.Reason = report.StatusDegraded, "FsyncLatencyHigh"
+	case commitP99 > secs(c.th.BackendCommitDegraded):
+		o.Status, o.Reason = report.StatusDegraded, "BackendCommitLatencyHigh"
+	}
+	o.Message = fmt.Sprintf("WAL fsync p99 %.4fs over %d fsyncs (degraded > %s, down > %s); backend commit p99 %.4fs over %d commits (degraded > %s, down > %s)",
+		walP99, wal.Count, c.th.WALFsyncDegraded, c.th.WALFsyncDown, commitP99, commit.Count, c.th.BackendCommitDegraded, c.th.BackendCommitDown)
+	return o
+}
+
+// Bucket is one cumulative histogram bucket.
+type Bucket struct {
+	UpperBound float64
+	Count      uint64
+}
+
+// Histogram is a cumulative histogram, buckets sorted by upper bound.
+type Histogram struct {
+	Buckets []Bucket
+	Count   uint64
+}
+
+// Parse reads the two etcd disk histograms out of a Prometheus text
+// exposition. A family that is absent yields an empty histogram; a family of
+// the wrong type is an error. Series with labels are summed.
+func Parse(body []byte) (map[string]Histogram, error) {
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := p.TextToMetricFamilies(bytes.NewReader(body))
+	if err != nil {
+		return nil, fmt.Errorf("parse etcd metrics: %w", err)
+	}
+	out := map[string]Histogram{}
+	for _, name := range []string{WALFsyncMetric, BackendCommitMetric} {
+		f, ok := fams[name]
+		if !ok {
+			continue
+		}
+		if f.GetType() != dto.MetricType_HISTOGRAM {
+			return nil, fmt.Errorf("parse etcd metrics: %s is a %s, want a histogram", name, f.GetType())
+		}
+		out[name] = sumHistograms(f.GetMetric())
+	}
+	return out, nil
+}
+
+func sumHistograms(ms []*dto.Metric) Histogram {
+	byBound := map[float64]uint64{}
+	var h Histogram
+	for _, m := range ms {
+		hist := m.GetHistogram()
+		h.Count += hist.GetSampleCount()
+		for _, b := range hist.GetBucket() {
+			byBound[b.GetUpperBound()] += b.GetCumulativeCount()
+		}
+	}
+	for ub, n := range byBound {
+		h.Buckets = append(h.Buckets, Bucket{UpperBound: ub, Count: n})
+	}
+	sort.Slice(h.Buckets, func(i, j int) bool { return h.Buckets[i].UpperBound < h.Buckets[j].UpperBound })
+	return h
+}
+
+// Sub returns h - prev bucket by bucket. When prev is empty, has other
+// buckets, or any count went down (etcd restarted), h is returned whole.
+func (h Histogram) Sub(prev Histogram) Histogram {
+	if len(prev.Buckets) != len(h.Buckets) || prev.Count > h.Count {
+		return h
+	}
+	out := Histogram{Count: h.Count - prev.Count, Buckets: make([]Bucket, len(h.Buckets))}
+	for i, b := range h.Buckets {
+		p := prev.Buckets[i]
+		if p.UpperBound != b.UpperBound || p.Count > b.Count {
+			return h
+		}
+		out.Buckets[i] = Bucket{UpperBound: b.UpperBound, Count: b.Count - p.Count}
+	}
+	return out
+}
+
+// Quantile estimates the q-quantile the way Prometheus' histogram_quantile
+// does: linear interpolation inside the bucket; the highest finite bound
+// when it falls into +Inf. It is 0 for an empty histogram.
+func (h Histogram) Quantile(q float64) float64 {
+	total := h.Count
+	if n := len(h.Buckets); n > 0 && h.Buckets[n-1].Count > total {
+		total = h.Buckets[n-1].Count
+	}
+	if total == 0 || len(h.Buckets) == 0 {
+		return 0
+	}
+	rank := q * float64(total)
+	lower, prevCount := 0.0, uint64(0)
+	for _, b := range h.Buckets {
+		if float64(b.Count) >= rank {
+			if math.IsInf(b.UpperBound, 1) {
+				return lower
+			}
+			inBucket := float64(b.Count - prevCount)
+			if inBucket <= 0 {
+				return b.UpperBound
+			}
+			return lower + (b.UpperBound-lower)*(rank-float64(prevCount))/inBucket
+		}
+		lower, prevCount = b.UpperBound, b.Count
+		if math.IsInf(lower, 1) {
+			break
+		}
+	}
+	return lower
+}
