@@ -1,0 +1,132 @@
+// Package drain answers "can node X be drained now?" from the aggregator's
+// in-memory state. Evaluate is a pure function of (node, Snapshot, now): it
+// runs every rule of the Rules table and folds their reasons into one
+// verdict.
+//
+// Verdict precedence (documented contract):
+//   - any reason blocked  -> blocked (a certain blocker is always shown,
+//     even when another input is unknown; it stays blocked whatever that
+//     input turns out to be);
+//   - else any reason unknown -> unknown (never safe on missing data);
+//   - else safe.
+//
+// Every rule reports at least one reason, safe ones included, so a caller
+// always sees what was looked at. Reasons are ordered blocked, unknown,
+// safe, then by rule order, then by resource.
+//
+// Liveness of the other nodes, shared by every rule: a node that is not a
+// Kubernetes Node any more, or is cordoned (spec.unschedulable), is gone
+// (certainly not serving after the drain); a node whose agent missed its
+// heartbeat is uncertain (it may or may not serve). Quorum projections are
+// computed twice, pessimistically (uncertain members count as gone) and
+// optimistically (uncertain members count as healthy): safe when even the
+// pessimistic projection keeps quorum, blocked when even the optimistic one
+// loses it, unknown in between.
+package drain
+
+import (
+	"sort"
+	"time"
+
+	"github.com/cozystack/cozy-health/pkg/report"
+)
+
+// Verdict is the answer of one rule or of the whole check.
+type Verdict string
+
+// The three verdicts.
+const (
+	// Safe: draining the node keeps every rule's invariant.
+	Safe Verdict = "safe"
+	// Blocked: draining the node certainly breaks an invariant.
+	Blocked Verdict = "blocked"
+	// Unknown: the data needed to decide is missing or stale.
+	Unknown Verdict = "unknown"
+)
+
+// rank orders verdicts by precedence: blocked > unknown > safe.
+func (v Verdict) rank() int {
+	switch v {
+	case Blocked:
+		return 2
+	case Unknown:
+		return 1
+	default:
+		return 0
+	}
+}
+
+// Reason is one rule's finding.
+type Reason struct {
+	// Rule is the name of the rule that found it.
+	Rule string `json:"rule"`
+	// Component is the component it is about (etcd, linstor, kube-ovn, node).
+	Component string `json:"component"`
+	// Verdict is this finding's verdict.
+	Verdict Verdict `json:"verdict"`
+	// Message is for people, with the numbers; never parsed.
+	Message string `json:"message"`
+	// ResourceRef is the resource the finding is about, if any.
+	ResourceRef *report.ResourceRef `json:"resourceRef,omitempty"`
+	// Attributes are the numbers behind the finding.
+	Attributes map[string]float64 `json:"attributes,omitempty"`
+}
+
+// Result is the verdict on one node and every reason behind it.
+type Result struct {
+	// Node is the node asked about.
+	Node string `json:"node"`
+	// Verdict is the folded verdict (see the package comment).
+	Verdict Verdict `json:"verdict"`
+	// Reasons are every rule's findings, blocked first.
+	Reasons []Reason `json:"reasons"`
+	// EvaluatedAt is the now the rules were evaluated at.
+	EvaluatedAt time.Time `json:"evaluatedAt"`
+	// SnapshotAt is when the state the rules read was taken.
+	SnapshotAt time.Time `json:"snapshotAt"`
+}
+
+// Rule is one drain rule: a small unit listed in Rules.
+type Rule interface {
+	// Name is the rule's name, as it appears in reasons.
+	Name() string
+	// Check returns the rule's findings for draining node; at least one.
+	Check(node string, s *Snapshot, now time.Time) []Reason
+}
+
+// Rules is every drain rule, in the order their reasons are listed.
+var Rules = []Rule{
+	targetDataRule{},
+	etcdQuorumRule{},
+	linstorLastReplicaRule{},
+	linstorQuorumRule{},
+	ovnCentralQuorumRule{},
+}
+
+// Evaluate runs every rule of Rules for node against s at now.
+func Evaluate(node string, s *Snapshot, now time.Time) Result {
+	return EvaluateRules(Rules, node, s, now)
+}
+
+// EvaluateRules runs rules for node against s at now and folds their
+// reasons into one verdict.
+func EvaluateRules(rules []Rule, node string, s *Snapshot, now time.Time) Result {
+	res := Result{Node: node, Verdict: Safe, EvaluatedAt: now, SnapshotAt: s.TakenAt}
+	for _, r := range rules {
+		res.Reasons = append(res.Reasons, r.Check(node, s, now)...)
+	}
+	for _, r := range res.Reasons {
+		if r.Verdict.rank() > res.Verdict.rank() {
+			res.Verdict = r.Verdict
+		}
+	}
+	if len(res.Reasons) == 0 {
+		// No rule said anything: never a silent safe.
+		res.Verdict = Unknown
+		res.Reasons = []Reason{{Rule: "none", Component: report.ComponentNode, Verdict: Unknown, Message: "no drain rule produced a finding"}}
+	}
+	sort.SliceStable(res.Reasons, func(i, j int) bool {
+		return res.Reasons[i].Verdict.rank() > res.Reasons[j].Verdict.rank()
+	})
+	return res
+}

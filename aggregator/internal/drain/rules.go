@@ -1,0 +1,273 @@
+package drain
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/cozystack/cozy-health/pkg/report"
+)
+
+// Rule names.
+const (
+	RuleTargetData         = "node-data"
+	RuleEtcdQuorum         = "etcd-quorum"
+	RuleLinstorLastReplica = "linstor-last-replica"
+	RuleLinstorQuorum      = "linstor-quorum"
+	RuleOVNCentralQuorum   = "ovn-central-quorum"
+)
+
+var (
+	_ Rule = targetDataRule{}
+	_ Rule = etcdQuorumRule{}
+	_ Rule = linstorLastReplicaRule{}
+	_ Rule = linstorQuorumRule{}
+	_ Rule = ovnCentralQuorumRule{}
+)
+
+// targetDataRule: the node's own data must be fresh; without it every
+// other rule reads a past that may no longer hold.
+type targetDataRule struct{}
+
+func (targetDataRule) Name() string { return RuleTargetData }
+
+func (targetDataRule) Check(node string, s *Snapshot, now time.Time) []Reason {
+	r := Reason{Rule: RuleTargetData, Component: report.ComponentNode, ResourceRef: &report.ResourceRef{Kind: report.KindNode, Name: node}}
+	n, ok := s.nodes[node]
+	switch {
+	case !ok || (!n.Exists && n.LastReport == nil):
+		r.Verdict, r.Message = Unknown, fmt.Sprintf("node: %s is neither a Kubernetes Node nor reported by an agent", node)
+	case n.LastReport == nil:
+		r.Verdict, r.Message = Unknown, fmt.Sprintf("node: %s has no report from its cozy-health agent (%s)", node, report.ReasonNoData)
+	case !s.fresh(node, now):
+		r.Verdict = Unknown
+		r.Message = fmt.Sprintf("node: %s: no valid report since %s (%s)", node, n.LastHeard.UTC().Format(time.RFC3339), report.ReasonHeartbeatMissed)
+		r.Attributes = map[string]float64{"secondsSinceReport": now.Sub(n.LastHeard).Seconds()}
+	default:
+		r.Verdict = Safe
+		r.Message = fmt.Sprintf("node: %s reported %s ago", node, now.Sub(n.LastHeard).Round(time.Millisecond))
+		if !n.Exists {
+			r.Message += "; it is no longer a Kubernetes Node"
+		} else if n.Cordoned {
+			r.Message += "; it is already cordoned"
+		}
+	}
+	return []Reason{r}
+}
+
+// etcdQuorumRule: draining a voting member must leave a healthy majority of
+// the voting members (learners excluded).
+type etcdQuorumRule struct{}
+
+func (etcdQuorumRule) Name() string { return RuleEtcdQuorum }
+
+func (etcdQuorumRule) Check(node string, s *Snapshot, now time.Time) []Reason {
+	return []Reason{raftReason(RuleEtcdQuorum, report.ComponentEtcd, "etcd", nil, &s.etcd, node, s, now)}
+}
+
+// ovnCentralQuorumRule: draining a node that hosts an ovn-central member
+// must leave a healthy majority of each clustered database (NB and SB).
+// It reads report.CheckOVNCentralMember, which the agent does not emit yet.
+type ovnCentralQuorumRule struct{}
+
+func (ovnCentralQuorumRule) Name() string { return RuleOVNCentralQuorum }
+
+func (ovnCentralQuorumRule) Check(node string, s *Snapshot, now time.Time) []Reason {
+	dbs := make([]string, 0, len(s.ovn))
+	for db, idx := range s.ovn {
+		if _, ok := idx.member(node); ok {
+			dbs = append(dbs, db)
+		}
+	}
+	if len(dbs) == 0 {
+		what := "kube-ovn: %s reports no ovn-central raft member"
+		if len(s.ovn) == 0 {
+			what = "kube-ovn: no node reports an ovn-central raft member, %s included"
+		}
+		v := Safe
+		if n := s.nodes[node]; n.LastReport == nil {
+			v, what = Unknown, "kube-ovn: whether %s hosts an ovn-central member is unknown: its agent never reported"
+		}
+		return []Reason{{Rule: RuleOVNCentralQuorum, Component: report.ComponentKubeOVN, Verdict: v, Message: fmt.Sprintf(what, node)}}
+	}
+	sort.Strings(dbs)
+	out := make([]Reason, 0, len(dbs))
+	for _, db := range dbs {
+		out = append(out, raftReason(RuleOVNCentralQuorum, report.ComponentKubeOVN, "kube-ovn ovn-central "+db,
+			&report.ResourceRef{Kind: report.KindOVNDatabase, Name: db}, s.ovn[db], node, s, now))
+	}
+	return out
+}
+
+// replicaCount is a DRBD resource after the target's replica is removed.
+type replicaCount struct {
+	target replica
+	// replicas is the resource's replica count (diskful and diskless).
+	replicas int
+	// upToDate / upToDateMaybe: other diskful replicas certainly / possibly
+	// UpToDate on nodes that stay.
+	upToDate, upToDateMaybe int
+	// reachable / reachableMaybe: other replicas certainly / possibly
+	// connected (not Down) on nodes that stay.
+	reachable, reachableMaybe int
+	// others describes every other replica that does not certainly count.
+	others []string
+}
+
+// countReplicas counts resource res's replicas other than node's at now.
+// Replicas LINSTOR counts but no reporting node holds are uncertain.
+func countReplicas(res, node string, s *Snapshot, now time.Time) replicaCount {
+	reps := s.drbd[res]
+	c := replicaCount{replicas: len(reps)}
+	ltdUpToDate := -1
+	for _, r := range reps {
+		if r.replicas > c.replicas {
+			c.replicas = r.replicas
+		}
+		if r.upToDateReplicas > ltdUpToDate {
+			ltdUpToDate = r.upToDateReplicas
+		}
+		if r.node == node {
+			c.target = r
+			continue
+		}
+		lv, why := s.liveness(r.node, now)
+		switch {
+		case lv == gone:
+			c.others = append(c.others, r.node+" "+why)
+		case lv == uncertain:
+			c.reachableMaybe++
+			if r.upToDate && !r.diskless {
+				c.upToDateMaybe++
+			}
+			c.others = append(c.others, r.node+" "+why)
+		case r.status == report.StatusUnknown:
+			c.reachableMaybe++
+			if !r.diskless {
+				c.upToDateMaybe++
+			}
+			c.others = append(c.others, r.node+" Unknown")
+		default:
+			if r.status != report.StatusDown {
+				c.reachable++
+			}
+			if r.upToDate && !r.diskless {
+				c.upToDate++
+			} else if !r.diskless {
+				c.others = append(c.others, fmt.Sprintf("%s %s", r.node, r.status))
+			}
+		}
+	}
+	if missing := c.replicas - len(reps); missing > 0 {
+		c.reachableMaybe += missing
+		seen := 0
+		for _, r := range reps {
+			if r.upToDate && !r.diskless {
+				seen++
+			}
+		}
+		if extra := ltdUpToDate - seen; extra > 0 {
+			c.upToDateMaybe += min(extra, missing)
+		}
+		c.others = append(c.others, fmt.Sprintf("%d replica(s) on no reporting node", missing))
+	}
+	return c
+}
+
+func (c replicaCount) with() string {
+	if len(c.others) == 0 {
+		return ""
+	}
+	return " (" + strings.Join(c.others, ", ") + ")"
+}
+
+// linstorLastReplicaRule: the node must not hold the only UpToDate replica
+// of a resource among the nodes that stay.
+type linstorLastReplicaRule struct{}
+
+func (linstorLastReplicaRule) Name() string { return RuleLinstorLastReplica }
+
+func (linstorLastReplicaRule) Check(node string, s *Snapshot, now time.Time) []Reason {
+	var out []Reason
+	resources := s.drbdByNode[node]
+	targetFresh := s.fresh(node, now)
+	for _, res := range resources {
+		c := countReplicas(res, node, s, now)
+		if c.target.diskless || c.upToDate > 0 {
+			continue
+		}
+		ref := &report.ResourceRef{Kind: report.KindResource, Name: res}
+		attrs := map[string]float64{AttrReplicas: float64(c.replicas), AttrUpToDateAfter: 0, AttrUncertainReplicas: float64(c.upToDateMaybe)}
+		targetUpToDate := c.target.upToDate && c.target.status != report.StatusUnknown && targetFresh
+		targetMaybe := !targetFresh || c.target.status == report.StatusUnknown
+		switch {
+		case targetUpToDate && c.upToDateMaybe == 0:
+			out = append(out, Reason{Rule: RuleLinstorLastReplica, Component: report.ComponentLinstor, Verdict: Blocked, ResourceRef: ref, Attributes: attrs,
+				Message: fmt.Sprintf("linstor: %s holds the only UpToDate replica of %s among the nodes that stay; %d replica(s) in all%s", node, res, c.replicas, c.with())})
+		case (targetUpToDate || targetMaybe) && c.upToDateMaybe > 0:
+			out = append(out, Reason{Rule: RuleLinstorLastReplica, Component: report.ComponentLinstor, Verdict: Unknown, ResourceRef: ref, Attributes: attrs,
+				Message: fmt.Sprintf("linstor: %s may hold the only UpToDate replica of %s: no other replica is certainly UpToDate, %d uncertain%s", node, res, c.upToDateMaybe, c.with())})
+		case targetMaybe:
+			out = append(out, Reason{Rule: RuleLinstorLastReplica, Component: report.ComponentLinstor, Verdict: Unknown, ResourceRef: ref, Attributes: attrs,
+				Message: fmt.Sprintf("linstor: the state of %s's replica of %s is unknown and no other replica is UpToDate%s", node, res, c.with())})
+		}
+	}
+	if len(out) == 0 {
+		msg := fmt.Sprintf("linstor: %s holds no DRBD resource", node)
+		if len(resources) > 0 {
+			msg = fmt.Sprintf("linstor: each of the %d DRBD resources on %s keeps an UpToDate replica elsewhere", len(resources), node)
+		}
+		if s.nodes[node].LastReport == nil {
+			return []Reason{{Rule: RuleLinstorLastReplica, Component: report.ComponentLinstor, Verdict: Unknown,
+				Message: fmt.Sprintf("linstor: which DRBD resources %s holds is unknown: its agent never reported", node)}}
+		}
+		out = append(out, Reason{Rule: RuleLinstorLastReplica, Component: report.ComponentLinstor, Verdict: Safe, Message: msg,
+			Attributes: map[string]float64{"resources": float64(len(resources))}})
+	}
+	return out
+}
+
+// linstorQuorumRule: draining the node must leave every resource it holds
+// a majority of its replicas (diskful and diskless) connected.
+type linstorQuorumRule struct{}
+
+func (linstorQuorumRule) Name() string { return RuleLinstorQuorum }
+
+func (linstorQuorumRule) Check(node string, s *Snapshot, now time.Time) []Reason {
+	var out []Reason
+	resources := s.drbdByNode[node]
+	for _, res := range resources {
+		c := countReplicas(res, node, s, now)
+		quorum := c.replicas/2 + 1
+		if c.reachable >= quorum {
+			continue
+		}
+		v := Blocked
+		if c.reachable+c.reachableMaybe >= quorum {
+			v = Unknown
+		}
+		attrs := map[string]float64{AttrReplicas: float64(c.replicas), AttrQuorum: float64(quorum),
+			AttrReachableAfter: float64(c.reachable), AttrUncertainReplicas: float64(c.reachableMaybe)}
+		msg := fmt.Sprintf("linstor: draining %s leaves %s with %d of %d replicas connected, quorum needs %d%s", node, res, c.reachable, c.replicas, quorum, c.with())
+		if v == Unknown {
+			msg = fmt.Sprintf("linstor: draining %s leaves %s with %d of %d replicas certainly connected (%d if the %d uncertain are), quorum needs %d%s",
+				node, res, c.reachable, c.replicas, c.reachable+c.reachableMaybe, c.reachableMaybe, quorum, c.with())
+		}
+		out = append(out, Reason{Rule: RuleLinstorQuorum, Component: report.ComponentLinstor, Verdict: v, Message: msg,
+			ResourceRef: &report.ResourceRef{Kind: report.KindResource, Name: res}, Attributes: attrs})
+	}
+	if len(out) == 0 {
+		if s.nodes[node].LastReport == nil {
+			return []Reason{{Rule: RuleLinstorQuorum, Component: report.ComponentLinstor, Verdict: Unknown,
+				Message: fmt.Sprintf("linstor: which DRBD resources %s holds is unknown: its agent never reported", node)}}
+		}
+		msg := fmt.Sprintf("linstor: %s holds no DRBD resource", node)
+		if len(resources) > 0 {
+			msg = fmt.Sprintf("linstor: each of the %d DRBD resources on %s keeps a quorum of replicas without it", len(resources), node)
+		}
+		out = append(out, Reason{Rule: RuleLinstorQuorum, Component: report.ComponentLinstor, Verdict: Safe, Message: msg,
+			Attributes: map[string]float64{"resources": float64(len(resources))}})
+	}
+	return out
+}
