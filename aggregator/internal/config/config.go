@@ -249,8 +249,11 @@ func (c *Config) Validate() error {
 	if c.Listen == "" {
 		bad("listen", "must not be empty")
 	}
-	if (c.TLSCert == "") != (c.TLSKey == "") {
-		bad("tls-cert", "--tls-cert and --tls-key go together")
+	if c.TLSCert == "" {
+		bad("tls-cert", "is required: ingest is served over TLS only")
+	}
+	if c.TLSKey == "" {
+		bad("tls-key", "is required: ingest is served over TLS only")
 	}
 	if c.TokenAudience == "" {
 		bad("token-audience", "must not be empty")

@@ -1,0 +1,305 @@
+// Package app wires the aggregator: ingest -> state -> rollup -> {writer,
+// metrics}, the gRPC server, the probe/drain HTTP server, the metrics
+// server, the Node watcher and leader election. main builds a Config and
+// calls New and Run; tests and benchmarks do the same in process.
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"sync/atomic"
+	"time"
+
+	grpcprom "github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.uber.org/zap"
+	"golang.org/x/sync/errgroup"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/utils/clock"
+
+	"github.com/cozystack/cozy-health/aggregator/internal/config"
+	"github.com/cozystack/cozy-health/aggregator/internal/ingest"
+	"github.com/cozystack/cozy-health/aggregator/internal/leader"
+	"github.com/cozystack/cozy-health/aggregator/internal/metrics"
+	"github.com/cozystack/cozy-health/aggregator/internal/rollup"
+	"github.com/cozystack/cozy-health/aggregator/internal/state"
+	"github.com/cozystack/cozy-health/aggregator/internal/writer"
+	"github.com/cozystack/cozy-health/pkg/client/clientset/versioned"
+)
+
+var _ ingest.Sink = (*state.State)(nil)
+
+// Deps are what an extension (the drain-check API) may read.
+type Deps struct {
+	State      *state.State
+	Engine     *Engine
+	Registerer prometheus.Registerer
+	Log        *zap.Logger
+}
+
+// Hooks let later parts mount themselves on the aggregator's servers
+// without changing this package: HTTP is called with the --http-addr mux
+// (add e.g. "GET /v1/drain-check"), GRPC with the --listen server before it
+// serves (register e.g. the DrainService).
+type Hooks struct {
+	HTTP func(mux *http.ServeMux, d Deps) error
+	GRPC func(g *grpc.Server, d Deps) error
+}
+
+// Options are the non-flag inputs of New.
+type Options struct {
+	// RestConfig, when set, is used instead of --kubeconfig / in-cluster.
+	RestConfig *rest.Config
+	// Clock defaults to the real clock.
+	Clock clock.WithTicker
+	// Hooks mount extensions.
+	Hooks Hooks
+}
+
+// App is a wired aggregator.
+type App struct {
+	cfg     config.Config
+	log     *zap.Logger
+	clock   clock.WithTicker
+	kube    kubernetes.Interface
+	reg     *prometheus.Registry
+	metrics *metrics.Metrics
+	state   *state.State
+	writer  *writer.Writer
+	engine  *Engine
+	grpc    *grpc.Server
+	health  *health.Server
+	httpSrv *http.Server
+	metSrv  *http.Server
+
+	grpcLis, httpLis, metLis net.Listener
+	ready                    atomic.Bool
+}
+
+// RestConfig returns the client configuration --kubeconfig names, or the
+// in-cluster one.
+func RestConfig(kubeconfig string) (*rest.Config, error) {
+	if kubeconfig == "" {
+		c, err := rest.InClusterConfig()
+		if err != nil {
+			return nil, fmt.Errorf("in-cluster config (set --kubeconfig outside a cluster): %w", err)
+		}
+		return c, nil
+	}
+	c, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		return nil, fmt.Errorf("load kubeconfig %s: %w", kubeconfig, err)
+	}
+	return c, nil
+}
+
+// New builds the aggregator and opens its listeners. cfg must be validated.
+func New(cfg config.Config, log *zap.Logger, opts Options) (a *App, err error) {
+	a = &App{cfg: cfg, log: log.With(zap.String("component", "aggregator")), clock: opts.Clock}
+	if a.clock == nil {
+		a.clock = clock.RealClock{}
+	}
+	rc := opts.RestConfig
+	if rc == nil {
+		if rc, err = RestConfig(cfg.Kubeconfig); err != nil {
+			return nil, err
+		}
+	}
+	rc = rest.CopyConfig(rc)
+	rc.QPS, rc.Burst = 20, 40
+	rc.UserAgent = "cozy-health-aggregator"
+	if a.kube, err = kubernetes.NewForConfig(rc); err != nil {
+		return nil, fmt.Errorf("kubernetes client: %w", err)
+	}
+	hc, err := versioned.NewForConfig(rc)
+	if err != nil {
+		return nil, fmt.Errorf("health client: %w", err)
+	}
+
+	a.reg = prometheus.NewRegistry()
+	if err := a.reg.Register(collectors.NewGoCollector()); err != nil {
+		return nil, fmt.Errorf("register go collector: %w", err)
+	}
+	if err := a.reg.Register(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})); err != nil {
+		return nil, fmt.Errorf("register process collector: %w", err)
+	}
+	if a.metrics, err = metrics.New(a.reg, cfg.Namespace); err != nil {
+		return nil, fmt.Errorf("register metrics: %w", err)
+	}
+	a.state = state.New(a.metrics)
+	a.writer, err = writer.New(writer.Config{
+		Namespace: cfg.Namespace, FreshFor: cfg.FreshFor(), RefreshPeriod: cfg.RefreshPeriod,
+		WritesPerSecond: cfg.WritesPerSecond, WriteBurst: cfg.WriteBurst,
+	}, hc, a.metrics, a.log, a.clock)
+	if err != nil {
+		return nil, err
+	}
+	a.engine = NewEngine(a.state,
+		rollup.Config{HeartbeatGrace: cfg.HeartbeatGrace, DefaultInterval: cfg.ReportInterval, FreshForMultiple: cfg.FreshForMultiple},
+		rollup.Holds{Degraded: cfg.DampDegraded, Down: cfg.DampDown, Unknown: cfg.DampUnknown},
+		rollup.DefaultMaxListed, a.metrics, a.writer, a.clock, a.log)
+
+	icfg := ingest.Config{
+		TokenAudience: cfg.TokenAudience, AgentServiceAccount: cfg.AgentServiceAccount,
+		DesiredInterval: cfg.ReportInterval, InsecureDevKeysDir: cfg.InsecureDevKeysDir,
+		TLSCertFile: cfg.TLSCert, TLSKeyFile: cfg.TLSKey,
+	}
+	srv, err := ingest.New(icfg, ingest.Deps{
+		TokenReviews: a.kube.AuthenticationV1().TokenReviews(), Sink: a.state, Registerer: a.reg, Log: log, Now: a.clock.Now,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("ingest: %w", err)
+	}
+	gopts, err := ingest.ServerOptions(icfg)
+	if err != nil {
+		return nil, err
+	}
+	grpcMetrics := grpcprom.NewServerMetrics()
+	if err := a.reg.Register(grpcMetrics); err != nil {
+		return nil, fmt.Errorf("register grpc metrics: %w", err)
+	}
+	gopts = append(gopts,
+		grpc.ChainUnaryInterceptor(grpcMetrics.UnaryServerInterceptor()),
+		grpc.ChainStreamInterceptor(grpcMetrics.StreamServerInterceptor()))
+	a.grpc = grpc.NewServer(gopts...)
+	srv.Register(a.grpc)
+	a.health = health.NewServer()
+	healthpb.RegisterHealthServer(a.grpc, a.health)
+
+	deps := Deps{State: a.state, Engine: a.engine, Registerer: a.reg, Log: log}
+	if opts.Hooks.GRPC != nil {
+		if err := opts.Hooks.GRPC(a.grpc, deps); err != nil {
+			return nil, fmt.Errorf("grpc hook: %w", err)
+		}
+	}
+	grpcMetrics.InitializeMetrics(a.grpc)
+
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if !a.ready.Load() {
+			http.Error(w, "warming up: ingesting reports before publishing", http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = w.Write([]byte("ok\n"))
+	})
+	if opts.Hooks.HTTP != nil {
+		if err := opts.Hooks.HTTP(mux, deps); err != nil {
+			return nil, fmt.Errorf("http hook: %w", err)
+		}
+	}
+	a.httpSrv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	metMux := http.NewServeMux()
+	metMux.Handle("GET /metrics", promhttp.HandlerFor(a.reg, promhttp.HandlerOpts{Registry: a.reg}))
+	a.metSrv = &http.Server{Handler: metMux, ReadHeaderTimeout: 5 * time.Second}
+
+	defer func() {
+		if err != nil {
+			a.closeListeners()
+		}
+	}()
+	if a.grpcLis, err = net.Listen("tcp", cfg.Listen); err != nil {
+		return nil, fmt.Errorf("listen --listen %s: %w", cfg.Listen, err)
+	}
+	if a.httpLis, err = net.Listen("tcp", cfg.HTTPAddr); err != nil {
+		return nil, fmt.Errorf("listen --http-addr %s: %w", cfg.HTTPAddr, err)
+	}
+	if a.metLis, err = net.Listen("tcp", cfg.MetricsAddr); err != nil {
+		return nil, fmt.Errorf("listen --metrics-addr %s: %w", cfg.MetricsAddr, err)
+	}
+	return a, nil
+}
+
+func (a *App) closeListeners() {
+	for _, l := range []net.Listener{a.grpcLis, a.httpLis, a.metLis} {
+		if l != nil {
+			_ = l.Close()
+		}
+	}
+}
+
+// GRPCAddr, HTTPAddr and MetricsAddr are the bound addresses.
+func (a *App) GRPCAddr() string    { return a.grpcLis.Addr().String() }
+func (a *App) HTTPAddr() string    { return a.httpLis.Addr().String() }
+func (a *App) MetricsAddr() string { return a.metLis.Addr().String() }
+
+// State is the replica's state (the ingest sink).
+func (a *App) State() *state.State { return a.state }
+
+// Engine is the replica's rollup engine.
+func (a *App) Engine() *Engine { return a.engine }
+
+// Registry is the replica's metrics registry.
+func (a *App) Registry() *prometheus.Registry { return a.reg }
+
+// Run serves until ctx is cancelled, then shuts down: the writer stops, a
+// held Lease is released, the servers drain.
+func (a *App) Run(ctx context.Context) error {
+	g, ctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return serveHTTP(a.httpSrv, a.httpLis) })
+	g.Go(func() error { return serveHTTP(a.metSrv, a.metLis) })
+	g.Go(func() error {
+		if err := a.grpc.Serve(a.grpcLis); err != nil {
+			return fmt.Errorf("serve grpc: %w", err)
+		}
+		return nil
+	})
+	g.Go(func() error { a.engine.Run(ctx, a.cfg.RollupPeriod); return nil })
+	g.Go(func() error { return watchNodes(ctx, a.kube, a.state, a.log) })
+	g.Go(func() error {
+		// Warm up: every replica receives every node's stream within one
+		// interval; a leader that published before that would drop nodes.
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-a.clock.After(a.cfg.WarmUp):
+		}
+		a.ready.Store(true)
+		a.log.Info("warm-up done, campaigning for the Lease", zap.Int("nodes", a.state.Len()))
+		return leader.Run(ctx, leader.Config{
+			Namespace: a.cfg.LeaseNamespace, Name: a.cfg.LeaseName, Identity: a.cfg.Identity,
+			LeaseDuration: a.cfg.LeaseDuration, RenewDeadline: a.cfg.RenewDeadline, RetryPeriod: a.cfg.RetryPeriod,
+		}, a.kube, leader.Callbacks{
+			OnStartedLeading: func(ctx context.Context) {
+				a.metrics.SetLeader(true)
+				a.writer.Run(ctx)
+			},
+			OnStoppedLeading: func() { a.metrics.SetLeader(false) },
+		}, a.log)
+	})
+	g.Go(func() error {
+		<-ctx.Done()
+		a.health.Shutdown()
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = a.httpSrv.Shutdown(sctx)
+		_ = a.metSrv.Shutdown(sctx)
+		stopped := make(chan struct{})
+		go func() { a.grpc.GracefulStop(); close(stopped) }()
+		select {
+		case <-stopped:
+		case <-sctx.Done():
+			a.grpc.Stop()
+		}
+		return nil
+	})
+	a.log.Info("aggregator running", zap.String("grpc", a.GRPCAddr()), zap.String("http", a.HTTPAddr()), zap.String("metrics", a.MetricsAddr()), zap.String("identity", a.cfg.Identity))
+	return g.Wait()
+}
+
+func serveHTTP(s *http.Server, l net.Listener) error {
+	if err := s.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("serve http: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,100 @@
+package app
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+	"k8s.io/utils/clock"
+
+	"github.com/cozystack/cozy-health/aggregator/internal/metrics"
+	"github.com/cozystack/cozy-health/aggregator/internal/rollup"
+	"github.com/cozystack/cozy-health/aggregator/internal/state"
+	"github.com/cozystack/cozy-health/aggregator/internal/writer"
+	"github.com/cozystack/cozy-health/pkg/report"
+)
+
+// Engine rolls the state up on a period: Compute, then damping, then
+// compaction; it publishes the result to the metrics and hands it to the
+// writer. Every replica runs it; only the leader's writer writes.
+type Engine struct {
+	state     *state.State
+	cfg       rollup.Config
+	maxListed int
+	metrics   *metrics.Metrics
+	writer    *writer.Writer
+	clock     clock.WithTicker
+	log       *zap.Logger
+
+	// evalMu serializes Evaluate (the damper is not concurrent).
+	evalMu sync.Mutex
+	damper *rollup.Damper
+
+	// mu guards latest.
+	mu     sync.RWMutex
+	latest map[string]*rollup.ComponentStatus
+}
+
+// NewEngine wires an Engine. w may be nil (no writer).
+func NewEngine(st *state.State, cfg rollup.Config, holds rollup.Holds, maxListed int, m *metrics.Metrics, w *writer.Writer, clk clock.WithTicker, log *zap.Logger) *Engine {
+	if maxListed <= 0 {
+		maxListed = rollup.DefaultMaxListed
+	}
+	return &Engine{state: st, cfg: cfg, maxListed: maxListed, metrics: m, writer: w, clock: clk, log: log.With(zap.String("component", "rollup")),
+		damper: rollup.NewDamper(holds)}
+}
+
+// Evaluate rolls the state up once at the clock's now and publishes it.
+func (e *Engine) Evaluate() map[string]*rollup.ComponentStatus {
+	e.evalMu.Lock()
+	defer e.evalMu.Unlock()
+	start := time.Now()
+	now := e.clock.Now()
+	out := rollup.Compute(e.state.Snapshot(), now, e.cfg)
+	for _, comp := range report.NodeComponents {
+		cs := out[comp]
+		e.damper.Apply(cs, now)
+		rollup.Compact(cs, e.maxListed)
+		nodes := make(map[string]report.Status, len(cs.Nodes))
+		for n, ns := range cs.Nodes {
+			nodes[n] = ns.Status
+		}
+		if e.metrics != nil {
+			e.metrics.Publish(comp, cs.Overall, nodes)
+		}
+		if e.writer != nil {
+			e.writer.Update(cs)
+		}
+	}
+	e.mu.Lock()
+	e.latest = out
+	e.mu.Unlock()
+	if e.metrics != nil {
+		e.metrics.ObserveRollup(time.Since(start))
+	}
+	return out
+}
+
+// Latest is the last published rollup (nil before the first). Callers must
+// not modify it.
+func (e *Engine) Latest() map[string]*rollup.ComponentStatus {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	return e.latest
+}
+
+// Run evaluates every period until ctx is cancelled.
+func (e *Engine) Run(ctx context.Context, period time.Duration) {
+	t := e.clock.NewTicker(period)
+	defer t.Stop()
+	e.Evaluate()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C():
+			e.Evaluate()
+		}
+	}
+}

@@ -1,0 +1,90 @@
+package config
+
+import (
+	"io"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+var tlsArgs = []string{"--tls-cert", "/c.pem", "--tls-key", "/k.pem", "--identity", "me"}
+
+func TestDefaults(t *testing.T) {
+	cfg, err := Load(tlsArgs, io.Discard)
+	require.NoError(t, err)
+	assert.Equal(t, "cozy-system", cfg.Namespace)
+	assert.Equal(t, "cozy-system", cfg.LeaseNamespace, "lease namespace defaults to --namespace")
+	assert.Equal(t, "cozy-health-aggregator", cfg.LeaseName)
+	assert.Equal(t, time.Duration(0), cfg.HeartbeatGrace)
+	assert.Equal(t, "health.cozystack.io", cfg.TokenAudience)
+	assert.Equal(t, "cozy-health/cozy-health-agent", cfg.AgentServiceAccount)
+	assert.Equal(t, 10*time.Second, cfg.DampDegraded)
+	assert.Equal(t, time.Duration(0), cfg.DampDown)
+	assert.Equal(t, time.Duration(0), cfg.DampUnknown)
+	assert.Equal(t, 30*time.Second, cfg.FreshFor())
+}
+
+func TestFileThenFlags(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "agg.yaml")
+	require.NoError(t, os.WriteFile(path, []byte(`
+namespace: platform
+heartbeat-grace: 20s
+writes-per-second: 1.5
+write-burst: 3
+tls-cert: /file/c.pem
+tls-key: /file/k.pem
+`), 0o600))
+	cfg, err := Load([]string{"--config", path, "--namespace", "flag-wins", "--identity", "x"}, io.Discard)
+	require.NoError(t, err)
+	assert.Equal(t, "flag-wins", cfg.Namespace)
+	assert.Equal(t, 20*time.Second, cfg.HeartbeatGrace)
+	assert.InDelta(t, 1.5, cfg.WritesPerSecond, 1e-9)
+	assert.Equal(t, 3, cfg.WriteBurst)
+	assert.Equal(t, "/file/c.pem", cfg.TLSCert)
+	assert.Equal(t, path, cfg.ConfigFile)
+}
+
+func TestBadValuesNameTheFlag(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		flag string
+	}{
+		{[]string{"--heartbeat-grace", "-1s"}, "--heartbeat-grace"},
+		{[]string{"--namespace", ""}, "--namespace"},
+		{[]string{"--agent-service-account", "nope"}, "--agent-service-account"},
+		{[]string{"--writes-per-second", "0"}, "--writes-per-second"},
+		{[]string{"--write-burst", "0"}, "--write-burst"},
+		{[]string{"--fresh-for-multiple", "1"}, "--fresh-for-multiple"},
+		{[]string{"--refresh-period", "1m"}, "--refresh-period"},
+		{[]string{"--renew-deadline", "20s"}, "--renew-deadline"},
+		{[]string{"--damp-degraded", "-3s"}, "--damp-degraded"},
+		{[]string{"--log-level", "loud"}, "--log-level"},
+		{[]string{"--report-interval", "10ms"}, "--report-interval"},
+	} {
+		_, err := Load(append(append([]string{}, tlsArgs...), tc.args...), io.Discard)
+		require.Error(t, err, "%v", tc.args)
+		assert.Contains(t, err.Error(), tc.flag, "%v", tc.args)
+	}
+	_, err := Load([]string{"--identity", "x"}, io.Discard)
+	assert.ErrorContains(t, err, "--tls-cert")
+	_, err = Load(append(append([]string{}, tlsArgs...), "--heartbeat-grace", "soon"), io.Discard)
+	assert.ErrorContains(t, err, "heartbeat-grace")
+}
+
+func TestBadFile(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "agg.yaml")
+	require.NoError(t, os.WriteFile(path, []byte("heartbeat-grace: forever\n"), 0o600))
+	_, err := Load(append([]string{"--config", path}, tlsArgs...), io.Discard)
+	assert.ErrorContains(t, err, "--heartbeat-grace")
+	require.NoError(t, os.WriteFile(path, []byte("no-such-flag: 1\n"), 0o600))
+	_, err = Load(append([]string{"--config", path}, tlsArgs...), io.Discard)
+	assert.ErrorContains(t, err, `"no-such-flag"`)
+	_, err = Load(append([]string{"--config", filepath.Join(dir, "missing.yaml")}, tlsArgs...), io.Discard)
+	assert.ErrorContains(t, err, "read config file")
+}

@@ -1,0 +1,161 @@
+// Package metrics holds the aggregator's own Prometheus metrics. Values are
+// computed when the state or the rollup changes, never per scrape: the
+// rollup loop calls Publish, the state calls Accepted/Removed, the writer
+// counts its writes. Label sets of a node disappear when the node leaves.
+package metrics
+
+import (
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/cozystack/cozy-health/pkg/report"
+)
+
+// Results of cozy_health_writes_total.
+const (
+	WriteSuccess = "success"
+	WriteError   = "error"
+	WriteSkipped = "unchanged"
+)
+
+// Metrics are the aggregator's metrics.
+type Metrics struct {
+	namespace string
+
+	componentStatus *prometheus.GaugeVec
+	nodeStatus      *prometheus.GaugeVec
+	lastReport      *prometheus.GaugeVec
+	writes          *prometheus.CounterVec
+	leader          prometheus.Gauge
+	rollupSeconds   prometheus.Histogram
+
+	// mu guards nodeStatusOf and lastReportOf.
+	mu sync.Mutex
+	// nodeStatusOf is the status currently exported per node and component,
+	// so only its label set exists.
+	nodeStatusOf map[string]map[string]report.Status
+	// lastReportOf caches the per-node gauge so the report path does not
+	// hash labels.
+	lastReportOf map[string]prometheus.Gauge
+}
+
+// New registers the metrics on reg. namespace is the platform namespace
+// (the namespace label of cozy_health_component_status).
+func New(reg prometheus.Registerer, namespace string) (*Metrics, error) {
+	m := &Metrics{
+		namespace: namespace,
+		componentStatus: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "cozy_health_component_status",
+			Help: "1 for the component's current published overall status, 0 for the others.",
+		}, []string{"namespace", "component", "status"}),
+		nodeStatus: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "cozy_health_node_status",
+			Help: "1 for a component's current published status on a node; only the current status has a series (5,000 nodes x 6 components stay at 30,000 series).",
+		}, []string{"node", "component", "status"}),
+		lastReport: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "cozy_health_node_last_report_timestamp_seconds",
+			Help: "Unix time the node's last accepted report arrived.",
+		}, []string{"node"}),
+		writes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "cozy_health_writes_total",
+			Help: "Health object status writes by result (success, error).",
+		}, []string{"result"}),
+		leader: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "cozy_health_leader",
+			Help: "1 while this replica holds the Lease and writes Health objects.",
+		}),
+		rollupSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "cozy_health_rollup_duration_seconds",
+			Help:    "Time to roll the whole state up once.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14),
+		}),
+		nodeStatusOf: map[string]map[string]report.Status{},
+		lastReportOf: map[string]prometheus.Gauge{},
+	}
+	for _, c := range []prometheus.Collector{m.componentStatus, m.nodeStatus, m.lastReport, m.writes, m.leader, m.rollupSeconds} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	for _, r := range []string{WriteSuccess, WriteError} {
+		m.writes.WithLabelValues(r)
+	}
+	return m, nil
+}
+
+// Accepted records a node's report arrival.
+func (m *Metrics) Accepted(node string, receivedAt time.Time) {
+	m.mu.Lock()
+	g, ok := m.lastReportOf[node]
+	if !ok {
+		g = m.lastReport.WithLabelValues(node)
+		m.lastReportOf[node] = g
+	}
+	m.mu.Unlock()
+	g.Set(float64(receivedAt.UnixNano()) / 1e9)
+}
+
+// Removed deletes every label set of a node that left the cluster.
+func (m *Metrics) Removed(node string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.lastReportOf, node)
+	m.lastReport.DeleteLabelValues(node)
+	m.nodeStatus.DeletePartialMatch(prometheus.Labels{"node": node})
+	delete(m.nodeStatusOf, node)
+}
+
+// Publish exports a component's published overall status and node states.
+// Only changed node states touch the registry.
+func (m *Metrics) Publish(component string, overall report.Status, nodes map[string]report.Status) {
+	for _, s := range report.Statuses {
+		v := 0.0
+		if s == overall {
+			v = 1
+		}
+		m.componentStatus.WithLabelValues(m.namespace, component, s.String()).Set(v)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for node, s := range nodes {
+		byComp := m.nodeStatusOf[node]
+		if byComp == nil {
+			byComp = map[string]report.Status{}
+			m.nodeStatusOf[node] = byComp
+		}
+		prev, had := byComp[component]
+		if had && prev == s {
+			continue
+		}
+		if had {
+			m.nodeStatus.DeleteLabelValues(node, component, prev.String())
+		}
+		m.nodeStatus.WithLabelValues(node, component, s.String()).Set(1)
+		byComp[component] = s
+	}
+	for node, byComp := range m.nodeStatusOf {
+		if prev, had := byComp[component]; had {
+			if _, still := nodes[node]; !still {
+				m.nodeStatus.DeleteLabelValues(node, component, prev.String())
+				delete(byComp, component)
+			}
+		}
+	}
+}
+
+// Write counts one Health status write.
+func (m *Metrics) Write(result string) { m.writes.WithLabelValues(result).Inc() }
+
+// SetLeader records whether this replica leads.
+func (m *Metrics) SetLeader(leading bool) {
+	if leading {
+		m.leader.Set(1)
+	} else {
+		m.leader.Set(0)
+	}
+}
+
+// ObserveRollup records how long one rollup took.
+func (m *Metrics) ObserveRollup(d time.Duration) { m.rollupSeconds.Observe(d.Seconds()) }

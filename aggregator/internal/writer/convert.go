@@ -1,0 +1,84 @@
+package writer
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/cozystack/cozy-health/aggregator/internal/rollup"
+	healthv1alpha1 "github.com/cozystack/cozy-health/pkg/apis/health/v1alpha1"
+	ac "github.com/cozystack/cozy-health/pkg/applyconfiguration/health/v1alpha1"
+	"github.com/cozystack/cozy-health/pkg/report"
+)
+
+// The one domain -> Kubernetes conversion point of the aggregator.
+
+func apiStatus(s report.Status) healthv1alpha1.Status {
+	return healthv1alpha1.Status(s.String())
+}
+
+// specApply is the object with its spec, applied when the object may be
+// missing.
+func specApply(namespace, component string, freshFor metav1.Duration) *ac.HealthApplyConfiguration {
+	return ac.Health(component, namespace).
+		WithSpec(ac.HealthSpec().WithComponent(component).WithSLA(ac.HealthSLA().WithFreshFor(freshFor)))
+}
+
+// statusApply is the status of cs as an apply configuration.
+func statusApply(namespace string, cs *rollup.ComponentStatus) *ac.HealthApplyConfiguration {
+	st := ac.HealthStatus().
+		WithOverall(apiStatus(cs.Overall)).
+		WithObservedAt(metav1.NewTime(cs.ObservedAt.UTC().Truncate(0))).
+		WithFreshUntil(metav1.NewTime(cs.FreshUntil)).
+		WithIssues(int32(cs.Issues)).
+		WithDegradedNodes(joinSorted(cs.DegradedNodes))
+	nodes := make(map[string]ac.NodeStateApplyConfiguration, len(cs.Nodes))
+	for name, ns := range cs.Nodes {
+		n := ac.NodeState().WithStatus(apiStatus(ns.Status))
+		if ns.Reason != "" {
+			n.WithReason(ns.Reason)
+		}
+		if ns.Message != "" {
+			n.WithMessage(ns.Message)
+		}
+		if !ns.LastReportAt.IsZero() {
+			n.WithLastReportAt(metav1.NewTime(ns.LastReportAt))
+		}
+		nodes[name] = *n
+	}
+	if len(nodes) > 0 {
+		st.WithNodes(nodes)
+	}
+	conds := make([]*ac.HealthConditionApplyConfiguration, 0, len(cs.Conditions))
+	for _, c := range cs.Conditions {
+		hc := ac.HealthCondition().
+			WithType(c.Type).
+			WithStatus(healthv1alpha1.ConditionStatus(c.ConditionStatus())).
+			WithLastTransitionTime(metav1.NewTime(c.LastTransition))
+		if c.Reason != "" {
+			hc.WithReason(c.Reason)
+		}
+		if c.Message != "" {
+			hc.WithMessage(c.Message)
+		}
+		if c.Node != "" {
+			hc.WithResourceRef(ac.ResourceRef().WithKind(report.KindNode).WithName(c.Node))
+		}
+		conds = append(conds, hc)
+	}
+	st.WithConditions(conds...)
+	return ac.Health(cs.Component, namespace).WithStatus(st)
+}
+
+func joinSorted(names []string) string {
+	n := 0
+	for _, s := range names {
+		n += len(s) + 1
+	}
+	b := make([]byte, 0, n)
+	for i, s := range names {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, s...)
+	}
+	return string(b)
+}
