@@ -19,7 +19,7 @@ import (
 
 // Config names the Lease and tunes the election.
 type Config struct {
-	Namespace, Name, Identity                string
+	Namespace, Name, Identity                 string
 	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
 }
 
