@@ -1,0 +1,192 @@
+package drain
+
+import (
+	"context"
+	"encoding/json"
+	"net"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/cozystack/cozy-health/pkg/report"
+	pb "github.com/cozystack/cozy-health/proto/cozyhealth/v1"
+)
+
+// blockedCluster: node-2's etcd member is Down, so draining node-1 is
+// blocked; worker-1 is a Kubernetes Node whose agent never reported.
+func blockedCluster() map[string]NodeInfo {
+	return etcdCluster(3, map[string]NodeInfo{
+		"node-2":   fresh("node-2", etcdMember(report.StatusDown, false), membership(3, 0)),
+		"worker-1": silent(),
+	})
+}
+
+func newTestService(t *testing.T, nodes map[string]NodeInfo) (*Service, *prometheus.Registry, *clocktesting.FakeClock) {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	clk := clocktesting.NewFakeClock(t0)
+	takes := 0
+	svc, err := NewService(Config{}, func(now time.Time) *Snapshot { takes++; return NewSnapshot(nodes, now) }, clk, nil, reg)
+	require.NoError(t, err)
+	return svc, reg, clk
+}
+
+// serveHTTP serves h on a loopback listener and returns its base URL.
+func serveHTTP(t *testing.T, h http.Handler) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	mux := http.NewServeMux()
+	mux.Handle(Path, h)
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	return "http://" + ln.Addr().String()
+}
+
+func get(t *testing.T, url, token string) (int, map[string]any) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, url, nil)
+	require.NoError(t, err)
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	assert.Equal(t, "application/json", resp.Header.Get("Content-Type"))
+	var body map[string]any
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&body))
+	return resp.StatusCode, body
+}
+
+func TestHTTPHandlerOverLoopback(t *testing.T) {
+	svc, reg, _ := newTestService(t, blockedCluster())
+	base := serveHTTP(t, NewHandler(svc, nil))
+
+	code, body := get(t, base+Path+"?node=node-1", "")
+	require.Equal(t, http.StatusOK, code, body)
+	assert.Equal(t, "node-1", body["node"])
+	assert.Equal(t, "blocked", body["verdict"])
+	assert.Equal(t, t0.Format(time.RFC3339), body["evaluatedAt"])
+	reasons := body["reasons"].([]any)
+	first := reasons[0].(map[string]any)
+	assert.Equal(t, "etcd-quorum", first["rule"])
+	assert.Equal(t, "etcd", first["component"])
+	assert.Equal(t, "blocked", first["verdict"])
+	assert.Equal(t, "etcd: node-1 is a voting member; with node-2 Down (ServiceNotRunning), draining node-1 leaves 1 of 3 voting members healthy, quorum needs 2", first["message"])
+	assert.Equal(t, 2.0, first["attributes"].(map[string]any)["quorum"])
+	assert.Len(t, reasons, len(Rules))
+
+	code, body = get(t, base+Path+"?node=node-2", "")
+	require.Equal(t, http.StatusOK, code)
+	assert.Equal(t, "safe", body["verdict"])
+
+	code, body = get(t, base+Path+"?node=worker-1", "")
+	require.Equal(t, http.StatusOK, code)
+	assert.Equal(t, "unknown", body["verdict"])
+	assert.Contains(t, body["reasons"].([]any)[0].(map[string]any)["message"], "has no report from its cozy-health agent")
+
+	code, body = get(t, base+Path, "")
+	assert.Equal(t, http.StatusBadRequest, code)
+	assert.Contains(t, body["error"], "invalid node name")
+	code, _ = get(t, base+Path+"?node=Not_A_Node", "")
+	assert.Equal(t, http.StatusBadRequest, code)
+	code, body = get(t, base+Path+"?node=ghost", "")
+	assert.Equal(t, http.StatusNotFound, code)
+	assert.Contains(t, body["error"], "ghost is neither a Kubernetes Node nor reported by an agent")
+
+	resp, err := http.Post(base+Path+"?node=node-1", "application/json", nil)
+	require.NoError(t, err)
+	resp.Body.Close()
+	assert.Equal(t, http.StatusMethodNotAllowed, resp.StatusCode)
+
+	// Every answer and every rejection is counted.
+	assert.Equal(t, 1.0, testutil.ToFloat64(svc.m.checks.WithLabelValues("http", "blocked")))
+	assert.Equal(t, 1.0, testutil.ToFloat64(svc.m.checks.WithLabelValues("http", "safe")))
+	assert.Equal(t, 1.0, testutil.ToFloat64(svc.m.checks.WithLabelValues("http", "unknown")))
+	assert.Equal(t, 2.0, testutil.ToFloat64(svc.m.rejected.WithLabelValues("http", "invalid_node")))
+	assert.Equal(t, 1.0, testutil.ToFloat64(svc.m.rejected.WithLabelValues("http", "not_found")))
+	assert.Equal(t, 1.0, testutil.ToFloat64(svc.m.rejected.WithLabelValues("http", "method")))
+	n, err := testutil.GatherAndCount(reg, "cozy_health_drain_checks_total")
+	require.NoError(t, err)
+	assert.Equal(t, 3, n)
+}
+
+func TestGRPCServerOverLoopback(t *testing.T) {
+	svc, _, _ := newTestService(t, blockedCluster())
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	srv := grpc.NewServer()
+	pb.RegisterDrainServiceServer(srv, NewGRPCServer(svc, nil))
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(srv.Stop)
+
+	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = conn.Close() })
+	client := pb.NewDrainServiceClient(conn)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	resp, err := client.DrainCheck(ctx, &pb.DrainCheckRequest{Node: "node-1"})
+	require.NoError(t, err)
+	assert.Equal(t, "node-1", resp.Node)
+	assert.Equal(t, pb.Verdict_VERDICT_BLOCKED, resp.Verdict)
+	assert.Equal(t, t0, resp.EvaluatedAt.AsTime())
+	require.NotEmpty(t, resp.Reasons)
+	assert.Equal(t, "etcd-quorum", resp.Reasons[0].Rule)
+	assert.Equal(t, pb.Verdict_VERDICT_BLOCKED, resp.Reasons[0].Verdict)
+	assert.Equal(t, 1.0, resp.Reasons[0].Attributes[AttrHealthyAfterDrain])
+	var nodeRef *pb.ResourceRef
+	for _, r := range resp.Reasons {
+		if r.Rule == RuleTargetData {
+			nodeRef = r.ResourceRef
+		}
+	}
+	require.NotNil(t, nodeRef)
+	assert.Equal(t, "Node", nodeRef.Kind)
+	assert.Equal(t, "node-1", nodeRef.Name)
+
+	resp, err = client.DrainCheck(ctx, &pb.DrainCheckRequest{Node: "worker-1"})
+	require.NoError(t, err)
+	assert.Equal(t, pb.Verdict_VERDICT_UNKNOWN, resp.Verdict)
+
+	_, err = client.DrainCheck(ctx, &pb.DrainCheckRequest{})
+	assert.Equal(t, codes.InvalidArgument, status.Code(err))
+	_, err = client.DrainCheck(ctx, &pb.DrainCheckRequest{Node: "ghost"})
+	assert.Equal(t, codes.NotFound, status.Code(err))
+	assert.Equal(t, 1.0, testutil.ToFloat64(svc.m.rejected.WithLabelValues("grpc", "not_found")))
+}
+
+func TestServiceSnapshotCaching(t *testing.T) {
+	nodes := blockedCluster()
+	taken := 0
+	clk := clocktesting.NewFakeClock(t0)
+	svc, err := NewService(Config{MaxSnapshotAge: time.Second}, func(now time.Time) *Snapshot { taken++; return NewSnapshot(nodes, now) }, clk, nil, nil)
+	require.NoError(t, err)
+	_, err = svc.Check("node-1", "test")
+	require.NoError(t, err)
+	_, err = svc.Check("node-3", "test")
+	require.NoError(t, err)
+	assert.Equal(t, 1, taken, "a second check within MaxSnapshotAge reuses the snapshot")
+	clk.Step(1500 * time.Millisecond)
+	_, err = svc.Check("node-1", "test")
+	require.NoError(t, err)
+	assert.Equal(t, 2, taken, "an older snapshot is retaken")
+
+	_, err = NewService(Config{MaxSnapshotAge: -time.Second}, func(time.Time) *Snapshot { return nil }, nil, nil, nil)
+	assert.ErrorContains(t, err, "MaxSnapshotAge")
+	_, err = NewService(Config{}, nil, nil, nil, nil)
+	assert.Error(t, err)
+}

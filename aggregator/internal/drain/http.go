@@ -1,0 +1,79 @@
+package drain
+
+import (
+	"encoding/json"
+	"errors"
+	"net/http"
+
+	"go.uber.org/zap"
+)
+
+// Handler serves GET /v1/drain-check?node=X as JSON:
+// {"node","verdict":"safe|blocked|unknown","reasons":[...],"evaluatedAt","snapshotAt"}.
+// 400 on a missing or invalid node, 404 when the node is neither a
+// Kubernetes Node nor in the state, 405 on other methods, 401/403 when an
+// Authorizer is set and refuses the caller, 503 when it cannot ask.
+type Handler struct {
+	svc  *Service
+	auth *Authorizer
+}
+
+// NewHandler returns the HTTP front end of svc. auth may be nil: no
+// authentication beyond what the listener has (see Authorizer).
+func NewHandler(svc *Service, auth *Authorizer) *Handler {
+	return &Handler{svc: svc, auth: auth}
+}
+
+// Mount registers the handler on mux at Path.
+func (h *Handler) Mount(mux *http.ServeMux) { mux.Handle(Path, h) }
+
+type errorBody struct {
+	Error string `json:"error"`
+}
+
+// ServeHTTP implements http.Handler.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		h.svc.reject("http", "method", r.URL.Query().Get("node"))
+		w.Header().Set("Allow", "GET, HEAD")
+		writeJSON(w, http.StatusMethodNotAllowed, errorBody{Error: "method " + r.Method + " not allowed"})
+		return
+	}
+	if h.auth != nil {
+		user, err := h.auth.Authorize(r.Context(), BearerToken(r.Header.Get("Authorization")))
+		switch {
+		case errors.Is(err, ErrUnauthenticated):
+			h.svc.reject("http", "unauthenticated", r.URL.Query().Get("node"))
+			w.Header().Set("WWW-Authenticate", `Bearer realm="cozy-health"`)
+			writeJSON(w, http.StatusUnauthorized, errorBody{Error: err.Error()})
+			return
+		case errors.Is(err, ErrForbidden):
+			h.svc.reject("http", "forbidden", r.URL.Query().Get("node"))
+			writeJSON(w, http.StatusForbidden, errorBody{Error: err.Error()})
+			return
+		case err != nil:
+			h.svc.log.Error("drain check authorization failed", zap.Error(err))
+			writeJSON(w, http.StatusServiceUnavailable, errorBody{Error: "cannot authorize: " + err.Error()})
+			return
+		}
+		_ = user
+	}
+	res, err := h.svc.Check(r.URL.Query().Get("node"), "http")
+	switch {
+	case errors.Is(err, ErrInvalidNode):
+		writeJSON(w, http.StatusBadRequest, errorBody{Error: err.Error()})
+	case errors.Is(err, ErrNodeNotFound):
+		writeJSON(w, http.StatusNotFound, errorBody{Error: err.Error()})
+	case err != nil:
+		writeJSON(w, http.StatusInternalServerError, errorBody{Error: err.Error()})
+	default:
+		writeJSON(w, http.StatusOK, res)
+	}
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(v)
+}

@@ -1,0 +1,169 @@
+package drain
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/utils/clock"
+)
+
+// Errors of Service.Check; the HTTP and gRPC front ends map them to 400 /
+// InvalidArgument and 404 / NotFound.
+var (
+	// ErrInvalidNode: the node name is empty or not a valid Node name.
+	ErrInvalidNode = errors.New("invalid node name")
+	// ErrNodeNotFound: the node is neither a Kubernetes Node nor in the
+	// aggregator's state.
+	ErrNodeNotFound = errors.New("node not found")
+)
+
+// Source takes a snapshot of the aggregator's state at now. The
+// aggregator's state adapter (state.State.DrainSnapshot) provides it.
+type Source func(now time.Time) *Snapshot
+
+// Config configures a Service.
+type Config struct {
+	// MaxSnapshotAge is how old a cached snapshot may be before a check
+	// takes a new one; 0 means 1s. Freshness is still judged at the time of
+	// the check (NodeInfo.FreshUntil); only newer reports wait this long.
+	MaxSnapshotAge time.Duration
+}
+
+// Validate refuses values the service cannot run with.
+func (c *Config) Validate() error {
+	if c.MaxSnapshotAge < 0 {
+		return fmt.Errorf("drain: MaxSnapshotAge must be >= 0, got %s", c.MaxSnapshotAge)
+	}
+	if c.MaxSnapshotAge == 0 {
+		c.MaxSnapshotAge = time.Second
+	}
+	return nil
+}
+
+// Service answers drain checks from cached snapshots of a Source. It is
+// safe for concurrent use.
+type Service struct {
+	cfg    Config
+	source Source
+	clock  clock.PassiveClock
+	log    *zap.Logger
+	m      *metrics
+
+	// cur is the latest snapshot; mu serializes taking a new one.
+	cur atomic.Pointer[Snapshot]
+	mu  sync.Mutex
+}
+
+// NewService returns a Service reading source. reg may be nil.
+func NewService(cfg Config, source Source, clk clock.PassiveClock, log *zap.Logger, reg prometheus.Registerer) (*Service, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if source == nil {
+		return nil, errors.New("drain: nil source")
+	}
+	if clk == nil {
+		clk = clock.RealClock{}
+	}
+	if log == nil {
+		log = zap.NewNop()
+	}
+	m, err := newMetrics(reg)
+	if err != nil {
+		return nil, err
+	}
+	return &Service{cfg: cfg, source: source, clock: clk, log: log.With(zap.String("component", "drain")), m: m}, nil
+}
+
+// Snapshot returns a snapshot no older than MaxSnapshotAge at now.
+func (s *Service) Snapshot(now time.Time) *Snapshot {
+	if snap := s.cur.Load(); snap != nil && now.Sub(snap.TakenAt) <= s.cfg.MaxSnapshotAge && !now.Before(snap.TakenAt) {
+		return snap
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if snap := s.cur.Load(); snap != nil && now.Sub(snap.TakenAt) <= s.cfg.MaxSnapshotAge && !now.Before(snap.TakenAt) {
+		return snap
+	}
+	start := time.Now()
+	snap := s.source(now)
+	s.m.snapshotSeconds.Observe(time.Since(start).Seconds())
+	s.cur.Store(snap)
+	return snap
+}
+
+// Run keeps the cached snapshot younger than MaxSnapshotAge until ctx ends,
+// so that checks rarely pay for taking one.
+func (s *Service) Run(ctx context.Context) {
+	t := time.NewTicker(s.cfg.MaxSnapshotAge / 2)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			s.Snapshot(s.clock.Now())
+		}
+	}
+}
+
+// Check evaluates every rule for node now. Bad input is counted and logged.
+func (s *Service) Check(node, via string) (Result, error) {
+	if node == "" || len(validation.IsDNS1123Subdomain(node)) > 0 {
+		s.reject(via, "invalid_node", node)
+		return Result{}, fmt.Errorf("%w: %q is not a valid Node name", ErrInvalidNode, node)
+	}
+	start := time.Now()
+	now := s.clock.Now()
+	snap := s.Snapshot(now)
+	if !snap.Known(node) {
+		s.reject(via, "not_found", node)
+		return Result{}, fmt.Errorf("%w: %s is neither a Kubernetes Node nor reported by an agent", ErrNodeNotFound, node)
+	}
+	res := Evaluate(node, snap, now)
+	s.m.checks.WithLabelValues(via, string(res.Verdict)).Inc()
+	s.m.checkSeconds.Observe(time.Since(start).Seconds())
+	s.log.Info("drain check", zap.String("node", node), zap.String("via", via), zap.String("verdict", string(res.Verdict)), zap.Int("reasons", len(res.Reasons)))
+	return res, nil
+}
+
+func (s *Service) reject(via, reason, node string) {
+	s.m.rejected.WithLabelValues(via, reason).Inc()
+	s.log.Warn("drain check rejected", zap.String("via", via), zap.String("reason", reason), zap.String("node", node))
+}
+
+// metrics are the drain check's Prometheus metrics.
+type metrics struct {
+	checks          *prometheus.CounterVec
+	rejected        *prometheus.CounterVec
+	checkSeconds    prometheus.Histogram
+	snapshotSeconds prometheus.Histogram
+}
+
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	m := &metrics{
+		checks: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "cozy_health", Subsystem: "drain", Name: "checks_total",
+			Help: "Drain checks answered, by front end (http, grpc) and verdict."}, []string{"via", "verdict"}),
+		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "cozy_health", Subsystem: "drain", Name: "rejected_total",
+			Help: "Drain checks refused, by front end and reason (invalid_node, not_found, unauthenticated, forbidden, method)."}, []string{"via", "reason"}),
+		checkSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "cozy_health", Subsystem: "drain", Name: "check_duration_seconds",
+			Help: "Time to answer one drain check.", Buckets: prometheus.ExponentialBuckets(0.00005, 2, 14)}),
+		snapshotSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "cozy_health", Subsystem: "drain", Name: "snapshot_duration_seconds",
+			Help: "Time to take and index one state snapshot.", Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14)}),
+	}
+	if reg != nil {
+		for _, c := range []prometheus.Collector{m.checks, m.rejected, m.checkSeconds, m.snapshotSeconds} {
+			if err := reg.Register(c); err != nil {
+				return nil, fmt.Errorf("register drain metrics: %w", err)
+			}
+		}
+	}
+	return m, nil
+}
