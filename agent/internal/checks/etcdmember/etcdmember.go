@@ -54,9 +54,13 @@ func (c *Check) Run(ctx context.Context) ([]report.Observation, error) {
 	if err != nil {
 		return nil, err
 	}
-	alarms, err := c.talos.EtcdAlarmList(ctx)
-	if err != nil {
-		return nil, err
+	var alarms []*machine.EtcdMemberAlarm
+	if st.GetLeader() != 0 {
+		// The alarm list goes through raft: without a leader it fails, and
+		// "no leader" is already the verdict.
+		if alarms, err = c.talos.EtcdAlarmList(ctx); err != nil {
+			return nil, err
+		}
 	}
 	return []report.Observation{Judge(svc, st, alarms, c.th)}, nil
 }

@@ -1,0 +1,223 @@
+package checks_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/zap/zaptest"
+
+	"github.com/cozystack/cozy-health/agent/internal/check"
+	"github.com/cozystack/cozy-health/agent/internal/checks/etcdalarms"
+	"github.com/cozystack/cozy-health/agent/internal/checks/etcdmember"
+	"github.com/cozystack/cozy-health/agent/internal/checks/etcdmembership"
+	"github.com/cozystack/cozy-health/agent/internal/checks/talosservices"
+	"github.com/cozystack/cozy-health/agent/internal/runner"
+	"github.com/cozystack/cozy-health/pkg/report"
+	"github.com/cozystack/cozy-health/talos"
+	"github.com/cozystack/cozy-health/talos/shim"
+	"github.com/cozystack/cozy-health/test/harness"
+)
+
+// talosNode is one simulated control-plane node: a Talos shim serving its
+// real etcd member, and the agent's Talos client pointed at it.
+type talosNode struct {
+	shim   *shim.Server
+	client *talos.Client
+	config string
+	addr   string
+}
+
+func startTalosNodes(t *testing.T, cluster *harness.EtcdCluster, pki *shim.PKI) []*talosNode {
+	t.Helper()
+	var nodes []*talosNode
+	for i, m := range cluster.Members {
+		srv, err := shim.New(shim.Config{Hostname: m.Name, EtcdEndpoint: m.ClientURL, TLS: pki.ServerTLS()})
+		require.NoError(t, err)
+		addr, err := srv.Listen("127.0.0.1:0")
+		require.NoError(t, err)
+		t.Cleanup(srv.Stop)
+		cfgPath := filepath.Join(t.TempDir(), "talosconfig")
+		require.NoError(t, pki.WriteTalosconfig(cfgPath, []string{addr}))
+		c, err := talos.New(talos.Config{ConfigFile: cfgPath}, zaptest.NewLogger(t).Named(m.Name))
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = c.Close() })
+		nodes = append(nodes, &talosNode{shim: srv, client: c, config: cfgPath, addr: addr})
+		_ = i
+	}
+	return nodes
+}
+
+func runCheck(t *testing.T, c check.Check) ([]report.Observation, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	return c.Run(ctx)
+}
+
+func thresholds() etcdmember.Thresholds {
+	return etcdmember.Thresholds{QuotaBytes: 2 << 30, DegradedRatio: 0.8}
+}
+
+// TestTalosChecksAgainstRealEtcd drives the four Talos checks through the
+// real machinery client, TLS and the MachineService, answered from a real
+// 3-member etcd cluster; stopping members must show.
+func TestTalosChecksAgainstRealEtcd(t *testing.T) {
+	cluster := harness.StartEtcdClusterT(t, 3)
+	pki, err := shim.NewPKI([]string{"127.0.0.1"}, []string{"os:reader"}, time.Hour)
+	require.NoError(t, err)
+	nodes := startTalosNodes(t, cluster, pki)
+
+	// All healthy: every member Healthy, exactly one leader, 3 voters.
+	leaders := 0
+	for i, n := range nodes {
+		obs, err := runCheck(t, etcdmember.New(n.client, thresholds()))
+		require.NoError(t, err, "node %d", i)
+		require.Len(t, obs, 1)
+		assert.Equal(t, report.StatusHealthy, obs[0].Status, "node %d: %s %s", i, obs[0].Reason, obs[0].Message)
+		assert.NotZero(t, obs[0].Attributes[report.AttrMemberID])
+		assert.Positive(t, obs[0].Attributes[report.AttrDBSizeBytes])
+		assert.Equal(t, 0.0, obs[0].Attributes[report.AttrIsLearner])
+		leaders += int(obs[0].Attributes[report.AttrIsLeader])
+	}
+	assert.Equal(t, 1, leaders, "exactly one member is the leader")
+
+	obs, err := runCheck(t, etcdmembership.New(nodes[0].client))
+	require.NoError(t, err)
+	require.Len(t, obs, 1)
+	assert.Equal(t, 3.0, obs[0].Attributes[report.AttrVotingMembers])
+	assert.Equal(t, 0.0, obs[0].Attributes[report.AttrLearnerMembers])
+	assert.Contains(t, obs[0].Message, "etcd-1")
+
+	obs, err = runCheck(t, etcdalarms.New(nodes[0].client))
+	require.NoError(t, err)
+	assert.Equal(t, report.StatusHealthy, obs[0].Status)
+	assert.Equal(t, "NoAlarms", obs[0].Reason)
+
+	obs, err = runCheck(t, talosservices.New(nodes[0].client))
+	require.NoError(t, err)
+	assert.Equal(t, report.StatusHealthy, obs[0].Status, obs[0].Message)
+
+	// Stop member 1: its node sees its etcd service fail; the others still
+	// have quorum and stay Healthy.
+	require.NoError(t, cluster.StopMember(1))
+	obs, err = runCheck(t, etcdmember.New(nodes[1].client, thresholds()))
+	require.NoError(t, err)
+	assert.Equal(t, report.StatusDown, obs[0].Status)
+	assert.Equal(t, "EtcdServiceNotRunning", obs[0].Reason)
+	obs, err = runCheck(t, talosservices.New(nodes[1].client))
+	require.NoError(t, err)
+	assert.Equal(t, report.StatusDown, obs[0].Status)
+	assert.Contains(t, obs[0].Message, "etcd Failed")
+	require.Eventually(t, func() bool {
+		obs, err := runCheck(t, etcdmember.New(nodes[0].client, thresholds()))
+		return err == nil && obs[0].Status == report.StatusHealthy
+	}, 30*time.Second, 200*time.Millisecond, "node 0 keeps quorum with 2 of 3")
+
+	// Stop member 2 too: node 0's member is alone, loses its leader.
+	require.NoError(t, cluster.StopMember(2))
+	require.Eventually(t, func() bool {
+		obs, err := runCheck(t, etcdmember.New(nodes[0].client, thresholds()))
+		if err != nil {
+			return false
+		}
+		return obs[0].Status == report.StatusDown && (obs[0].Reason == "NoLeader" || obs[0].Reason == "EtcdServiceUnhealthy")
+	}, 30*time.Second, 200*time.Millisecond, "node 0 without quorum is Down")
+	// The member list needs a leader: the query fails, which the runner turns into Unknown.
+	_, err = runCheck(t, etcdmembership.New(nodes[0].client))
+	require.Error(t, err)
+
+	// Bring both back: Healthy again.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	require.NoError(t, cluster.StartMember(ctx, 1))
+	require.NoError(t, cluster.StartMember(ctx, 2))
+	require.Eventually(t, func() bool {
+		obs, err := runCheck(t, etcdmember.New(nodes[2].client, thresholds()))
+		return err == nil && obs[0].Status == report.StatusHealthy
+	}, 30*time.Second, 200*time.Millisecond)
+}
+
+// TestTalosconfigReload: the client follows its talosconfig file. A
+// certificate without a role is refused by the shim's machined-like
+// authorization; rewriting the file with an os:reader certificate makes the
+// next call succeed without restarting anything.
+func TestTalosconfigReload(t *testing.T) {
+	cluster := harness.StartEtcdClusterT(t, 1)
+	pki, err := shim.NewPKI([]string{"127.0.0.1"}, []string{"os:reader"}, time.Hour)
+	require.NoError(t, err)
+	nodes := startTalosNodes(t, cluster, pki)
+	n := nodes[0]
+
+	crt, key, err := pki.IssueClient([]string{"os:nothing"}, time.Hour)
+	require.NoError(t, err)
+	b, err := pki.Talosconfig([]string{n.addr}, crt, key)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(n.config, b, 0o600))
+	_, err = runCheck(t, talosservices.New(n.client))
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "PermissionDenied")
+
+	crt, key, err = pki.IssueClient([]string{"os:reader"}, time.Hour)
+	require.NoError(t, err)
+	b, err = pki.Talosconfig([]string{n.addr}, crt, key)
+	require.NoError(t, err)
+	// Same size files could share an mtime granule; the content hash decides.
+	require.NoError(t, os.WriteFile(n.config, b, 0o600))
+	obs, err := runCheck(t, talosservices.New(n.client))
+	require.NoError(t, err)
+	assert.Equal(t, report.StatusHealthy, obs[0].Status)
+
+	// No talosconfig at all: the Talos source is absent here.
+	require.NoError(t, os.Remove(n.config))
+	_, err = runCheck(t, etcdmember.New(n.client, thresholds()))
+	require.ErrorIs(t, err, check.ErrNotApplicable)
+}
+
+// TestTalosWorkerAndHang: a worker (no etcd service) makes the etcd checks
+// not applicable; a hanging Talos API yields Unknown/CheckTimeout through the
+// runner within the deadline, and the other checks are unaffected.
+func TestTalosWorkerAndHang(t *testing.T) {
+	pki, err := shim.NewPKI([]string{"127.0.0.1"}, []string{"os:reader"}, time.Hour)
+	require.NoError(t, err)
+	srv, err := shim.New(shim.Config{Hostname: "worker-1", TLS: pki.ServerTLS()})
+	require.NoError(t, err)
+	addr, err := srv.Listen("127.0.0.1:0")
+	require.NoError(t, err)
+	t.Cleanup(srv.Stop)
+	cfgPath := filepath.Join(t.TempDir(), "talosconfig")
+	require.NoError(t, pki.WriteTalosconfig(cfgPath, []string{addr}))
+	c, err := talos.New(talos.Config{ConfigFile: cfgPath}, zaptest.NewLogger(t))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close() })
+
+	_, err = runCheck(t, etcdmember.New(c, thresholds()))
+	require.ErrorIs(t, err, check.ErrNotApplicable)
+	_, err = runCheck(t, etcdmembership.New(c))
+	require.ErrorIs(t, err, check.ErrNotApplicable)
+
+	reg := prometheus.NewRegistry()
+	r, err := runner.New(runner.Config{NodeName: "worker-1", Interval: 5 * time.Second, CheckDeadline: 500 * time.Millisecond, Concurrency: 4},
+		[]check.Check{talosservices.New(c), etcdmember.New(c, thresholds())}, reg, zaptest.NewLogger(t))
+	require.NoError(t, err)
+	rep := r.Collect(context.Background(), 5*time.Second)
+	require.Len(t, rep.Observations, 1, "etcd-member is not applicable on a worker")
+	assert.Equal(t, report.StatusHealthy, rep.Observations[0].Status)
+
+	srv.SetHang(true)
+	start := time.Now()
+	rep = r.Collect(context.Background(), 5*time.Second)
+	took := time.Since(start)
+	assert.Less(t, took, 1500*time.Millisecond, "a hanging Talos API must not hold the report")
+	require.Len(t, rep.Observations, 2)
+	for _, o := range rep.Observations {
+		assert.Equal(t, report.StatusUnknown, o.Status)
+		assert.Equal(t, report.ReasonCheckTimeout, o.Reason)
+	}
+	srv.SetHang(false)
+}
