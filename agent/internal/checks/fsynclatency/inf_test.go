@@ -1,0 +1,5 @@
+package fsynclatency
+
+import "math"
+
+func posInf() float64 { return math.Inf(1) }
