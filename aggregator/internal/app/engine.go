@@ -56,6 +56,7 @@ func (e *Engine) Evaluate() map[string]*rollup.ComponentStatus {
 		cs := out[comp]
 		e.damper.Apply(cs, now)
 		rollup.Compact(cs, e.maxListed)
+		e.damper.Stamp(cs, now)
 		nodes := make(map[string]report.Status, len(cs.Nodes))
 		for n, ns := range cs.Nodes {
 			nodes[n] = ns.Status

@@ -42,7 +42,7 @@ func newTestService(t *testing.T, nodes map[string]NodeInfo) (*Service, *prometh
 }
 
 // serveHTTP serves h on a loopback listener and returns its base URL.
-func serveHTTP(t *testing.T, h http.Handler) string {
+func serveHTTP(t testing.TB, h http.Handler) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)

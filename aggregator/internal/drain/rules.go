@@ -118,7 +118,7 @@ type replicaCount struct {
 // countReplicas counts resource res's replicas other than node's at now.
 // Replicas LINSTOR counts but no reporting node holds are uncertain.
 func countReplicas(res, node string, s *Snapshot, now time.Time) replicaCount {
-	reps := s.drbd[res]
+	reps := s.replicas(res)
 	c := replicaCount{replicas: len(reps)}
 	ltdUpToDate := -1
 	for _, r := range reps {
@@ -190,9 +190,10 @@ func (linstorLastReplicaRule) Name() string { return RuleLinstorLastReplica }
 
 func (linstorLastReplicaRule) Check(node string, s *Snapshot, now time.Time) []Reason {
 	var out []Reason
-	resources := s.drbdByNode[node]
+	resources := s.resources(node)
 	targetFresh := s.fresh(node, now)
-	for _, res := range resources {
+	for _, d := range resources {
+		res := d.resource
 		c := countReplicas(res, node, s, now)
 		if c.target.diskless || c.upToDate > 0 {
 			continue
@@ -236,8 +237,9 @@ func (linstorQuorumRule) Name() string { return RuleLinstorQuorum }
 
 func (linstorQuorumRule) Check(node string, s *Snapshot, now time.Time) []Reason {
 	var out []Reason
-	resources := s.drbdByNode[node]
-	for _, res := range resources {
+	resources := s.resources(node)
+	for _, d := range resources {
+		res := d.resource
 		c := countReplicas(res, node, s, now)
 		quorum := c.replicas/2 + 1
 		if c.reachable >= quorum {

@@ -43,22 +43,23 @@ const (
 )
 
 // Snapshot is the state the drain rules read: every node's NodeInfo plus
-// indexes built once, when the snapshot is taken, so that one evaluation
-// reads only the target's own resources and the few raft members. A
-// Snapshot is immutable and safe for concurrent readers.
+// indexes built when the snapshot is taken, so that one evaluation reads
+// only the target's own resources, their few replicas and the few raft
+// members. A Snapshot is immutable and safe for concurrent readers.
 type Snapshot struct {
 	// TakenAt is when the snapshot was taken.
 	TakenAt time.Time
 
 	nodes map[string]NodeInfo
+	// facts are the drain-relevant facts of every node's LastReport.
+	facts map[string]*nodeFacts
+	// holders maps a DRBD resource to the nodes holding a replica, sorted.
+	// Shared between snapshots while no replica moves; never mutated.
+	holders map[string][]string
 	// etcd is the etcd cluster's members and reported sizes.
 	etcd raftIndex
 	// ovn is one raft index per ovn-central database.
 	ovn map[string]*raftIndex
-	// drbd maps a resource name to its replicas, sorted by node.
-	drbd map[string][]replica
-	// drbdByNode maps a node to the resources it holds, sorted.
-	drbdByNode map[string][]string
 }
 
 // raftMember is one node's member of a raft cluster as its latest report
@@ -94,65 +95,213 @@ type replica struct {
 	upToDateReplicas int
 }
 
-// NewSnapshot takes a snapshot of nodes at takenAt and builds its indexes.
+// ovnFact is one node's member of one ovn-central database.
+type ovnFact struct {
+	db     string
+	member raftMember
+	size   int // -1 when absent
+}
+
+// drbdFact is one node's replica of one resource.
+type drbdFact struct {
+	resource string
+	rep      replica
+}
+
+// nodeFacts are what the rules read of one report, extracted once per
+// report (reports are immutable, so facts are cached by report pointer).
+type nodeFacts struct {
+	report   *report.NodeReport
+	etcd     *raftMember
+	etcdSize int // -1 when absent
+	ovn      []ovnFact
+	// drbd is sorted by resource.
+	drbd []drbdFact
+}
+
+func extract(node string, r *report.NodeReport) *nodeFacts {
+	f := &nodeFacts{report: r, etcdSize: -1}
+	for i := range r.Observations {
+		o := &r.Observations[i]
+		switch {
+		case o.Component == report.ComponentEtcd && o.Check == report.CheckEtcdMember:
+			f.etcd = &raftMember{node: node, learner: o.Attributes[report.AttrIsLearner] == 1, status: o.Status, reason: o.Reason}
+		case o.Component == report.ComponentEtcd && o.Check == report.CheckEtcdMembership:
+			if v, ok := o.Attributes[report.AttrVotingMembers]; ok {
+				f.etcdSize = int(v)
+			}
+		case o.Check == report.CheckOVNCentralMember && o.ResourceRef != nil && o.ResourceRef.Name != "":
+			of := ovnFact{db: o.ResourceRef.Name, member: raftMember{node: node, status: o.Status, reason: o.Reason}, size: -1}
+			if v, ok := o.Attributes[report.AttrRaftServers]; ok {
+				of.size = int(v)
+			}
+			f.ovn = append(f.ovn, of)
+		case o.Check == report.CheckDRBDResource && o.ResourceRef != nil && o.ResourceRef.Kind == report.KindResource && o.ResourceRef.Name != "":
+			rp := replica{node: node, status: o.Status, replicas: -1, upToDateReplicas: -1}
+			for k, v := range o.Attributes {
+				switch k {
+				case report.AttrUpToDate:
+					rp.upToDate = v == 1
+				case report.AttrDiskless:
+					rp.diskless = v == 1
+				case report.AttrReplicas:
+					rp.replicas = int(v)
+				case report.AttrUpToDateReplicas:
+					rp.upToDateReplicas = int(v)
+				}
+			}
+			f.drbd = append(f.drbd, drbdFact{resource: o.ResourceRef.Name, rep: rp})
+		}
+	}
+	sort.Slice(f.drbd, func(i, j int) bool { return f.drbd[i].resource < f.drbd[j].resource })
+	return f
+}
+
+// sameResources tells whether a and b hold replicas of the same resources.
+func sameResources(a, b *nodeFacts) bool {
+	var la, lb int
+	if a != nil {
+		la = len(a.drbd)
+	}
+	if b != nil {
+		lb = len(b.drbd)
+	}
+	if la != lb {
+		return false
+	}
+	for i := 0; i < la; i++ {
+		if a.drbd[i].resource != b.drbd[i].resource {
+			return false
+		}
+	}
+	return true
+}
+
+// Indexer takes snapshots incrementally: a report seen in the previous
+// snapshot is not read again, and the resource placement index is rebuilt
+// only when some node's set of resources changed. Not safe for concurrent
+// use; the Service serializes it.
+type Indexer struct {
+	facts   map[string]*nodeFacts
+	holders map[string][]string
+}
+
+// NewSnapshot takes a snapshot of nodes at takenAt with a fresh Indexer.
 // nodes is not retained; the reports it points to are.
 func NewSnapshot(nodes map[string]NodeInfo, takenAt time.Time) *Snapshot {
+	var x Indexer
+	return x.Snapshot(nodes, takenAt)
+}
+
+// Snapshot takes a snapshot of nodes at takenAt, reusing what it extracted
+// from unchanged reports in its previous snapshot.
+func (x *Indexer) Snapshot(nodes map[string]NodeInfo, takenAt time.Time) *Snapshot {
 	s := &Snapshot{
-		TakenAt:    takenAt,
-		nodes:      make(map[string]NodeInfo, len(nodes)),
-		ovn:        map[string]*raftIndex{},
-		drbd:       map[string][]replica{},
-		drbdByNode: map[string][]string{},
+		TakenAt: takenAt,
+		nodes:   make(map[string]NodeInfo, len(nodes)),
+		facts:   make(map[string]*nodeFacts, len(nodes)),
+		ovn:     map[string]*raftIndex{},
 	}
-	names := make([]string, 0, len(nodes))
+	moved := x.holders == nil
 	for name, n := range nodes {
 		s.nodes[name] = n
-		names = append(names, name)
+		if n.LastReport == nil {
+			if prev := x.facts[name]; prev != nil && len(prev.drbd) > 0 {
+				moved = true
+			}
+			continue
+		}
+		prev := x.facts[name]
+		f := prev
+		if prev == nil || prev.report != n.LastReport {
+			f = extract(name, n.LastReport)
+			if !sameResources(prev, f) {
+				moved = true
+			}
+		}
+		s.facts[name] = f
+	}
+	for name, prev := range x.facts {
+		if _, ok := s.facts[name]; !ok && len(prev.drbd) > 0 {
+			moved = true
+		}
+	}
+	if moved {
+		x.holders = buildHolders(s.facts)
+	}
+	x.facts = s.facts
+	s.holders = x.holders
+
+	names := make([]string, 0, 8)
+	for name, f := range s.facts {
+		if f.etcd != nil || f.etcdSize >= 0 || len(f.ovn) > 0 {
+			names = append(names, name)
+		}
 	}
 	sort.Strings(names)
 	for _, name := range names {
-		n := nodes[name]
-		if n.LastReport == nil {
-			continue
+		f := s.facts[name]
+		if f.etcd != nil {
+			s.etcd.members = append(s.etcd.members, *f.etcd)
 		}
-		for i := range n.LastReport.Observations {
-			s.index(name, &n.LastReport.Observations[i])
+		if f.etcdSize >= 0 {
+			s.etcd.sizes = append(s.etcd.sizes, raftSize{node: name, size: f.etcdSize})
+		}
+		for _, of := range f.ovn {
+			db := s.ovn[of.db]
+			if db == nil {
+				db = &raftIndex{}
+				s.ovn[of.db] = db
+			}
+			db.members = append(db.members, of.member)
+			if of.size >= 0 {
+				db.sizes = append(db.sizes, raftSize{node: name, size: of.size})
+			}
 		}
 	}
 	return s
 }
 
-func (s *Snapshot) index(node string, o *report.Observation) {
-	switch {
-	case o.Component == report.ComponentEtcd && o.Check == report.CheckEtcdMember:
-		s.etcd.members = append(s.etcd.members, raftMember{node: node, learner: o.Attributes[report.AttrIsLearner] == 1, status: o.Status, reason: o.Reason})
-	case o.Component == report.ComponentEtcd && o.Check == report.CheckEtcdMembership:
-		if v, ok := o.Attributes[report.AttrVotingMembers]; ok {
-			s.etcd.sizes = append(s.etcd.sizes, raftSize{node: node, size: int(v)})
-		}
-	case o.Check == report.CheckOVNCentralMember && o.ResourceRef != nil && o.ResourceRef.Name != "":
-		db := s.ovn[o.ResourceRef.Name]
-		if db == nil {
-			db = &raftIndex{}
-			s.ovn[o.ResourceRef.Name] = db
-		}
-		db.members = append(db.members, raftMember{node: node, status: o.Status, reason: o.Reason})
-		if v, ok := o.Attributes[report.AttrRaftServers]; ok {
-			db.sizes = append(db.sizes, raftSize{node: node, size: int(v)})
-		}
-	case o.Check == report.CheckDRBDResource && o.ResourceRef != nil && o.ResourceRef.Kind == report.KindResource && o.ResourceRef.Name != "":
-		name := o.ResourceRef.Name
-		r := replica{node: node, status: o.Status, replicas: -1, upToDateReplicas: -1,
-			upToDate: o.Attributes[report.AttrUpToDate] == 1, diskless: o.Attributes[report.AttrDiskless] == 1}
-		if v, ok := o.Attributes[report.AttrReplicas]; ok {
-			r.replicas = int(v)
-		}
-		if v, ok := o.Attributes[report.AttrUpToDateReplicas]; ok {
-			r.upToDateReplicas = int(v)
-		}
-		s.drbd[name] = append(s.drbd[name], r)
-		s.drbdByNode[node] = append(s.drbdByNode[node], name)
+func buildHolders(facts map[string]*nodeFacts) map[string][]string {
+	total := 0
+	for _, f := range facts {
+		total += len(f.drbd)
 	}
+	h := make(map[string][]string, total/2)
+	for name, f := range facts {
+		for _, d := range f.drbd {
+			h[d.resource] = append(h[d.resource], name)
+		}
+	}
+	for _, nodes := range h {
+		sort.Strings(nodes)
+	}
+	return h
+}
+
+// resources returns the resources node holds a replica of, sorted.
+func (s *Snapshot) resources(node string) []drbdFact {
+	if f := s.facts[node]; f != nil {
+		return f.drbd
+	}
+	return nil
+}
+
+// replicas returns every replica of resource res, by node.
+func (s *Snapshot) replicas(res string) []replica {
+	holders := s.holders[res]
+	out := make([]replica, 0, len(holders))
+	for _, n := range holders {
+		f := s.facts[n]
+		if f == nil {
+			continue
+		}
+		i := sort.Search(len(f.drbd), func(i int) bool { return f.drbd[i].resource >= res })
+		if i < len(f.drbd) && f.drbd[i].resource == res {
+			out = append(out, f.drbd[i].rep)
+		}
+	}
+	return out
 }
 
 // Known tells whether node is a Kubernetes Node or has an agent report.

@@ -96,13 +96,17 @@ type Damper struct {
 	overall map[string]*trackedOverall
 	nodes   map[string]map[string]*trackedNode
 	conds   map[string]map[condKey]*trackedCond
+	// summaries remembers, per component and summary condition type, the
+	// last status and when it changed (summaries are derived from damped
+	// facts, so they are stamped, not held).
+	summaries map[string]map[string]*Track
 }
 
 type condKey struct{ typ, node string }
 
 // NewDamper returns a Damper with the given hold times.
 func NewDamper(h Holds) *Damper {
-	return &Damper{holds: h, overall: map[string]*trackedOverall{}, nodes: map[string]map[string]*trackedNode{}, conds: map[string]map[condKey]*trackedCond{}}
+	return &Damper{holds: h, overall: map[string]*trackedOverall{}, nodes: map[string]map[string]*trackedNode{}, conds: map[string]map[condKey]*trackedCond{}, summaries: map[string]map[string]*Track{}}
 }
 
 // Apply damps cs (as Compute returned it) in place at now: held facts are
@@ -194,6 +198,36 @@ func (d *Damper) Forget(node string) {
 			if k.node == node {
 				delete(m, k)
 			}
+		}
+	}
+}
+
+// Stamp gives the conditions Compact added (component-level, without a
+// LastTransition) their last transition time: when their status last
+// changed. Call it after Compact.
+func (d *Damper) Stamp(cs *ComponentStatus, now time.Time) {
+	m := d.summaries[cs.Component]
+	if m == nil {
+		m = map[string]*Track{}
+		d.summaries[cs.Component] = m
+	}
+	seen := map[string]bool{}
+	for i := range cs.Conditions {
+		c := &cs.Conditions[i]
+		if !c.LastTransition.IsZero() || c.Node != "" {
+			continue
+		}
+		seen[c.Type] = true
+		tr, ok := m[c.Type]
+		if !ok || tr.Published != c.Severity {
+			tr = &Track{Published: c.Severity, Since: now}
+			m[c.Type] = tr
+		}
+		c.LastTransition = tr.Since
+	}
+	for ty := range m {
+		if !seen[ty] {
+			delete(m, ty)
 		}
 	}
 }

@@ -116,6 +116,11 @@ func (w *Writer) Update(cs *rollup.ComponentStatus) {
 	if w.queue == nil {
 		return
 	}
+	if w.queue.NumRequeues(cs.Component) > 0 {
+		// A failed write is already scheduled with backoff; it will write
+		// this newest status. Adding it now would bypass the backoff.
+		return
+	}
 	last, ok := w.written[cs.Component]
 	if !ok || last.fp != fp || now.Sub(last.at) >= w.cfg.RefreshPeriod {
 		w.queue.Add(cs.Component)

@@ -1,0 +1,137 @@
+package app
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/prometheus/common/expfmt"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/zap"
+	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/cozystack/cozy-health/aggregator/internal/metrics"
+	"github.com/cozystack/cozy-health/aggregator/internal/rollup"
+	"github.com/cozystack/cozy-health/aggregator/internal/state"
+	"github.com/cozystack/cozy-health/pkg/report"
+)
+
+func testReport(node string, seq uint64, at time.Time, disk report.Status) *report.NodeReport {
+	return &report.NodeReport{
+		NodeName: node, AgentInstanceID: "agent-" + node, Sequence: seq, SentAt: at, Interval: 5 * time.Second,
+		Observations: []report.Observation{
+			{Component: report.ComponentDisk, Check: report.CheckFsyncProbe, Status: disk, Reason: "Probe" + disk.String(), Message: "probe"},
+			{Component: report.ComponentNode, Check: report.CheckTalosServices, Status: report.StatusHealthy, Reason: "ServicesRunning"},
+		},
+	}
+}
+
+// TestHeartbeatExpiryWithFakeClock drives the whole rollup path (state ->
+// Compute -> damping -> compaction -> metrics) on a fake clock.
+func TestHeartbeatExpiryWithFakeClock(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
+	reg := prometheus.NewRegistry()
+	m, err := metrics.New(reg, "cozy-system")
+	require.NoError(t, err)
+	st := state.New(m)
+	eng := NewEngine(st, rollup.Config{DefaultInterval: 5 * time.Second, FreshForMultiple: 6}, rollup.Holds{Degraded: 10 * time.Second}, 0, m, nil, clk, zap.NewNop())
+
+	st.Accept(testReport("a", 1, clk.Now(), report.StatusHealthy), clk.Now())
+	st.Accept(testReport("b", 1, clk.Now(), report.StatusHealthy), clk.Now())
+	out := eng.Evaluate()
+	require.Equal(t, report.StatusHealthy, out[report.ComponentDisk].Overall)
+
+	// b keeps reporting, a goes silent. At 15 s (the grace, 3 x 5 s) a is
+	// still fresh; just past it every entry of a is Unknown/HeartbeatMissed.
+	for i := 1; i <= 3; i++ {
+		clk.Step(5 * time.Second)
+		st.Accept(testReport("b", uint64(1+i), clk.Now(), report.StatusHealthy), clk.Now())
+	}
+	out = eng.Evaluate()
+	assert.Equal(t, report.StatusHealthy, out[report.ComponentDisk].Nodes["a"].Status, "at exactly the grace a is fresh")
+	clk.Step(time.Millisecond)
+	out = eng.Evaluate()
+	for _, comp := range []string{report.ComponentDisk, report.ComponentNode} {
+		ns := out[comp].Nodes["a"]
+		assert.Equal(t, report.StatusUnknown, ns.Status, comp)
+		assert.Equal(t, report.ReasonHeartbeatMissed, ns.Reason, comp)
+		assert.Equal(t, clk.Now().Add(-15*time.Second-time.Millisecond), ns.LastReportAt, comp)
+		assert.Equal(t, report.StatusUnknown, out[comp].Overall, "Unknown is published at once (no damping by default)")
+		assert.Equal(t, []string{"a"}, out[comp].DegradedNodes)
+	}
+	assert.Equal(t, 1.0, testutil.ToFloat64(gauge(t, reg, "cozy_health_node_status", map[string]string{"node": "a", "component": "disk", "status": "Unknown"})))
+	assert.Equal(t, 1.0, testutil.ToFloat64(gauge(t, reg, "cozy_health_component_status", map[string]string{"namespace": "cozy-system", "component": "disk", "status": "Unknown"})))
+
+	// a comes back: recovery is published at once.
+	st.Accept(testReport("a", 2, clk.Now(), report.StatusHealthy), clk.Now())
+	out = eng.Evaluate()
+	assert.Equal(t, report.StatusHealthy, out[report.ComponentDisk].Overall)
+
+	// A Degraded disk on b is held for 10 s, then published.
+	clk.Step(time.Second)
+	st.Accept(testReport("b", 10, clk.Now(), report.StatusDegraded), clk.Now())
+	assert.Equal(t, report.StatusHealthy, eng.Evaluate()[report.ComponentDisk].Overall)
+	clk.Step(9 * time.Second)
+	st.Accept(testReport("a", 3, clk.Now(), report.StatusHealthy), clk.Now())
+	st.Accept(testReport("b", 11, clk.Now(), report.StatusDegraded), clk.Now())
+	assert.Equal(t, report.StatusHealthy, eng.Evaluate()[report.ComponentDisk].Overall)
+	clk.Step(time.Second)
+	out = eng.Evaluate()
+	assert.Equal(t, report.StatusDegraded, out[report.ComponentDisk].Overall)
+	assert.Equal(t, report.StatusDegraded, out[report.ComponentDisk].Nodes["b"].Status)
+
+	// Pruning a node removes it from the rollup and its metric label sets.
+	st.DeleteNode("b")
+	out = eng.Evaluate()
+	assert.NotContains(t, out[report.ComponentDisk].Nodes, "b")
+	text := scrape(t, reg)
+	assert.NotContains(t, text, `node="b"`)
+	assert.Contains(t, text, `node="a"`)
+	// A report of a deleted node still in flight does not resurrect it.
+	st.Accept(testReport("b", 12, clk.Now(), report.StatusHealthy), clk.Now())
+	_, ok := st.Get("b")
+	assert.False(t, ok)
+}
+
+func gauge(t *testing.T, reg *prometheus.Registry, name string, labels map[string]string) prometheus.Collector {
+	t.Helper()
+	mfs, err := reg.Gather()
+	require.NoError(t, err)
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	next:
+		for _, mm := range mf.GetMetric() {
+			got := map[string]string{}
+			for _, lp := range mm.GetLabel() {
+				got[lp.GetName()] = lp.GetValue()
+			}
+			for k, v := range labels {
+				if got[k] != v {
+					continue next
+				}
+			}
+			g := prometheus.NewGauge(prometheus.GaugeOpts{Name: "x"})
+			g.Set(mm.GetGauge().GetValue())
+			return g
+		}
+	}
+	t.Fatalf("no %s%v", name, labels)
+	return nil
+}
+
+func scrape(t *testing.T, reg *prometheus.Registry) string {
+	t.Helper()
+	mfs, err := reg.Gather()
+	require.NoError(t, err)
+	var b strings.Builder
+	for _, mf := range mfs {
+		_, err := expfmt.MetricFamilyToText(&b, mf)
+		require.NoError(t, err)
+	}
+	return b.String()
+}

@@ -1,0 +1,160 @@
+package drain
+
+import (
+	"fmt"
+	"io"
+	"math/rand"
+	"net/http"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/cozystack/cozy-health/pkg/report"
+)
+
+const (
+	benchNodes            = 5000
+	benchEtcdMembers      = 5
+	benchResourcesPerNode = 20
+	benchReplicas         = 3 // per resource: 3 diskful, or 2 diskful + 1 diskless tiebreaker
+)
+
+// simulatedCluster builds benchNodes nodes with realistic reports: 5 etcd
+// members (one Down), ~20 DRBD resources per node with 2-3 diskful replicas
+// (2-replica resources get a diskless tiebreaker), the node's other checks,
+// 1% of the nodes stale and 0.5% cordoned.
+func simulatedCluster() map[string]NodeInfo {
+	rng := rand.New(rand.NewSource(1))
+	names := make([]string, benchNodes)
+	obs := make([][]report.Observation, benchNodes)
+	for i := range names {
+		names[i] = fmt.Sprintf("node-%04d", i)
+		ref := &report.ResourceRef{Kind: report.KindNode, Name: names[i]}
+		o := []report.Observation{
+			{Component: report.ComponentNode, Check: report.CheckTalosServices, Status: report.StatusHealthy, Reason: "ServicesRunning", ResourceRef: ref},
+			{Component: report.ComponentDisk, Check: report.CheckFsyncProbe, Status: report.StatusHealthy, Reason: "FsyncFast", ResourceRef: ref, Attributes: map[string]float64{report.AttrFsyncP99Seconds: 0.002}},
+			{Component: report.ComponentDisk, Check: report.CheckDiskstats, Status: report.StatusHealthy, Reason: "LatencyOK", ResourceRef: &report.ResourceRef{Kind: report.KindBlockDevice, Name: "sda"}, Attributes: map[string]float64{report.AttrWriteLatencySeconds: 0.001}},
+			{Component: report.ComponentDisk, Check: report.CheckDiskstats, Status: report.StatusHealthy, Reason: "LatencyOK", ResourceRef: &report.ResourceRef{Kind: report.KindBlockDevice, Name: "nvme0n1"}, Attributes: map[string]float64{report.AttrWriteLatencySeconds: 0.0002}},
+			{Component: report.ComponentCilium, Check: report.CheckCiliumHealth, Status: report.StatusHealthy, Reason: "Ok", ResourceRef: ref},
+			{Component: report.ComponentKubeOVN, Check: report.CheckKubeOVNPinger, Status: report.StatusHealthy, Reason: "PingOK", ResourceRef: ref, Attributes: map[string]float64{report.AttrNodePingLossRatio: 0}},
+			{Component: report.ComponentLinstor, Check: report.CheckLinstorSatellite, Status: report.StatusHealthy, Reason: "Online", ResourceRef: ref},
+		}
+		if i < benchEtcdMembers {
+			st := report.StatusHealthy
+			if i == benchEtcdMembers-1 {
+				st = report.StatusDown
+			}
+			o = append(o, etcdMember(st, false), membership(benchEtcdMembers, 0))
+		}
+		obs[i] = o
+	}
+	resources := benchNodes * benchResourcesPerNode / benchReplicas
+	for r := 0; r < resources; r++ {
+		name := fmt.Sprintf("pvc-%08x", r)
+		diskful := 2 + r%2
+		holders := make([]int, 0, benchReplicas)
+		for len(holders) < benchReplicas {
+			if n := rng.Intn(benchNodes); !slices.Contains(holders, n) {
+				holders = append(holders, n)
+			}
+		}
+		for k, n := range holders {
+			diskless := k >= diskful
+			obs[n] = append(obs[n], drbd(name, report.StatusHealthy, !diskless, diskless, benchReplicas, diskful))
+		}
+	}
+	nodes := make(map[string]NodeInfo, benchNodes)
+	for i, n := range names {
+		switch {
+		case i%100 == 50:
+			nodes[n] = stale(n, obs[i]...)
+		case i%200 == 7:
+			nodes[n] = cordoned(n, obs[i]...)
+		default:
+			nodes[n] = fresh(n, obs[i]...)
+		}
+	}
+	return nodes
+}
+
+func reportLatencies(b *testing.B, d []time.Duration) {
+	slices.Sort(d)
+	q := func(p float64) float64 { return float64(d[int(p*float64(len(d)-1))]) / float64(time.Millisecond) }
+	b.ReportMetric(q(0.50), "p50-ms")
+	b.ReportMetric(q(0.99), "p99-ms")
+	b.ReportMetric(q(1), "max-ms")
+	b.Logf("%d calls: p50 %.4f ms, p99 %.4f ms, max %.4f ms", len(d), q(0.50), q(0.99), q(1))
+}
+
+// BenchmarkDrainCheck is one Evaluate of every rule for a node picked at
+// random (etcd members included) against a 5,000-node snapshot.
+func BenchmarkDrainCheck(b *testing.B) {
+	s := NewSnapshot(simulatedCluster(), t0)
+	rng := rand.New(rand.NewSource(2))
+	lat := make([]time.Duration, 0, b.N)
+	verdicts := map[Verdict]int{}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		node := fmt.Sprintf("node-%04d", rng.Intn(benchNodes))
+		if i%10 == 0 {
+			node = fmt.Sprintf("node-%04d", i%benchEtcdMembers)
+		}
+		start := time.Now()
+		res := Evaluate(node, s, t0)
+		lat = append(lat, time.Since(start))
+		verdicts[res.Verdict]++
+	}
+	b.StopTimer()
+	reportLatencies(b, lat)
+	b.Logf("verdicts: %v", verdicts)
+}
+
+// BenchmarkDrainCheckHTTP is one GET /v1/drain-check over a loopback
+// listener through the Service (cached snapshot), JSON encoding included.
+func BenchmarkDrainCheckHTTP(b *testing.B) {
+	nodes := simulatedCluster()
+	svc, err := NewService(Config{MaxSnapshotAge: time.Hour}, func(now time.Time) *Snapshot { return NewSnapshot(nodes, now) }, nil, nil, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	svc.Snapshot(time.Now())
+	base := serveHTTP(b, NewHandler(svc, nil))
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4}}
+	rng := rand.New(rand.NewSource(3))
+	lat := make([]time.Duration, 0, b.N)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		url := fmt.Sprintf("%s%s?node=node-%04d", base, Path, rng.Intn(benchNodes))
+		start := time.Now()
+		resp, err := client.Get(url)
+		if err != nil {
+			b.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		lat = append(lat, time.Since(start))
+		if resp.StatusCode != http.StatusOK {
+			b.Fatalf("status %d", resp.StatusCode)
+		}
+	}
+	b.StopTimer()
+	reportLatencies(b, lat)
+}
+
+// BenchmarkSnapshot5000Nodes is taking and indexing one snapshot of 5,000
+// nodes (done when the state changes, at most once per MaxSnapshotAge).
+func BenchmarkSnapshot5000Nodes(b *testing.B) {
+	nodes := simulatedCluster()
+	lat := make([]time.Duration, 0, b.N)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		start := time.Now()
+		_ = NewSnapshot(nodes, t0)
+		lat = append(lat, time.Since(start))
+	}
+	b.StopTimer()
+	reportLatencies(b, lat)
+}
