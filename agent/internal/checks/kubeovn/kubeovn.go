@@ -173,10 +173,14 @@ func LossRatio(cur, prev *Pinger) (ratio, sent float64) {
 	if prev != nil && prev.NodePingCount <= count && prev.NodePingLost <= lost {
 		lost, count = lost-prev.NodePingLost, count-prev.NodePingCount
 	}
-	if count <= 0 {
+	if !(count > 0) {
 		return 0, 0
 	}
-	return min(lost/count, 1), count
+	ratio = lost / count
+	if !(ratio >= 0) { // negative or NaN: garbage counters
+		return 0, count
+	}
+	return min(ratio, 1), count
 }
 
 func (c *Check) judge(p, prev *Pinger) report.Observation {
