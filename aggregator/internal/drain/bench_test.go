@@ -114,7 +114,7 @@ func BenchmarkDrainCheck(b *testing.B) {
 // listener through the Service (cached snapshot), JSON encoding included.
 func BenchmarkDrainCheckHTTP(b *testing.B) {
 	nodes := simulatedCluster()
-	svc, err := NewService(Config{MaxSnapshotAge: time.Hour}, func(now time.Time) *Snapshot { return NewSnapshot(nodes, now) }, nil, nil, nil)
+	svc, err := NewService(Config{MaxSnapshotAge: time.Hour}, func(time.Time) map[string]NodeInfo { return nodes }, nil, nil, nil)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -153,6 +153,39 @@ func BenchmarkSnapshot5000Nodes(b *testing.B) {
 	for i := 0; i < b.N; i++ {
 		start := time.Now()
 		_ = NewSnapshot(nodes, t0)
+		lat = append(lat, time.Since(start))
+	}
+	b.StopTimer()
+	reportLatencies(b, lat)
+}
+
+// BenchmarkSnapshotIncremental5000Nodes is one snapshot after a fifth of
+// the nodes sent a new report (one second of 5 s reports), placement
+// unchanged: what the Service pays at most once per MaxSnapshotAge.
+func BenchmarkSnapshotIncremental5000Nodes(b *testing.B) {
+	nodes := simulatedCluster()
+	names := make([]string, 0, len(nodes))
+	for n := range nodes {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	var x Indexer
+	x.Snapshot(nodes, t0)
+	lat := make([]time.Duration, 0, b.N)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		b.StopTimer()
+		for k := i % 5; k < len(names); k += 5 {
+			n := nodes[names[k]]
+			r := *n.LastReport
+			r.Sequence++
+			n.LastReport = &r
+			nodes[names[k]] = n
+		}
+		b.StartTimer()
+		start := time.Now()
+		_ = x.Snapshot(nodes, t0)
 		lat = append(lat, time.Since(start))
 	}
 	b.StopTimer()

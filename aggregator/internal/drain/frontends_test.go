@@ -35,8 +35,7 @@ func newTestService(t *testing.T, nodes map[string]NodeInfo) (*Service, *prometh
 	t.Helper()
 	reg := prometheus.NewRegistry()
 	clk := clocktesting.NewFakeClock(t0)
-	takes := 0
-	svc, err := NewService(Config{}, func(now time.Time) *Snapshot { takes++; return NewSnapshot(nodes, now) }, clk, nil, reg)
+	svc, err := NewService(Config{}, func(time.Time) map[string]NodeInfo { return nodes }, clk, nil, reg)
 	require.NoError(t, err)
 	return svc, reg, clk
 }
@@ -173,7 +172,7 @@ func TestServiceSnapshotCaching(t *testing.T) {
 	nodes := blockedCluster()
 	taken := 0
 	clk := clocktesting.NewFakeClock(t0)
-	svc, err := NewService(Config{MaxSnapshotAge: time.Second}, func(now time.Time) *Snapshot { taken++; return NewSnapshot(nodes, now) }, clk, nil, nil)
+	svc, err := NewService(Config{MaxSnapshotAge: time.Second}, func(time.Time) map[string]NodeInfo { taken++; return nodes }, clk, nil, nil)
 	require.NoError(t, err)
 	_, err = svc.Check("node-1", "test")
 	require.NoError(t, err)
@@ -185,7 +184,7 @@ func TestServiceSnapshotCaching(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, 2, taken, "an older snapshot is retaken")
 
-	_, err = NewService(Config{MaxSnapshotAge: -time.Second}, func(time.Time) *Snapshot { return nil }, nil, nil, nil)
+	_, err = NewService(Config{MaxSnapshotAge: -time.Second}, func(time.Time) map[string]NodeInfo { return nil }, nil, nil, nil)
 	assert.ErrorContains(t, err, "MaxSnapshotAge")
 	_, err = NewService(Config{}, nil, nil, nil, nil)
 	assert.Error(t, err)

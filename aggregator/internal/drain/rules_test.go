@@ -363,3 +363,36 @@ func TestNoRulesIsNeverSafe(t *testing.T) {
 	res := EvaluateRules(nil, "node-1", snap(etcdCluster(3, nil)), t0)
 	assert.Equal(t, Unknown, res.Verdict)
 }
+
+func TestIndexerIncrementalMatchesFullSnapshot(t *testing.T) {
+	H, Dn := report.StatusHealthy, report.StatusDown
+	nodes := map[string]NodeInfo{
+		"node-1": fresh("node-1", etcdMember(H, false), membership(3, 0), drbd("pvc-a", H, true, false, 3, 2), drbd("pvc-b", H, true, false, 3, 2)),
+		"node-2": fresh("node-2", etcdMember(H, false), membership(3, 0), drbd("pvc-a", H, true, false, 3, 2)),
+		"node-3": fresh("node-3", etcdMember(H, false), membership(3, 0), drbd("pvc-a", H, false, true, 3, 2), drbd("pvc-b", H, true, false, 3, 2)),
+		"node-4": fresh("node-4", drbd("pvc-b", H, false, true, 3, 2)),
+	}
+	var x Indexer
+	check := func(step string) {
+		inc := x.Snapshot(nodes, t0)
+		full := NewSnapshot(nodes, t0)
+		for n := range nodes {
+			assert.Equal(t, Evaluate(n, full, t0), Evaluate(n, inc, t0), "%s: %s", step, n)
+		}
+	}
+	check("first")
+	assert.Equal(t, Safe, Evaluate("node-1", x.Snapshot(nodes, t0), t0).Verdict)
+	// A status change, same placement.
+	nodes["node-2"] = fresh("node-2", etcdMember(Dn, false), membership(3, 0), drbd("pvc-a", report.StatusDegraded, false, false, 3, 1))
+	check("status change")
+	assert.Equal(t, Blocked, Evaluate("node-1", x.Snapshot(nodes, t0), t0).Verdict)
+	// A replica moves: pvc-b leaves node-3 for node-2.
+	nodes["node-3"] = fresh("node-3", etcdMember(H, false), membership(3, 0), drbd("pvc-a", H, false, true, 3, 2))
+	nodes["node-2"] = fresh("node-2", etcdMember(H, false), membership(3, 0), drbd("pvc-a", H, true, false, 3, 2), drbd("pvc-b", H, true, false, 3, 2))
+	check("replica moved")
+	// A node disappears from the state.
+	delete(nodes, "node-4")
+	check("node removed")
+	res := Evaluate("node-1", x.Snapshot(nodes, t0), t0)
+	assert.Equal(t, Unknown, reasonsOf(res, RuleLinstorQuorum)[0].Verdict, "pvc-b's tiebreaker is on no reporting node now")
+}

@@ -24,9 +24,10 @@ var (
 	ErrNodeNotFound = errors.New("node not found")
 )
 
-// Source takes a snapshot of the aggregator's state at now. The
-// aggregator's state adapter (state.State.DrainSnapshot) provides it.
-type Source func(now time.Time) *Snapshot
+// Source returns every node's NodeInfo at now: the aggregator's state
+// adapter (state.State.DrainNodes) provides it. The Service indexes it
+// incrementally (Indexer).
+type Source func(now time.Time) map[string]NodeInfo
 
 // Config configures a Service.
 type Config struct {
@@ -56,9 +57,11 @@ type Service struct {
 	log    *zap.Logger
 	m      *metrics
 
-	// cur is the latest snapshot; mu serializes taking a new one.
-	cur atomic.Pointer[Snapshot]
-	mu  sync.Mutex
+	// cur is the latest snapshot; mu serializes taking a new one and
+	// guards indexer.
+	cur     atomic.Pointer[Snapshot]
+	mu      sync.Mutex
+	indexer Indexer
 }
 
 // NewService returns a Service reading source. reg may be nil.
@@ -93,7 +96,7 @@ func (s *Service) Snapshot(now time.Time) *Snapshot {
 		return snap
 	}
 	start := time.Now()
-	snap := s.source(now)
+	snap := s.indexer.Snapshot(s.source(now), now)
 	s.m.snapshotSeconds.Observe(time.Since(start).Seconds())
 	s.cur.Store(snap)
 	return snap
