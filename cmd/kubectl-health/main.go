@@ -1,12 +1,20 @@
-// Command kubectl-health is the kubectl plugin `kubectl health`.
+// Command kubectl-health is the kubectl plugin `kubectl health`: every
+// Health object as a tree, the per-node views, and the node-drain
+// pre-check. See internal/cli.
 package main
 
 import (
-	"fmt"
+	"context"
 	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/cozystack/cozy-health/cmd/kubectl-health/internal/cli"
 )
 
 func main() {
-	fmt.Fprintln(os.Stderr, "Usage: kubectl health [drain-check NODE|nodes|node NAME] (not implemented yet)")
-	os.Exit(2)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := cli.Run(ctx, os.Args[1:], cli.IO{Out: os.Stdout, Err: os.Stderr})
+	stop()
+	os.Exit(code)
 }
