@@ -1,0 +1,446 @@
+// Package aggregator benchmarks the aggregator binary at scale: 5,000
+// simulated agents stream signed reports every 5 s through the real ingest
+// path (gRPC over TLS, ed25519 verification, replay and skew checks) to a
+// real cozy-health-aggregator process, which writes Health objects to a
+// real kube-apiserver from the test harness.
+//
+// Run it with `make bench-aggregator`. It prints the aggregator's CPU (% of
+// one core), its peak RSS, the steady-state rate of apiserver writes, and
+// how long a node that goes silent takes to read Unknown in the Health
+// object.
+package aggregator
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	healthv1alpha1 "github.com/cozystack/cozy-health/pkg/apis/health/v1alpha1"
+	"github.com/cozystack/cozy-health/pkg/client/clientset/versioned"
+	"github.com/cozystack/cozy-health/pkg/report"
+	"github.com/cozystack/cozy-health/pkg/signing"
+	"github.com/cozystack/cozy-health/pkg/tlsutil"
+	pb "github.com/cozystack/cozy-health/proto/cozyhealth/v1"
+	"github.com/cozystack/cozy-health/test/harness"
+)
+
+const (
+	namespace = "cozy-system"
+	interval  = 5 * time.Second
+)
+
+func envInt(name string, def int) int {
+	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
+		return v
+	}
+	return def
+}
+
+func envDuration(name string, def time.Duration) time.Duration {
+	if v, err := time.ParseDuration(os.Getenv(name)); err == nil && v > 0 {
+		return v
+	}
+	return def
+}
+
+// aggregatorBinary returns $COZY_HEALTH_BIN/cozy-health-aggregator, or
+// builds one.
+func aggregatorBinary(b *testing.B) string {
+	if dir := os.Getenv("COZY_HEALTH_BIN"); dir != "" {
+		p := filepath.Join(dir, "cozy-health-aggregator")
+		if _, err := os.Stat(p); err == nil {
+			return p
+		}
+	}
+	p := filepath.Join(b.TempDir(), "cozy-health-aggregator")
+	cmd := exec.Command("go", "build", "-o", p, "./aggregator")
+	cmd.Dir = harness.RepoRoot()
+	out, err := cmd.CombinedOutput()
+	require.NoError(b, err, string(out))
+	return p
+}
+
+func freeAddr(b *testing.B) string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(b, err)
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// agent is one simulated node agent.
+type agent struct {
+	node     string
+	signer   *signing.Signer
+	instance string
+	seq      uint64
+	controlP bool
+	stop     atomic.Bool
+	// lastSent is the unix-nano time of the last report sent.
+	lastSent atomic.Int64
+}
+
+func (a *agent) report(now time.Time) *report.NodeReport {
+	a.seq++
+	h := report.StatusHealthy
+	nodeRef := &report.ResourceRef{Kind: report.KindNode, Name: a.node}
+	obs := []report.Observation{
+		{Component: report.ComponentNode, Check: report.CheckTalosServices, Status: h, Reason: "ServicesRunning", Message: "etcd, kubelet, cri running", ResourceRef: nodeRef},
+		{Component: report.ComponentDisk, Check: report.CheckFsyncProbe, Status: h, Reason: "LatencyOK", Message: "fsync p99 2.1ms", ResourceRef: nodeRef, Attributes: map[string]float64{report.AttrFsyncP99Seconds: 0.0021}},
+		{Component: report.ComponentDisk, Check: report.CheckDiskstats, Status: h, Reason: "LatencyOK", Message: "await 1.2ms", ResourceRef: &report.ResourceRef{Kind: report.KindBlockDevice, Name: "nvme0n1"}},
+		{Component: report.ComponentDisk, Check: report.CheckDiskstats, Status: h, Reason: "LatencyOK", Message: "await 0.9ms", ResourceRef: &report.ResourceRef{Kind: report.KindBlockDevice, Name: "nvme1n1"}},
+		{Component: report.ComponentCilium, Check: report.CheckCiliumHealth, Status: h, Reason: "AgentHealthy", Message: "cilium agent ok", ResourceRef: nodeRef},
+		{Component: report.ComponentKubeOVN, Check: report.CheckKubeOVNPinger, Status: h, Reason: "PingOK", Message: "0 unreachable", ResourceRef: nodeRef},
+		{Component: report.ComponentLinstor, Check: report.CheckLinstorSatellite, Status: h, Reason: "Online", Message: "satellite ONLINE", ResourceRef: nodeRef},
+	}
+	for i := range 3 {
+		obs = append(obs, report.Observation{Component: report.ComponentLinstor, Check: report.CheckDRBDResource, Status: h, Reason: "UpToDate", Message: "UpToDate",
+			ResourceRef: &report.ResourceRef{Kind: report.KindResource, Name: fmt.Sprintf("pvc-%s-%d", a.node, i)},
+			Attributes:  map[string]float64{report.AttrUpToDate: 1, report.AttrReplicas: 3, report.AttrUpToDateReplicas: 3}})
+	}
+	if a.controlP {
+		obs = append(obs,
+			report.Observation{Component: report.ComponentEtcd, Check: report.CheckEtcdMember, Status: h, Reason: "MemberHealthy", Message: "member healthy", ResourceRef: nodeRef, Attributes: map[string]float64{report.AttrIsLearner: 0}},
+			report.Observation{Component: report.ComponentEtcd, Check: report.CheckEtcdMembership, Status: h, Reason: "MembersListed", Message: "3 voting", ResourceRef: nodeRef, Attributes: map[string]float64{report.AttrVotingMembers: 3}},
+			report.Observation{Component: report.ComponentEtcd, Check: report.CheckFsyncLatency, Status: h, Reason: "LatencyOK", Message: "wal p99 3ms", ResourceRef: nodeRef})
+	}
+	return &report.NodeReport{NodeName: a.node, AgentInstanceID: a.instance, Sequence: a.seq, SentAt: now, Interval: interval, AgentVersion: "bench", Observations: obs}
+}
+
+// run streams reports until ctx ends or the agent is stopped.
+func (a *agent) run(ctx context.Context, conn *grpc.ClientConn, phase time.Duration, rejected *atomic.Int64) error {
+	stream, err := pb.NewIngestServiceClient(conn).Ingest(ctx)
+	if err != nil {
+		return fmt.Errorf("open stream: %w", err)
+	}
+	if err := stream.Send(&pb.IngestRequest{Msg: &pb.IngestRequest_Hello{Hello: &pb.Hello{
+		PublicKey: a.signer.PublicKey(), KeyId: a.signer.KeyID(), AgentInstanceId: a.instance, NodeName: a.node, AgentVersion: "bench",
+	}}}); err != nil {
+		return fmt.Errorf("send hello: %w", err)
+	}
+	ack, err := stream.Recv()
+	if err != nil {
+		return fmt.Errorf("hello ack: %w", err)
+	}
+	if r := ack.GetAck().GetRejectReason(); r != "" {
+		return fmt.Errorf("hello rejected: %s", r)
+	}
+	select {
+	case <-ctx.Done():
+		return nil
+	case <-time.After(phase):
+	}
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for !a.stop.Load() {
+		now := time.Now()
+		sr, err := a.signer.SignReport(a.report(now))
+		if err != nil {
+			return err
+		}
+		if err := stream.Send(&pb.IngestRequest{Msg: &pb.IngestRequest_Report{Report: sr}}); err != nil {
+			return fmt.Errorf("send report: %w", err)
+		}
+		a.lastSent.Store(now.UnixNano())
+		ack, err := stream.Recv()
+		if err != nil {
+			return fmt.Errorf("report ack: %w", err)
+		}
+		if ack.GetAck().GetRejectReason() != "" {
+			rejected.Add(1)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+	// Silent, not disconnected: a stream that stays open but carries
+	// nothing, like a hung agent.
+	<-ctx.Done()
+	return nil
+}
+
+// procStat returns utime+stime in seconds and RSS in bytes of pid.
+func procStat(pid int) (cpu float64, rss int64, err error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, 0, err
+	}
+	s := string(b)
+	fields := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
+	ut, _ := strconv.ParseFloat(fields[11], 64)
+	st, _ := strconv.ParseFloat(fields[12], 64)
+	const clkTck = 100 // USER_HZ on Linux
+	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, 0, err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if strings.HasPrefix(sc.Text(), "VmRSS:") {
+			kb, _ := strconv.ParseInt(strings.Fields(sc.Text())[1], 10, 64)
+			rss = kb * 1024
+		}
+	}
+	return (ut + st) / clkTck, rss, nil
+}
+
+// scrape returns the sum of every sample of metric name whose labels
+// include want.
+func scrape(addr, name string, want map[string]string) (float64, error) {
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	mfs, err := p.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		return 0, err
+	}
+	mf, ok := mfs[name]
+	if !ok {
+		return 0, nil
+	}
+	var sum float64
+next:
+	for _, m := range mf.GetMetric() {
+		labels := map[string]string{}
+		for _, l := range m.GetLabel() {
+			labels[l.GetName()] = l.GetValue()
+		}
+		for k, v := range want {
+			if labels[k] != v {
+				continue next
+			}
+		}
+		switch {
+		case m.GetCounter() != nil:
+			sum += m.GetCounter().GetValue()
+		case m.GetGauge() != nil:
+			sum += m.GetGauge().GetValue()
+		}
+	}
+	return sum, nil
+}
+
+func BenchmarkAggregator5000Nodes(b *testing.B) {
+	nodes := envInt("COZY_HEALTH_BENCH_NODES", 5000)
+	window := envDuration("COZY_HEALTH_BENCH_WINDOW", 60*time.Second)
+	for range b.N {
+		runBench(b, nodes, window)
+	}
+}
+
+func runBench(b *testing.B, nodes int, window time.Duration) {
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
+	cp := harness.Start(b)
+	require.NoError(b, cp.InstallCRDs(ctx))
+	require.NoError(b, cp.EnsureNamespace(ctx, namespace))
+	hc, err := versioned.NewForConfig(cp.Config)
+	require.NoError(b, err)
+
+	dir := b.TempDir()
+	keys := filepath.Join(dir, "keys")
+	require.NoError(b, os.MkdirAll(keys, 0o700))
+	agents := make([]*agent, nodes)
+	for i := range agents {
+		name := fmt.Sprintf("node-%05d", i)
+		priv, err := signing.WriteDevKeyPair(keys, name)
+		require.NoError(b, err)
+		s, err := signing.LoadKeyFile(priv)
+		require.NoError(b, err)
+		agents[i] = &agent{node: name, signer: s, instance: fmt.Sprintf("bench-%d-%d", i, time.Now().UnixNano()), controlP: i < 3}
+	}
+	tlsFiles, err := tlsutil.WriteServing(filepath.Join(dir, "tls"), "127.0.0.1")
+	require.NoError(b, err)
+
+	listen, metricsAddr, httpAddr := freeAddr(b), freeAddr(b), freeAddr(b)
+	logPath := filepath.Join(dir, "aggregator.log")
+	logf, err := os.Create(logPath)
+	require.NoError(b, err)
+	defer logf.Close()
+	cmd := exec.Command(aggregatorBinary(b),
+		"--kubeconfig", cp.Kubeconfig, "--namespace", namespace, "--identity", "bench-aggregator",
+		"--listen", listen, "--metrics-addr", metricsAddr, "--http-addr", httpAddr,
+		"--tls-cert", tlsFiles.CertFile, "--tls-key", tlsFiles.KeyFile, "--insecure-dev-keys-dir", keys,
+		"--log-level", "warn")
+	cmd.Stdout, cmd.Stderr = logf, logf
+	require.NoError(b, cmd.Start())
+	pid := cmd.Process.Pid
+	defer func() {
+		_ = cmd.Process.Signal(os.Interrupt)
+		done := make(chan struct{})
+		go func() { _ = cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(20 * time.Second):
+			_ = cmd.Process.Kill()
+			<-done
+		}
+	}()
+	require.Eventually(b, func() bool {
+		resp, err := http.Get("http://" + httpAddr + "/healthz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	}, time.Minute, 100*time.Millisecond, "aggregator did not start; log: %s", logPath)
+
+	// The simulated agents: a few connections, many streams each, phases
+	// spread over the interval as real agents' are.
+	creds, err := tlsutil.ClientConfig(tlsFiles.CAFile, "127.0.0.1")
+	require.NoError(b, err)
+	const conns = 25
+	clients := make([]*grpc.ClientConn, conns)
+	for i := range clients {
+		clients[i], err = grpc.NewClient(listen, grpc.WithTransportCredentials(credentials.NewTLS(creds)))
+		require.NoError(b, err)
+		defer clients[i].Close()
+	}
+	actx, astop := context.WithCancel(ctx)
+	defer astop()
+	var rejected atomic.Int64
+	var agentErrs sync.Map
+	var wg sync.WaitGroup
+	for i, a := range agents {
+		wg.Add(1)
+		phase := time.Duration(rand.Int64N(int64(interval)))
+		go func() {
+			defer wg.Done()
+			if err := a.run(actx, clients[i%conns], phase, &rejected); err != nil && actx.Err() == nil {
+				agentErrs.Store(a.node, err)
+			}
+		}()
+	}
+	defer func() { astop(); wg.Wait() }()
+
+	// Warm-up: every node accepted and the node object carrying all of
+	// them.
+	start := time.Now()
+	require.Eventually(b, func() bool {
+		h, err := hc.HealthV1alpha1().Healths(namespace).Get(ctx, report.ComponentNode, metav1.GetOptions{})
+		return err == nil && len(h.Status.Nodes) == nodes && h.Status.Overall == healthv1alpha1.StatusHealthy
+	}, 5*time.Minute, time.Second, "the node object never listed every node; log: %s", logPath)
+	b.Logf("warm-up: %d nodes in the Health objects after %s", nodes, time.Since(start).Round(time.Second))
+	agentErrs.Range(func(k, v any) bool { b.Errorf("agent %s: %v", k, v); return true })
+
+	// Steady state.
+	time.Sleep(10 * time.Second)
+	cpu0, _, err := procStat(pid)
+	require.NoError(b, err)
+	writes0, err := scrape(metricsAddr, "cozy_health_writes_total", map[string]string{"result": "success"})
+	require.NoError(b, err)
+	acc0, err := scrape(metricsAddr, "cozy_health_reports_accepted_total", nil)
+	require.NoError(b, err)
+	t0 := time.Now()
+	var peakRSS int64
+	for time.Since(t0) < window {
+		time.Sleep(2 * time.Second)
+		_, rss, err := procStat(pid)
+		require.NoError(b, err)
+		peakRSS = max(peakRSS, rss)
+	}
+	elapsed := time.Since(t0).Seconds()
+	cpu1, rss, err := procStat(pid)
+	require.NoError(b, err)
+	peakRSS = max(peakRSS, rss)
+	writes1, err := scrape(metricsAddr, "cozy_health_writes_total", map[string]string{"result": "success"})
+	require.NoError(b, err)
+	writeErrs, err := scrape(metricsAddr, "cozy_health_writes_total", map[string]string{"result": "error"})
+	require.NoError(b, err)
+	acc1, err := scrape(metricsAddr, "cozy_health_reports_accepted_total", nil)
+	require.NoError(b, err)
+	rej, err := scrape(metricsAddr, "cozy_health_reports_rejected_total", nil)
+	require.NoError(b, err)
+
+	cpuPct := (cpu1 - cpu0) / elapsed * 100
+	writesPerSec := (writes1 - writes0) / elapsed
+	reportsPerSec := (acc1 - acc0) / elapsed
+
+	// A node goes silent (its stream stays open, nothing more is sent).
+	victim := agents[nodes/2]
+	// Stop it right after a report, so the measure starts at its last one.
+	for {
+		last := time.Unix(0, victim.lastSent.Load())
+		if time.Since(last) < 200*time.Millisecond {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	victim.stop.Store(true)
+	lastReport := time.Unix(0, victim.lastSent.Load())
+	var unknownAt time.Time
+	require.Eventually(b, func() bool {
+		h, err := hc.HealthV1alpha1().Healths(namespace).Get(ctx, report.ComponentDisk, metav1.GetOptions{})
+		if err != nil {
+			return false
+		}
+		ns, ok := h.Status.Nodes[victim.node]
+		if ok && ns.Status == healthv1alpha1.StatusUnknown && ns.Reason == report.ReasonHeartbeatMissed {
+			unknownAt = time.Now()
+			return true
+		}
+		return false
+	}, 2*time.Minute, 250*time.Millisecond)
+	sinceLast := unknownAt.Sub(lastReport).Seconds()
+	sinceMissed := unknownAt.Sub(lastReport.Add(interval)).Seconds()
+
+	h, err := hc.HealthV1alpha1().Healths(namespace).Get(ctx, report.ComponentNode, metav1.GetOptions{})
+	require.NoError(b, err)
+	raw, err := hc.HealthV1alpha1().RESTClient().Get().Namespace(namespace).Resource("healths").Name(report.ComponentLinstor).DoRaw(ctx)
+	require.NoError(b, err)
+
+	b.ReportMetric(cpuPct, "cpu_%core")
+	b.ReportMetric(float64(peakRSS)/(1<<20), "peak_rss_MiB")
+	b.ReportMetric(writesPerSec, "writes/s")
+	b.ReportMetric(sinceMissed, "silent_to_unknown_s")
+	b.ReportMetric(sinceLast, "last_report_to_unknown_s")
+	b.ReportMetric(reportsPerSec, "reports/s")
+	b.Logf("aggregator with %d nodes, %s steady-state window:", nodes, time.Duration(elapsed*float64(time.Second)).Round(time.Second))
+	b.Logf("  CPU                     %.1f %% of one core (target <= 30 %%)", cpuPct)
+	b.Logf("  RSS                     peak %.1f MiB, at end %.1f MiB (target <= 200 MiB)", float64(peakRSS)/(1<<20), float64(rss)/(1<<20))
+	b.Logf("  apiserver writes        %.2f /s successful (target <= 2 /s); %v failed writes in total", writesPerSec, writeErrs)
+	b.Logf("  reports accepted        %.0f /s; %v rejected in total; %d rejected acks seen by agents", reportsPerSec, rej, rejected.Load())
+	b.Logf("  silent -> Unknown       %.1f s after its first missed report (target <= 15 s); %.1f s after its last report (grace 3 x 5 s = 15 s)", sinceMissed, sinceLast)
+	b.Logf("  largest object          %s: %d nodes; linstor object %d bytes as JSON", h.Name, len(h.Status.Nodes), len(raw))
+	if b.Failed() {
+		logTail(b, logPath)
+	}
+}
+
+func logTail(b *testing.B, path string) {
+	f, err := os.Open(path)
+	if err != nil {
+		return
+	}
+	defer f.Close()
+	data, _ := io.ReadAll(f)
+	if len(data) > 4000 {
+		data = data[len(data)-4000:]
+	}
+	b.Logf("aggregator log tail:\n%s", data)
+}
