@@ -144,12 +144,12 @@ func (r *Runner) runOne(ctx context.Context, i int, c check.Check) outcome {
 	name := c.Name()
 	log := r.log.With(zap.String("check", name))
 
-	// Wait for a slot, but not past the collection's own bound minus one deadline.
-	slotCtx, cancelSlot := context.WithTimeout(ctx, r.cfg.CheckDeadline)
-	defer cancelSlot()
+	// Wait for a slot until the collection's own bound (2x the deadline):
+	// checks of one hung source hold their slots for one deadline at most,
+	// so the others still get a turn, with what is left of the bound.
 	select {
 	case r.sem <- struct{}{}:
-	case <-slotCtx.Done():
+	case <-ctx.Done():
 		r.metrics.errors.WithLabelValues(name, report.ReasonCheckTimeout).Inc()
 		log.Warn("check not started: no free slot before the deadline")
 		return outcome{obs: []report.Observation{r.unknown(c, report.ReasonCheckTimeout, "check was not started before the deadline: too many checks running")}}
@@ -211,7 +211,9 @@ func (r *Runner) runOne(ctx context.Context, i int, c check.Check) outcome {
 		return outcome{notApplicable: true}
 	case res.err != nil:
 		reason := report.ReasonCheckFailed
-		if errors.Is(res.err, context.DeadlineExceeded) && runCtx.Err() != nil {
+		// A source that gave up because the deadline passed (gRPC and HTTP
+		// clients wrap it their own way) timed out rather than failed.
+		if errors.Is(runCtx.Err(), context.DeadlineExceeded) {
 			reason = report.ReasonCheckTimeout
 		}
 		r.metrics.errors.WithLabelValues(name, reason).Inc()

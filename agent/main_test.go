@@ -1,0 +1,180 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/cozystack/cozy-health/pkg/report"
+	"github.com/cozystack/cozy-health/talos/shim"
+	"github.com/cozystack/cozy-health/test/harness"
+	ciliumsrc "github.com/cozystack/cozy-health/test/sources/cilium"
+	"github.com/cozystack/cozy-health/test/sources/drbdsetup"
+	"github.com/cozystack/cozy-health/test/sources/fault"
+	kubeovnsrc "github.com/cozystack/cozy-health/test/sources/kubeovn"
+	linstorsrc "github.com/cozystack/cozy-health/test/sources/linstor"
+)
+
+// node is one simulated control-plane node with every source present.
+type node struct {
+	args    []string
+	shim    *shim.Server
+	cilium  *ciliumsrc.Server
+	pinger  *kubeovnsrc.Server
+	linstor *linstorsrc.Server
+}
+
+func startNode(t *testing.T) *node {
+	t.Helper()
+	cluster := harness.StartEtcdClusterT(t, 1)
+	pki, err := shim.NewPKI([]string{"127.0.0.1"}, []string{"os:reader"}, time.Hour)
+	require.NoError(t, err)
+	srv, err := shim.New(shim.Config{Hostname: "node-0", EtcdEndpoint: cluster.Members[0].ClientURL, TLS: pki.ServerTLS()})
+	require.NoError(t, err)
+	addr, err := srv.Listen("127.0.0.1:0")
+	require.NoError(t, err)
+	t.Cleanup(srv.Stop)
+	dir := t.TempDir()
+	talosconfig := filepath.Join(dir, "talosconfig")
+	require.NoError(t, pki.WriteTalosconfig(talosconfig, []string{addr}))
+
+	sockDir, err := os.MkdirTemp("", "cil")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = os.RemoveAll(sockDir) })
+	cil, err := ciliumsrc.Start(filepath.Join(sockDir, "cilium.sock"))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = cil.Close() })
+
+	pinger, err := kubeovnsrc.Start("", kubeovnsrc.Config{Node: "node-0", NodeIP: "10.0.0.10", Targets: map[string]string{"node-1": "10.0.0.11"}})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = pinger.Close() })
+	pinger.Ping(5)
+
+	ls, err := linstorsrc.Start("", nil)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = ls.Close() })
+	ls.SetNode("node-0", "ONLINE")
+	ls.SetNode("node-1", "ONLINE")
+	ls.SetReplica(linstorsrc.Replica{Resource: "pvc-a", Node: "node-0", DiskState: "UpToDate"})
+	ls.SetReplica(linstorsrc.Replica{Resource: "pvc-a", Node: "node-1", DiskState: "UpToDate"})
+
+	fake, err := drbdsetup.Install(dir)
+	require.NoError(t, err)
+	probe := filepath.Join(dir, "probe")
+	require.NoError(t, os.Mkdir(probe, 0o700))
+
+	return &node{
+		shim: srv, cilium: cil, pinger: pinger, linstor: ls,
+		args: []string{
+			"--node-name", "node-0",
+			"--talosconfig", talosconfig,
+			"--etcd-metrics-url", cluster.Members[0].MetricsURL,
+			"--fsync-probe-dir", probe,
+			"--fsync-probe-p99-degraded", "30s", "--fsync-probe-p99-down", "60s",
+			"--proc-root", "internal/checks/diskstats/testdata/proc",
+			"--diskstats-devices", "^sd[a-z]$",
+			"--disk-latency-degraded", "10s", "--disk-latency-down", "20s",
+			"--cilium-socket", cil.Socket,
+			"--kube-ovn-pinger-url", pinger.URL,
+			"--linstor-url", ls.URL,
+			"--drbdsetup", fake.Path,
+			"--check-deadline", "2s",
+			"--log-level", "error",
+		},
+	}
+}
+
+type output struct {
+	Node         string `json:"node"`
+	Observations []struct {
+		Component   string              `json:"component"`
+		Check       string              `json:"check"`
+		Status      string              `json:"status"`
+		Reason      string              `json:"reason"`
+		Message     string              `json:"message"`
+		ResourceRef *report.ResourceRef `json:"resourceRef"`
+		Attributes  map[string]float64  `json:"attributes"`
+	} `json:"observations"`
+}
+
+func runOnceJSON(t *testing.T, args []string) (output, int, time.Duration) {
+	t.Helper()
+	var stdout, stderr bytes.Buffer
+	start := time.Now()
+	code := run(append([]string{"run-once", "--output", "json"}, args...), &stdout, &stderr)
+	took := time.Since(start)
+	var out output
+	require.NoError(t, json.Unmarshal(stdout.Bytes(), &out), "stdout: %s\nstderr: %s", stdout.String(), stderr.String())
+	return out, code, took
+}
+
+func TestRunOnceEverySource(t *testing.T) {
+	n := startNode(t)
+	out, code, _ := runOnceJSON(t, n.args)
+	assert.Equal(t, "node-0", out.Node)
+	seen := map[string]string{}
+	for _, o := range out.Observations {
+		seen[o.Check] = o.Status
+		assert.NotEmpty(t, o.Component)
+		assert.NotEmpty(t, o.Reason)
+		require.NotNil(t, o.ResourceRef)
+	}
+	for _, c := range []string{report.CheckTalosServices, report.CheckEtcdMember, report.CheckEtcdMembership, report.CheckEtcdAlarms,
+		report.CheckFsyncLatency, report.CheckFsyncProbe, report.CheckDiskstats, report.CheckCiliumHealth,
+		report.CheckKubeOVNPinger, report.CheckLinstorSatellite, report.CheckDRBDResource} {
+		assert.Equal(t, "Healthy", seen[c], "check %s", c)
+	}
+	assert.Equal(t, 0, code, "%+v", out)
+
+	// cilium-fail: exit 1.
+	n.cilium.Fail("containerd socket gone")
+	out, code, _ = runOnceJSON(t, n.args)
+	assert.Equal(t, 1, code)
+	n.cilium.Recover()
+
+	// linstor-offline + a hanging Talos API: Unknown for the Talos checks,
+	// Down for the satellite -> exit 1 (Down is worse than Unknown).
+	n.linstor.SetNode("node-0", "OFFLINE")
+	n.shim.SetHang(true)
+	out, code, took := runOnceJSON(t, n.args)
+	assert.Equal(t, 1, code)
+	assert.Less(t, took, 6*time.Second, "about twice the 2s check deadline (plus slack for a loaded machine)")
+	for _, o := range out.Observations {
+		if o.Check == report.CheckEtcdMember {
+			assert.Equal(t, "Unknown", o.Status)
+			assert.Equal(t, report.ReasonCheckTimeout, o.Reason, o.Message)
+		}
+	}
+	n.linstor.SetNode("node-0", "ONLINE")
+
+	// Only Unknown (hanging Talos, hanging Cilium): exit 2, still on time.
+	n.cilium.Fault.Set(fault.Hang)
+	_, code, took = runOnceJSON(t, n.args)
+	assert.Equal(t, 2, code)
+	assert.Less(t, took, 6*time.Second)
+}
+
+func TestRunOnceTextAndUsage(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	dir := t.TempDir()
+	code := run([]string{"run-once", "--node-name", "n1", "--talosconfig", "", "--etcd-metrics-url", "", "--cilium-socket", "",
+		"--fsync-probe-dir", dir, "--proc-root", "", "--drbdsetup", ""}, &stdout, &stderr)
+	assert.Equal(t, 0, code, stderr.String())
+	assert.Contains(t, stdout.String(), "fsync-probe")
+	assert.Contains(t, stdout.String(), "COMPONENT")
+
+	stdout.Reset()
+	stderr.Reset()
+	code = run([]string{"run-once"}, &stdout, &stderr)
+	assert.Equal(t, 2, code)
+	assert.Contains(t, stderr.String(), "--node-name")
+
+	code = run([]string{"frobnicate"}, &stdout, &stderr)
+	assert.Equal(t, 2, code)
+}
