@@ -105,7 +105,7 @@ func (s *Service) Snapshot(now time.Time) *Snapshot {
 // Run keeps the cached snapshot younger than MaxSnapshotAge until ctx ends,
 // so that checks rarely pay for taking one.
 func (s *Service) Run(ctx context.Context) {
-	t := time.NewTicker(s.cfg.MaxSnapshotAge / 2)
+	t := time.NewTicker(s.cfg.MaxSnapshotAge * 4 / 5)
 	defer t.Stop()
 	for {
 		select {

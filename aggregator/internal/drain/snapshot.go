@@ -29,6 +29,12 @@ type NodeInfo struct {
 	FreshUntil time.Time
 }
 
+// KubeNode is what the drain check reads of a Kubernetes Node.
+type KubeNode struct {
+	// Cordoned is spec.unschedulable.
+	Cordoned bool
+}
+
 // liveness is how a node counts for a projection at some now.
 type liveness int
 
