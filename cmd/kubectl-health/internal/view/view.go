@@ -239,7 +239,7 @@ func PerNode(items []healthv1alpha1.Health, now time.Time) map[string][]NodeEntr
 		get := func(node string) *NodeEntry {
 			e := entries[node]
 			if e == nil {
-				e = &NodeEntry{Object: h.Namespace + "/" + h.Name}
+				e = &NodeEntry{Object: h.Namespace + "/" + h.Name, State: State{Status: healthv1alpha1.StatusHealthy}}
 				entries[node] = e
 			}
 			return e
@@ -261,9 +261,6 @@ func PerNode(items []healthv1alpha1.Health, now time.Time) map[string][]NodeEntr
 			}
 		}
 		for node, e := range entries {
-			if e.State.Status == "" {
-				e.State = State{Status: healthv1alpha1.StatusHealthy}
-			}
 			if s.Stale || s.NoStatus {
 				e.State = State{Status: healthv1alpha1.StatusUnknown, Stale: s.Stale, NoStatus: s.NoStatus, Said: e.State.Status}
 				e.Reason, e.Message = "", staleDetail(h, s)
