@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"sync/atomic"
 	"time"
 
@@ -201,6 +202,12 @@ func New(cfg config.Config, log *zap.Logger, opts Options) (a *App, err error) {
 	a.httpSrv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	metMux := http.NewServeMux()
 	metMux.Handle("GET /metrics", promhttp.HandlerFor(a.reg, promhttp.HandlerOpts{Registry: a.reg}))
+	if cfg.Pprof {
+		metMux.HandleFunc("GET /debug/pprof/", pprof.Index)
+		metMux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
+		metMux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
+		metMux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
+	}
 	a.metSrv = &http.Server{Handler: metMux, ReadHeaderTimeout: 5 * time.Second}
 
 	defer func() {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -14,6 +15,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 
@@ -399,4 +401,58 @@ func TestAPIServerOutage(t *testing.T) {
 	}, time.Minute, 250*time.Millisecond)
 	metricsText := httpGet(t, "http://"+r.app.MetricsAddr()+"/metrics")
 	assert.Regexp(t, `cozy_health_writes_total\{result="error"\} [1-9]`, metricsText, "the failed writes were counted")
+}
+
+// TestDeployRBACSuffices runs a replica as the ServiceAccount of
+// deploy/aggregator/rbac.yaml (an x509 user with its name, which RBAC
+// matches like the ServiceAccount): the manifests grant all it needs, and
+// the agents' ServiceAccount cannot write Health objects.
+func TestDeployRBACSuffices(t *testing.T) {
+	cp := startPlane(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	require.NoError(t, cp.EnsureNamespace(ctx, "cozy-health"))
+	out, err := cp.Kubectl(ctx, "apply", "-f", filepath.Join(harness.RepoRoot(), "deploy", "aggregator", "rbac.yaml"))
+	require.NoError(t, err, out)
+	_, err = cp.Clientset().CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-a"}}, metav1.CreateOptions{})
+	require.NoError(t, err)
+
+	rc, err := cp.UserConfig("system:serviceaccount:cozy-health:cozy-health-aggregator", "system:serviceaccounts", "system:serviceaccounts:cozy-health", "system:authenticated")
+	require.NoError(t, err)
+	r := startReplica(t, rc, testConfig(t, "rbac-replica"), zaptest.NewLogger(t, zaptest.Level(zap.ErrorLevel)))
+	f := &feeder{status: map[string]report.Status{"node-a": report.StatusHealthy}, sinks: []*App{r.app}}
+	fctx, fstop := context.WithCancel(ctx)
+	defer fstop()
+	go f.run(fctx, time.Second)
+
+	hc, err := versioned.NewForConfig(cp.Config)
+	require.NoError(t, err)
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		for _, comp := range report.NodeComponents {
+			h, err := getHealth(ctx, hc, comp)
+			if assert.NoError(c, err) {
+				assert.NotNil(c, h.Status.FreshUntil, comp)
+			}
+		}
+	}, time.Minute, 250*time.Millisecond)
+	// Node deletion is seen through the ServiceAccount's watch.
+	f.drop("node-a")
+	require.NoError(t, cp.Clientset().CoreV1().Nodes().Delete(ctx, "node-a", metav1.DeleteOptions{}))
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		h, err := getHealth(ctx, hc, report.ComponentNode)
+		if assert.NoError(c, err) {
+			assert.Empty(c, h.Status.Nodes)
+		}
+	}, 30*time.Second, 250*time.Millisecond)
+
+	agentRC, err := cp.UserConfig("system:serviceaccount:cozy-health:cozy-health-agent", "system:serviceaccounts", "system:authenticated")
+	require.NoError(t, err)
+	ahc, err := versioned.NewForConfig(agentRC)
+	require.NoError(t, err)
+	h, err := getHealth(ctx, hc, report.ComponentDisk)
+	require.NoError(t, err)
+	h.Status.Overall = healthv1alpha1.StatusHealthy
+	_, err = ahc.HealthV1alpha1().Healths(testNS).UpdateStatus(ctx, h, metav1.UpdateOptions{})
+	require.Error(t, err)
+	assert.True(t, apierrors.IsForbidden(err), "%v", err)
 }

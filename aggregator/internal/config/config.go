@@ -78,6 +78,9 @@ type Config struct {
 	DampDown     time.Duration
 	DampUnknown  time.Duration
 
+	// Pprof serves /debug/pprof/ on the metrics address (--pprof).
+	Pprof bool
+
 	// LogLevel is the zap level (debug, info, warn, error).
 	LogLevel string
 }
@@ -143,6 +146,7 @@ func bind(fs *flag.FlagSet, c *Config) {
 	fs.DurationVar(&c.DampDegraded, "damp-degraded", c.DampDegraded, "a worsening to Degraded must persist this long before it is published")
 	fs.DurationVar(&c.DampDown, "damp-down", c.DampDown, "a worsening to Down must persist this long before it is published")
 	fs.DurationVar(&c.DampUnknown, "damp-unknown", c.DampUnknown, "a worsening to Unknown must persist this long before it is published")
+	fs.BoolVar(&c.Pprof, "pprof", c.Pprof, "serve /debug/pprof/ on --metrics-addr")
 	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "log level: debug, info, warn or error")
 }
 

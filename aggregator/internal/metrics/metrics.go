@@ -17,7 +17,6 @@ import (
 const (
 	WriteSuccess = "success"
 	WriteError   = "error"
-	WriteSkipped = "unchanged"
 )
 
 // Metrics are the aggregator's metrics.
@@ -30,6 +29,7 @@ type Metrics struct {
 	writes          *prometheus.CounterVec
 	leader          prometheus.Gauge
 	rollupSeconds   prometheus.Histogram
+	writeSeconds    prometheus.Histogram
 
 	// mu guards nodeStatusOf and lastReportOf.
 	mu sync.Mutex
@@ -71,10 +71,15 @@ func New(reg prometheus.Registerer, namespace string) (*Metrics, error) {
 			Help:    "Time to roll the whole state up once.",
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14),
 		}),
+		writeSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "cozy_health_write_duration_seconds",
+			Help:    "Time of one Health status apply, successful or not.",
+			Buckets: prometheus.ExponentialBuckets(0.005, 2, 12),
+		}),
 		nodeStatusOf: map[string]map[string]report.Status{},
 		lastReportOf: map[string]prometheus.Gauge{},
 	}
-	for _, c := range []prometheus.Collector{m.componentStatus, m.nodeStatus, m.lastReport, m.writes, m.leader, m.rollupSeconds} {
+	for _, c := range []prometheus.Collector{m.componentStatus, m.nodeStatus, m.lastReport, m.writes, m.leader, m.rollupSeconds, m.writeSeconds} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -145,8 +150,11 @@ func (m *Metrics) Publish(component string, overall report.Status, nodes map[str
 	}
 }
 
-// Write counts one Health status write.
-func (m *Metrics) Write(result string) { m.writes.WithLabelValues(result).Inc() }
+// Write counts one Health status write and its duration.
+func (m *Metrics) Write(result string, took time.Duration) {
+	m.writes.WithLabelValues(result).Inc()
+	m.writeSeconds.Observe(took.Seconds())
+}
 
 // SetLeader records whether this replica leads.
 func (m *Metrics) SetLeader(leading bool) {

@@ -82,3 +82,19 @@ func TestDamperHoldsWholeFacts(t *testing.T) {
 	d.Apply(cs, t0.Add(15*time.Second))
 	assert.Equal(t, G, cs.Nodes["a"].Status)
 }
+
+func TestStampSummaries(t *testing.T) {
+	d := NewDamper(holds)
+	mk := func(s report.Status) *ComponentStatus {
+		return &ComponentStatus{Component: report.ComponentDisk, Conditions: []Condition{{Type: "FsyncProbe", Severity: s}}}
+	}
+	cs := mk(H)
+	d.Stamp(cs, t0)
+	assert.Equal(t, t0, cs.Conditions[0].LastTransition)
+	cs = mk(H)
+	d.Stamp(cs, t0.Add(time.Second))
+	assert.Equal(t, t0, cs.Conditions[0].LastTransition, "unchanged status keeps its transition time")
+	cs = mk(G)
+	d.Stamp(cs, t0.Add(2*time.Second))
+	assert.Equal(t, t0.Add(2*time.Second), cs.Conditions[0].LastTransition)
+}

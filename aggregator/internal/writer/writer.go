@@ -178,16 +178,20 @@ func (w *Writer) processNext(ctx context.Context, q workqueue.TypedRateLimitingI
 		q.Forget(comp)
 		return true
 	}
-	if err := w.write(ctx, d.cs, specDone); err != nil {
+	start := time.Now()
+	err := w.write(ctx, d.cs, specDone)
+	took := time.Since(start)
+	if err != nil {
 		if ctx.Err() != nil {
 			return false
 		}
-		w.metrics.Write(metrics.WriteError)
+		w.metrics.Write(metrics.WriteError, took)
 		w.log.Warn("write Health status", zap.String("health", comp), zap.Int("retries", q.NumRequeues(comp)), zap.Error(err))
 		q.AddRateLimited(comp)
 		return true
 	}
-	w.metrics.Write(metrics.WriteSuccess)
+	w.metrics.Write(metrics.WriteSuccess, took)
+	w.log.Debug("wrote Health status", zap.String("health", comp), zap.Duration("took", took))
 	q.Forget(comp)
 	w.mu.Lock()
 	w.written[comp] = writtenEntry{fp: d.fp, at: w.clock.Now()}

@@ -236,6 +236,11 @@ next:
 			}
 		}
 		switch {
+		case m.GetHistogram() != nil:
+			// The mean: sum / count.
+			if c := m.GetHistogram().GetSampleCount(); c > 0 {
+				sum += m.GetHistogram().GetSampleSum() / float64(c)
+			}
 		case m.GetCounter() != nil:
 			sum += m.GetCounter().GetValue()
 		case m.GetGauge() != nil:
@@ -286,7 +291,7 @@ func runBench(b *testing.B, nodes int, window time.Duration) {
 		"--kubeconfig", cp.Kubeconfig, "--namespace", namespace, "--identity", "bench-aggregator",
 		"--listen", listen, "--metrics-addr", metricsAddr, "--http-addr", httpAddr,
 		"--tls-cert", tlsFiles.CertFile, "--tls-key", tlsFiles.KeyFile, "--insecure-dev-keys-dir", keys,
-		"--log-level", "warn")
+		"--log-level", "warn", "--pprof")
 	cmd.Stdout, cmd.Stderr = logf, logf
 	require.NoError(b, cmd.Start())
 	pid := cmd.Process.Pid
@@ -364,6 +369,16 @@ func runBench(b *testing.B, nodes int, window time.Duration) {
 		require.NoError(b, err)
 		peakRSS = max(peakRSS, rss)
 	}
+	if pdir := os.Getenv("COZY_HEALTH_BENCH_PROFILE_DIR"); pdir != "" {
+		for name, path := range map[string]string{"heap.pprof": "/debug/pprof/heap", "cpu.pprof": "/debug/pprof/profile?seconds=15"} {
+			resp, err := http.Get("http://" + metricsAddr + path)
+			require.NoError(b, err)
+			data, err := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			require.NoError(b, err)
+			require.NoError(b, os.WriteFile(filepath.Join(pdir, name), data, 0o644))
+		}
+	}
 	elapsed := time.Since(t0).Seconds()
 	cpu1, rss, err := procStat(pid)
 	require.NoError(b, err)
@@ -377,6 +392,10 @@ func runBench(b *testing.B, nodes int, window time.Duration) {
 	rej, err := scrape(metricsAddr, "cozy_health_reports_rejected_total", nil)
 	require.NoError(b, err)
 
+	rollupMean, err := scrape(metricsAddr, "cozy_health_rollup_duration_seconds", nil)
+	require.NoError(b, err)
+	writeMean, err := scrape(metricsAddr, "cozy_health_write_duration_seconds", nil)
+	require.NoError(b, err)
 	cpuPct := (cpu1 - cpu0) / elapsed * 100
 	writesPerSec := (writes1 - writes0) / elapsed
 	reportsPerSec := (acc1 - acc0) / elapsed
@@ -426,6 +445,7 @@ func runBench(b *testing.B, nodes int, window time.Duration) {
 	b.Logf("  apiserver writes        %.2f /s successful (target <= 2 /s); %v failed writes in total", writesPerSec, writeErrs)
 	b.Logf("  reports accepted        %.0f /s; %v rejected in total; %d rejected acks seen by agents", reportsPerSec, rej, rejected.Load())
 	b.Logf("  silent -> Unknown       %.1f s after its first missed report (target <= 15 s); %.1f s after its last report (grace 3 x 5 s = 15 s)", sinceMissed, sinceLast)
+	b.Logf("  mean rollup             %.1f ms; mean status apply %.1f ms", rollupMean*1000, writeMean*1000)
 	b.Logf("  largest object          %s: %d nodes; linstor object %d bytes as JSON", h.Name, len(h.Status.Nodes), len(raw))
 	if b.Failed() {
 		logTail(b, logPath)
