@@ -174,20 +174,36 @@ func (u *Uplink) stream(ctx context.Context, client pb.IngestServiceClient, r *r
 		}
 	}()
 
-	check := time.NewTicker(max(u.cfg.AckTimeout/4, 10*time.Millisecond))
-	defer check.Stop()
 	// sentHere is the newest sequence sent on this stream; acks on this
 	// stream answer only reports sent on it.
-	var sentHere uint64
+	var sentHere atomic.Uint64
+	// The watchdog cancels the stream when a report stays unanswered, which
+	// also unblocks a Send stuck on a replica that stopped reading.
+	go func() {
+		check := time.NewTicker(max(u.cfg.AckTimeout/4, 10*time.Millisecond))
+		defer check.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-check.C:
+				if r.lastAnswered.Load() < sentHere.Load() && time.Since(time.Unix(0, lastProgress.Load())) > u.cfg.AckTimeout {
+					cancel(fmt.Errorf("no ack for report %d within %s", sentHere.Load(), u.cfg.AckTimeout))
+					return
+				}
+			}
+		}
+	}()
 	for {
 		if p := u.latest.Load(); p != nil && p.seq > r.lastSent {
-			if r.lastAnswered.Load() >= sentHere {
+			if r.lastAnswered.Load() >= sentHere.Load() {
 				lastProgress.Store(time.Now().UnixNano())
 			}
 			// Marked sent before the write: if the write fails we cannot
 			// know whether it arrived, and resending it could only be
 			// counted as a replay.
-			r.lastSent, sentHere = p.seq, p.seq
+			r.lastSent = p.seq
+			sentHere.Store(p.seq)
 			if err := st.Send(&pb.IngestRequest{Msg: &pb.IngestRequest_Report{Report: p.sr}}); err != nil {
 				return gotAck.Load(), fmt.Errorf("send report: %w", causeOr(ctx, err))
 			}
@@ -199,12 +215,8 @@ func (u *Uplink) stream(ctx context.Context, client pb.IngestServiceClient, r *r
 			_ = st.CloseSend()
 			return gotAck.Load(), context.Cause(ctx)
 		case err := <-recvDone:
-			return gotAck.Load(), fmt.Errorf("receive ack: %w", err)
+			return gotAck.Load(), fmt.Errorf("receive ack: %w", causeOr(ctx, err))
 		case <-r.wake:
-		case <-check.C:
-			if r.lastAnswered.Load() < sentHere && time.Since(time.Unix(0, lastProgress.Load())) > u.cfg.AckTimeout {
-				return gotAck.Load(), fmt.Errorf("no ack for report %d within %s", sentHere, u.cfg.AckTimeout)
-			}
 		}
 	}
 }
