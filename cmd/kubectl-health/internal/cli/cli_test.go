@@ -198,7 +198,9 @@ func TestPluginOnRealAPIServer(t *testing.T) {
 		wctx, stop := context.WithCancel(ctx)
 		var o, e syncBuffer
 		done := make(chan int, 1)
-		go func() { done <- Run(wctx, []string{"--kubeconfig", cp.Kubeconfig, "-n", "cozy-system", "-w"}, IO{Out: &o, Err: &e}) }()
+		go func() {
+			done <- Run(wctx, []string{"--kubeconfig", cp.Kubeconfig, "-n", "cozy-system", "-w"}, IO{Out: &o, Err: &e})
+		}()
 		require.EventuallyWithT(t, func(c *assert.CollectT) {
 			assert.Regexp(c, `cilium\s+Healthy`, o.String())
 		}, time.Minute, 200*time.Millisecond)
