@@ -1,0 +1,207 @@
+// Package e2e runs the fault matrix on a whole lab (test/lab): real
+// kube-apiserver, real management etcd members, per-node Talos shims and
+// sources, real agent and aggregator binaries. Each fault has its expected
+// Health outcome and a time bound.
+package e2e
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	healthv1alpha1 "github.com/cozystack/cozy-health/pkg/apis/health/v1alpha1"
+	"github.com/cozystack/cozy-health/test/harness"
+	"github.com/cozystack/cozy-health/test/lab"
+)
+
+var components = []string{"etcd", "disk", "cilium", "kube-ovn", "linstor", "node"}
+
+// Time bounds. The lab's agents report every 2 s with a 2 s check deadline;
+// the heartbeat grace is 3 intervals; the Lease lasts 6 s. Each bound adds
+// the writer's path (rollup period, token bucket, apiserver) on a loaded
+// 2-core machine.
+const (
+	boundFault     = 30 * time.Second // a source fault reaches the Health object
+	boundHeartbeat = 15 * time.Second // silent agent -> Unknown (the issue's bound)
+	boundRecover   = 60 * time.Second
+	leaseDuration  = 6 * time.Second
+)
+
+func binDir(t *testing.T) string {
+	t.Helper()
+	if d := os.Getenv("COZY_HEALTH_BIN"); d != "" {
+		return d
+	}
+	d := filepath.Join(harness.RepoRoot(), "bin")
+	if _, err := os.Stat(filepath.Join(d, "cozy-health-agent")); err != nil {
+		t.Fatalf("the e2e tests run the real binaries: run `make build` (or make test) first: %v", err)
+	}
+	return d
+}
+
+func TestFaultMatrix(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
+	l, err := lab.Up(ctx, lab.Options{
+		Dir: t.TempDir(), Nodes: 3, BinDir: binDir(t), LeaseDuration: leaseDuration,
+		Log: func(f string, a ...any) { t.Logf(f, a...) },
+	})
+	require.NoError(t, err)
+	t.Cleanup(func() { assert.NoError(t, l.Down()) })
+	dir := l.State.Dir
+
+	fault := func(t *testing.T, node, f, arg string) {
+		t.Helper()
+		msg, err := lab.Fault(ctx, dir, node, f, arg)
+		require.NoError(t, err)
+		t.Log(msg)
+	}
+	wait := func(t *testing.T, what string, bound time.Duration, cond lab.Condition) time.Duration {
+		t.Helper()
+		took, err := l.WaitFor(ctx, nil, what, bound, cond)
+		require.NoError(t, err)
+		t.Logf("%s after %s", what, took.Round(100*time.Millisecond))
+		return took
+	}
+	healthy := func(t *testing.T) {
+		t.Helper()
+		wait(t, "all Healthy", boundRecover, lab.AllHealthy(components))
+	}
+
+	healthy(t)
+
+	t.Run("etcd member stopped: etcd Degraded naming the node", func(t *testing.T) {
+		fault(t, "node-2", "etcd-stop", "")
+		wait(t, "etcd Degraded naming node-2", boundFault, lab.ComponentIs("etcd", healthv1alpha1.StatusDegraded, "node-2"))
+		hs, err := l.Healths(ctx)
+		require.NoError(t, err)
+		var pinned bool
+		for _, c := range hs["etcd"].Status.Conditions {
+			if c.Status == healthv1alpha1.ConditionFalse && c.ResourceRef != nil && c.ResourceRef.Kind == "Node" && c.ResourceRef.Name == "node-2" {
+				pinned = true
+			}
+		}
+		assert.True(t, pinned, "a False etcd condition pinned to Node node-2: %+v", hs["etcd"].Status.Conditions)
+
+		t.Run("2 of 3 stopped: etcd Down", func(t *testing.T) {
+			fault(t, "node-3", "etcd-stop", "")
+			wait(t, "etcd Down", boundFault, lab.ComponentIs("etcd", healthv1alpha1.StatusDown, ""))
+			fault(t, "node-3", "etcd-start", "")
+		})
+		fault(t, "node-2", "etcd-start", "")
+		healthy(t)
+	})
+
+	t.Run("agent stopped: the node reads Unknown within 15s", func(t *testing.T) {
+		fault(t, "node-3", "agent-stop", "")
+		conds := make([]lab.Condition, 0, len(components))
+		for _, c := range components {
+			if c == "etcd" || c == "linstor" {
+				// Every node reports these too, but keep the bound on the
+				// components every node has in any cluster.
+			}
+			conds = append(conds, lab.NodeEntryIs(c, "node-3", healthv1alpha1.StatusUnknown, "HeartbeatMissed"))
+		}
+		// The bound counts from the agent's last report, which precedes the
+		// stop by up to one interval; 15 s is measured from the stop.
+		wait(t, "node-3 entries Unknown (HeartbeatMissed)", boundHeartbeat, lab.All(conds...))
+		fault(t, "node-3", "agent-start", "")
+		healthy(t)
+	})
+
+	t.Run("Talos API hangs: that node's etcd entry Unknown, other components keep updating", func(t *testing.T) {
+		hs, err := l.Healths(ctx)
+		require.NoError(t, err)
+		before := hs["cilium"].Status.Nodes["node-1"].LastReportAt
+		require.NotNil(t, before)
+		fault(t, "node-1", "talos-hang", "")
+		wait(t, "etcd entry of node-1 Unknown", boundFault, lab.NodeEntryIs("etcd", "node-1", healthv1alpha1.StatusUnknown, ""))
+		hs, err = l.Healths(ctx)
+		require.NoError(t, err)
+		cil := hs["cilium"].Status.Nodes["node-1"]
+		assert.Equal(t, healthv1alpha1.StatusHealthy, cil.Status, "cilium on node-1 unaffected")
+		require.NotNil(t, cil.LastReportAt)
+		assert.True(t, cil.LastReportAt.After(before.Time), "node-1 kept reporting: %s then %s", before, cil.LastReportAt)
+		fault(t, "node-1", "talos-ok", "")
+		healthy(t)
+	})
+
+	t.Run("LINSTOR resource Outdated: linstor Degraded with a resourceRef", func(t *testing.T) {
+		fault(t, "node-2", "drbd-outdated", "pvc-lab-1")
+		wait(t, "linstor Degraded", boundFault, lab.ComponentIs("linstor", healthv1alpha1.StatusDegraded, "node-2"))
+		hs, err := l.Healths(ctx)
+		require.NoError(t, err)
+		var ref *healthv1alpha1.ResourceRef
+		for _, c := range hs["linstor"].Status.Conditions {
+			if c.Status == healthv1alpha1.ConditionFalse && c.ResourceRef != nil && c.ResourceRef.Name == "pvc-lab-1" {
+				ref = c.ResourceRef
+			}
+		}
+		require.NotNil(t, ref, "a False condition pinned to the resource: %+v", hs["linstor"].Status.Conditions)
+		assert.Equal(t, "Resource", ref.Kind)
+		fault(t, "node-2", "drbd-uptodate", "pvc-lab-1")
+		healthy(t)
+	})
+
+	t.Run("source faults: cilium, ovs, linstor satellite, fsync", func(t *testing.T) {
+		for _, tc := range []struct{ on, off, component string }{
+			{"cilium-fail", "cilium-ok", "cilium"},
+			{"ovs-down", "ovs-up", "kube-ovn"},
+			{"linstor-offline", "linstor-online", "linstor"},
+			{"fsync-slow", "fsync-ok", "etcd"},
+		} {
+			fault(t, "node-1", tc.on, "")
+			wait(t, tc.component+" not Healthy on node-1", boundFault, func(hs map[string]*healthv1alpha1.Health, now time.Time) (bool, string) {
+				h, ok := hs[tc.component]
+				if !ok {
+					return false, "missing"
+				}
+				st := h.Status.Nodes["node-1"]
+				return st.Status == healthv1alpha1.StatusDegraded || st.Status == healthv1alpha1.StatusDown, string(st.Status) + " " + st.Reason
+			})
+			fault(t, "node-1", tc.off, "")
+			healthy(t)
+		}
+	})
+
+	t.Run("leader killed: another replica writes within the lease duration, no freshUntil lapses", func(t *testing.T) {
+		old, err := lab.LeaderIdentity(ctx, l.State)
+		require.NoError(t, err)
+		hs, err := l.Healths(ctx)
+		require.NoError(t, err)
+		lastObserved := hs["etcd"].Status.ObservedAt.Time
+		fault(t, "", "leader-kill", "")
+		killed := time.Now()
+		// Watch every object's freshUntil until a new leader has written.
+		var newLeader string
+		for time.Since(killed) < 3*leaseDuration+boundFault {
+			hs, err := l.Healths(ctx)
+			if err == nil {
+				for _, c := range components {
+					fu := hs[c].Status.FreshUntil
+					require.NotNil(t, fu)
+					assert.False(t, time.Now().After(fu.Time), "%s freshUntil %s lapsed during failover", c, fu)
+				}
+				id, _ := lab.LeaderIdentity(ctx, l.State)
+				if id != old && hs["etcd"].Status.ObservedAt.After(lastObserved) {
+					newLeader = id
+					break
+				}
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+		require.NotEmpty(t, newLeader, "no new leader wrote within %s", 3*leaseDuration+boundFault)
+		t.Logf("new leader %s writing %s after the kill", newLeader, time.Since(killed).Round(100*time.Millisecond))
+		_, err = lab.Fault(ctx, dir, "", "aggregator-start", "")
+		require.NoError(t, err)
+	})
+
+	t.Run("every fault reverted: all Healthy", func(t *testing.T) {
+		healthy(t)
+	})
+}

@@ -1,0 +1,311 @@
+package lab
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"sort"
+	"strings"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	healthv1alpha1 "github.com/cozystack/cozy-health/pkg/apis/health/v1alpha1"
+	"github.com/cozystack/cozy-health/pkg/client/clientset/versioned"
+)
+
+// RunKubectl runs the lab's kubectl with the lab's kubeconfig and returns its
+// exit code.
+func RunKubectl(ctx context.Context, dir string, args []string, stdout, stderr io.Writer) (int, error) {
+	s, err := LoadState(dir)
+	if err != nil {
+		return 0, err
+	}
+	cmd := exec.CommandContext(ctx, s.Kubectl, append([]string{"--kubeconfig=" + s.Kubeconfig}, args...)...)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, stdout, stderr
+	err = cmd.Run()
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		return ee.ExitCode(), nil
+	}
+	return 0, err
+}
+
+// Healths returns the platform Health objects by name.
+func (l *Lab) Healths(ctx context.Context) (map[string]*healthv1alpha1.Health, error) {
+	cs, err := l.healthClient()
+	if err != nil {
+		return nil, err
+	}
+	return listHealths(ctx, cs)
+}
+
+func listHealths(ctx context.Context, cs versioned.Interface) (map[string]*healthv1alpha1.Health, error) {
+	list, err := cs.HealthV1alpha1().Healths(PlatformNamespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]*healthv1alpha1.Health, len(list.Items))
+	for i := range list.Items {
+		out[list.Items[i].Name] = &list.Items[i]
+	}
+	return out, nil
+}
+
+// Condition is a predicate on the platform Health objects; the string says
+// what it saw, for progress lines and timeouts.
+type Condition func(map[string]*healthv1alpha1.Health, time.Time) (bool, string)
+
+// WaitFor polls the Health objects until cond holds or timeout passes,
+// printing a progress line to w (nil: quiet). It returns how long it took.
+func (l *Lab) WaitFor(ctx context.Context, w io.Writer, what string, timeout time.Duration, cond Condition) (time.Duration, error) {
+	cs, err := l.healthClient()
+	if err != nil {
+		return 0, err
+	}
+	start := time.Now()
+	last := ""
+	for {
+		hs, err := listHealths(ctx, cs)
+		if err == nil {
+			ok, seen := cond(hs, time.Now())
+			last = seen
+			if ok {
+				if w != nil {
+					fmt.Fprintf(w, "\r    %s: yes, after %.1fs%s\n", what, time.Since(start).Seconds(), strings.Repeat(" ", 30))
+				}
+				return time.Since(start), nil
+			}
+		} else {
+			last = err.Error()
+		}
+		if w != nil {
+			fmt.Fprintf(w, "\r    waiting for %s ... %.0fs (now: %s)%s", what, time.Since(start).Seconds(), truncate(last, 60), strings.Repeat(" ", 5))
+		}
+		if time.Since(start) > timeout {
+			if w != nil {
+				fmt.Fprintln(w)
+			}
+			return time.Since(start), fmt.Errorf("%s: not within %s (last seen: %s)", what, timeout, last)
+		}
+		select {
+		case <-ctx.Done():
+			return time.Since(start), ctx.Err()
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
+func truncate(s string, n int) string {
+	if len(s) > n {
+		return s[:n-3] + "..."
+	}
+	return s
+}
+
+// AllHealthy holds when every node-local component is Healthy and fresh.
+func AllHealthy(components []string) Condition {
+	return func(hs map[string]*healthv1alpha1.Health, now time.Time) (bool, string) {
+		var bad []string
+		for _, c := range components {
+			h, ok := hs[c]
+			switch {
+			case !ok:
+				bad = append(bad, c+"=missing")
+			case h.Status.FreshUntil == nil || now.After(h.Status.FreshUntil.Time):
+				bad = append(bad, c+"=stale")
+			case h.Status.Overall != healthv1alpha1.StatusHealthy:
+				bad = append(bad, c+"="+string(h.Status.Overall))
+			}
+		}
+		if len(bad) == 0 {
+			return true, "all Healthy"
+		}
+		sort.Strings(bad)
+		return false, strings.Join(bad, " ")
+	}
+}
+
+// ComponentIs holds when component's overall is want and, if node is not
+// empty, the node is listed in degradedNodes.
+func ComponentIs(component string, want healthv1alpha1.Status, node string) Condition {
+	return func(hs map[string]*healthv1alpha1.Health, _ time.Time) (bool, string) {
+		h, ok := hs[component]
+		if !ok {
+			return false, component + " missing"
+		}
+		seen := fmt.Sprintf("%s %s degraded=[%s]", component, h.Status.Overall, h.Status.DegradedNodes)
+		if h.Status.Overall != want {
+			return false, seen
+		}
+		if node != "" && !containsNode(h.Status.DegradedNodes, node) {
+			return false, seen
+		}
+		return true, seen
+	}
+}
+
+// NodeEntryIs holds when component's nodes[node] has status want (and
+// reason, if not empty).
+func NodeEntryIs(component, node string, want healthv1alpha1.Status, reason string) Condition {
+	return func(hs map[string]*healthv1alpha1.Health, _ time.Time) (bool, string) {
+		h, ok := hs[component]
+		if !ok {
+			return false, component + " missing"
+		}
+		st, ok := h.Status.Nodes[node]
+		if !ok {
+			return false, fmt.Sprintf("%s has no entry for %s", component, node)
+		}
+		seen := fmt.Sprintf("%s/%s %s %s", component, node, st.Status, st.Reason)
+		return st.Status == want && (reason == "" || st.Reason == reason), seen
+	}
+}
+
+// All holds when every condition holds.
+func All(conds ...Condition) Condition {
+	return func(hs map[string]*healthv1alpha1.Health, now time.Time) (bool, string) {
+		var seen []string
+		okAll := true
+		for _, c := range conds {
+			ok, s := c(hs, now)
+			okAll = okAll && ok
+			if !ok {
+				seen = append(seen, s)
+			}
+		}
+		return okAll, strings.Join(seen, "; ")
+	}
+}
+
+func containsNode(list, node string) bool {
+	for _, n := range strings.Split(list, ",") {
+		if strings.TrimSpace(n) == node {
+			return true
+		}
+	}
+	return false
+}
+
+// Demo is `make demo`: a 3-node lab, all Healthy; etcd stopped on one node
+// (etcd Degraded naming it); the agent stopped on another (its entries go
+// Unknown); both restored (Healthy again); torn down.
+func Demo(ctx context.Context, o Options, w io.Writer) (err error) {
+	if o.Nodes < 3 {
+		return fmt.Errorf("demo needs at least 3 nodes, got %d", o.Nodes)
+	}
+	step := func(n int, format string, args ...any) {
+		fmt.Fprintf(w, "\n\033[1mStep %d: %s\033[0m\n", n, fmt.Sprintf(format, args...))
+	}
+	show := func(args ...string) {
+		fmt.Fprintf(w, "\n  $ kubectl %s\n", strings.Join(args, " "))
+		_, _ = RunKubectl(ctx, o.Dir, args, indent(w), indent(w))
+	}
+	started := time.Now()
+	step(0, "start a %d-node lab in %s (first run builds the control plane: ~10 min)", o.Nodes, o.Dir)
+	l, err := Up(ctx, o)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		step(5, "tear the lab down (logs stay in %s/logs)", o.Dir)
+		if derr := l.Down(); derr != nil && err == nil {
+			err = derr
+		}
+		if err == nil {
+			fmt.Fprintf(w, "\nDemo finished in %s. Every step behaved as promised.\n", time.Since(started).Round(time.Second))
+		}
+	}()
+	etcdNode, agentNode := "node-2", "node-3"
+	components := []string{"etcd", "disk", "cilium", "kube-ovn", "linstor", "node"}
+
+	step(1, "every component Healthy — facts from Talos, etcd, Cilium, kube-ovn and LINSTOR on every node")
+	if _, err := l.WaitFor(ctx, w, "all Health objects Healthy", 90*time.Second, AllHealthy(components)); err != nil {
+		return err
+	}
+	show("get", "chz", "-A")
+
+	step(2, "stop etcd on %s: etcd must read Degraded, naming %s (2 of 3 voting members healthy keeps quorum)", etcdNode, etcdNode)
+	msg, err := Fault(ctx, o.Dir, etcdNode, "etcd-stop", "")
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "    %s\n", msg)
+	if _, err := l.WaitFor(ctx, w, "etcd Degraded naming "+etcdNode, 60*time.Second, ComponentIs("etcd", healthv1alpha1.StatusDegraded, etcdNode)); err != nil {
+		return err
+	}
+	show("get", "chz", "-A")
+	show("get", "health", "etcd", "-n", PlatformNamespace, "-o",
+		`jsonpath={range .status.conditions[?(@.status!="True")]}{.type}{"\t"}{.status}{"\t"}{.reason}{"\t"}{.resourceRef.kind}/{.resourceRef.name}{"\t"}{.message}{"\n"}{end}`)
+
+	step(3, "stop the agent on %s: after the heartbeat grace its entries must read Unknown (HeartbeatMissed), never stay green", agentNode)
+	msg, err = Fault(ctx, o.Dir, agentNode, "agent-stop", "")
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "    %s\n", msg)
+	if _, err := l.WaitFor(ctx, w, agentNode+" entries Unknown", 60*time.Second,
+		All(NodeEntryIs("cilium", agentNode, healthv1alpha1.StatusUnknown, "HeartbeatMissed"),
+			NodeEntryIs("disk", agentNode, healthv1alpha1.StatusUnknown, "HeartbeatMissed"))); err != nil {
+		return err
+	}
+	show("get", "chz", "-A")
+	if hs, err := l.Healths(ctx); err == nil {
+		printNodes(w, hs["cilium"])
+	}
+
+	step(4, "restore etcd on %s and the agent on %s: everything must read Healthy again", etcdNode, agentNode)
+	for _, f := range [][2]string{{etcdNode, "etcd-start"}, {agentNode, "agent-start"}} {
+		msg, err := Fault(ctx, o.Dir, f[0], f[1], "")
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(w, "    %s\n", msg)
+	}
+	if _, err := l.WaitFor(ctx, w, "all Health objects Healthy", 90*time.Second, AllHealthy(components)); err != nil {
+		return err
+	}
+	show("get", "chz", "-A")
+	return nil
+}
+
+type indentWriter struct{ w io.Writer }
+
+func (i indentWriter) Write(p []byte) (int, error) {
+	lines := strings.SplitAfter(string(p), "\n")
+	for _, ln := range lines {
+		if ln == "" {
+			continue
+		}
+		if _, err := io.WriteString(i.w, "    "+ln); err != nil {
+			return 0, err
+		}
+	}
+	return len(p), nil
+}
+
+func indent(w io.Writer) io.Writer { return indentWriter{w} }
+
+// printNodes prints a Health object's status.nodes as a table.
+func printNodes(w io.Writer, h *healthv1alpha1.Health) {
+	if h == nil {
+		return
+	}
+	fmt.Fprintf(w, "\n  %s/%s status.nodes:\n", h.Namespace, h.Name)
+	names := make([]string, 0, len(h.Status.Nodes))
+	for n := range h.Status.Nodes {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		st := h.Status.Nodes[n]
+		last := ""
+		if st.LastReportAt != nil {
+			last = "last report " + st.LastReportAt.UTC().Format(time.RFC3339)
+		}
+		fmt.Fprintf(w, "    %-8s %-9s %-16s %s\n", n, st.Status, st.Reason, last)
+	}
+}

@@ -1,0 +1,493 @@
+// Package lab runs a whole cozy-health cluster on one machine, all on
+// loopback and all real: the control plane from test/harness with the CRD,
+// Nodes and agent Pods; a real N-member management etcd (one member per
+// simulated node); per node a Talos MachineService shim answering from that
+// node's real etcd member, and Cilium / kube-ovn pinger / LINSTOR servers in
+// their real wire shapes with settable state; one real agent process per
+// node; three real aggregator replicas with leader election. Faults act on it
+// while it runs. `make demo` and the e2e tests are built on it.
+package lab
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/cozystack/cozy-health/pkg/client/clientset/versioned"
+	"github.com/cozystack/cozy-health/pkg/report"
+	"github.com/cozystack/cozy-health/pkg/tlsutil"
+	"github.com/cozystack/cozy-health/test/harness"
+)
+
+// Namespaces and names the lab uses, the same as a real install.
+const (
+	PlatformNamespace   = "cozy-system"
+	AgentNamespace      = "cozy-health"
+	AgentServiceAccount = "cozy-health-agent"
+	TokenAudience       = "health.cozystack.io"
+	LeaseName           = "cozy-health-aggregator"
+	Aggregators         = 3
+)
+
+// Options configure Up.
+type Options struct {
+	// Dir holds everything the lab writes; nothing is written outside it.
+	Dir string
+	// Nodes is the number of simulated nodes (>= 1).
+	Nodes int
+	// Voters is the number of voting etcd members (default 3, at most
+	// Nodes); the other members join as learners unless LearnersAsVoters.
+	Voters           int
+	LearnersAsVoters bool
+	// Detach makes every process outlive the caller (cozy-health-lab up);
+	// otherwise they die with it (tests) and the source servers run in-process.
+	Detach bool
+	// BinDir holds cozy-health-agent, cozy-health-aggregator and
+	// cozy-health-lab (default $COZY_HEALTH_BIN, then ./bin of the repo).
+	BinDir string
+	// Interval is the agents' report interval (default 2s in the lab so the
+	// demo moves quickly; production default is 5s).
+	Interval time.Duration
+	// LeaseDuration of the aggregators' Lease (default 6s).
+	LeaseDuration time.Duration
+	// Log receives progress lines.
+	Log func(format string, args ...any)
+}
+
+// Node is one simulated node as lab.json records it.
+type Node struct {
+	Name            string   `json:"name"`
+	AgentPid        int      `json:"agentPid"`
+	EtcdPid         int      `json:"etcdPid"`
+	Talos           string   `json:"talos"`
+	Talosconfig     string   `json:"talosconfig"`
+	EtcdMetrics     string   `json:"etcdMetrics"`
+	CiliumSocket    string   `json:"ciliumSocket"`
+	PingerURL       string   `json:"pingerURL"`
+	LinstorURL      string   `json:"linstorURL"`
+	EtcdClient      string   `json:"etcdClientURL"`
+	EtcdRealMetrics string   `json:"etcdRealMetrics"`
+	Learner         bool     `json:"learner"`
+	TokenFile       string   `json:"tokenFile"`
+	AgentArgs       []string `json:"agentArgs"`
+	EtcdArgs        []string `json:"etcdArgs"`
+}
+
+// Aggregator is one replica as lab.json records it.
+type Aggregator struct {
+	Name    string   `json:"name"`
+	GRPC    string   `json:"grpc"`
+	HTTP    string   `json:"http"`
+	Metrics string   `json:"metrics"`
+	Pid     int      `json:"pid"`
+	Args    []string `json:"args"`
+}
+
+// State is lab.json: where everything is.
+type State struct {
+	Dir           string       `json:"dir"`
+	Detached      bool         `json:"detached"`
+	Kubeconfig    string       `json:"kubeconfig"`
+	Kubectl       string       `json:"kubectl"`
+	CAFile        string       `json:"caFile"`
+	ControlSocket string       `json:"controlSocket"`
+	APIServerPid  int          `json:"apiserverPid"`
+	EtcdPid       int          `json:"controlPlaneEtcdPid"`
+	DaemonPid     int          `json:"daemonPid"`
+	Aggregators   []Aggregator `json:"aggregators"`
+	Nodes         []Node       `json:"nodes"`
+}
+
+// Node returns the node named name.
+func (s *State) Node(name string) (*Node, error) {
+	for i := range s.Nodes {
+		if s.Nodes[i].Name == name {
+			return &s.Nodes[i], nil
+		}
+	}
+	return nil, fmt.Errorf("lab has no node %q", name)
+}
+
+// statePath is where lab.json lives.
+func statePath(dir string) string { return filepath.Join(dir, "lab.json") }
+
+// LoadState reads DIR/lab.json.
+func LoadState(dir string) (*State, error) {
+	b, err := os.ReadFile(statePath(dir))
+	if err != nil {
+		return nil, fmt.Errorf("read lab state (is a lab up in %s?): %w", dir, err)
+	}
+	var s State
+	if err := json.Unmarshal(b, &s); err != nil {
+		return nil, fmt.Errorf("decode %s: %w", statePath(dir), err)
+	}
+	return &s, nil
+}
+
+// save writes lab.json atomically.
+func (s *State) save() error {
+	b, err := json.MarshalIndent(s, "", "  ")
+	if err != nil {
+		return fmt.Errorf("encode lab state: %w", err)
+	}
+	tmp := statePath(s.Dir) + ".tmp"
+	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+		return fmt.Errorf("write lab state: %w", err)
+	}
+	return os.Rename(tmp, statePath(s.Dir))
+}
+
+// Lab is a running lab.
+type Lab struct {
+	State      *State
+	cp         *harness.ControlPlane
+	opts       Options
+	stopDaemon func()
+}
+
+func (o *Options) defaults() error {
+	if o.Dir == "" {
+		return errors.New("lab: --dir is required")
+	}
+	if o.Nodes < 1 {
+		return fmt.Errorf("lab: --nodes must be at least 1, got %d", o.Nodes)
+	}
+	if o.Voters == 0 {
+		o.Voters = 3
+	}
+	if o.Voters > o.Nodes {
+		o.Voters = o.Nodes
+	}
+	if o.Interval == 0 {
+		o.Interval = 2 * time.Second
+	}
+	if o.LeaseDuration == 0 {
+		o.LeaseDuration = 6 * time.Second
+	}
+	if o.BinDir == "" {
+		o.BinDir = os.Getenv("COZY_HEALTH_BIN")
+	}
+	if o.BinDir == "" {
+		o.BinDir = filepath.Join(harness.RepoRoot(), "bin")
+	}
+	for _, b := range []string{"cozy-health-agent", "cozy-health-aggregator"} {
+		if _, err := os.Stat(filepath.Join(o.BinDir, b)); err != nil {
+			return fmt.Errorf("lab: %s not found in %s (run make build): %w", b, o.BinDir, err)
+		}
+	}
+	if o.Log == nil {
+		o.Log = func(string, ...any) {}
+	}
+	abs, err := filepath.Abs(o.Dir)
+	if err != nil {
+		return fmt.Errorf("lab: %w", err)
+	}
+	o.Dir = abs
+	return nil
+}
+
+// Up starts a lab and returns when every platform Health object exists.
+func Up(ctx context.Context, o Options) (l *Lab, err error) {
+	if err := o.defaults(); err != nil {
+		return nil, err
+	}
+	if _, err := os.Stat(statePath(o.Dir)); err == nil {
+		return nil, fmt.Errorf("lab: %s already holds a lab; run down first", o.Dir)
+	}
+	if err := os.MkdirAll(o.Dir, 0o700); err != nil {
+		return nil, fmt.Errorf("lab: create %s: %w", o.Dir, err)
+	}
+	l = &Lab{opts: o, State: &State{Dir: o.Dir, Detached: o.Detach}}
+	defer func() {
+		if err != nil {
+			_ = l.Down()
+		}
+	}()
+
+	o.Log("starting kube-apiserver + etcd %s (the lab's Kubernetes)", harness.KubernetesVersion)
+	cp, err := harness.StartControlPlane(ctx, harness.Options{Dir: filepath.Join(o.Dir, "k8s"), Detach: o.Detach})
+	if err != nil {
+		return nil, err
+	}
+	l.cp = cp
+	s := l.State
+	s.EtcdPid, s.APIServerPid = cp.Pids()
+	s.Kubeconfig = filepath.Join(o.Dir, "kubeconfig")
+	if err := copyFile(cp.Kubeconfig, s.Kubeconfig); err != nil {
+		return nil, err
+	}
+	s.Kubectl = cp.Binary("kubectl")
+	if err := s.save(); err != nil {
+		return nil, err
+	}
+	if err := cp.InstallCRDs(ctx); err != nil {
+		return nil, err
+	}
+	for _, ns := range []string{PlatformNamespace, AgentNamespace} {
+		if err := cp.EnsureNamespace(ctx, ns); err != nil {
+			return nil, err
+		}
+	}
+	if err := cp.CreateServiceAccount(ctx, AgentNamespace, AgentServiceAccount); err != nil {
+		return nil, err
+	}
+
+	// The aggregators' serving certificate, for 127.0.0.1.
+	pki := filepath.Join(o.Dir, "pki")
+	files, err := tlsutil.WriteServing(pki, "127.0.0.1", "localhost")
+	if err != nil {
+		return nil, fmt.Errorf("lab: aggregator certificate: %w", err)
+	}
+	s.CAFile = files.CAFile
+
+	names := make([]string, o.Nodes)
+	for i := range names {
+		names[i] = "node-" + strconv.Itoa(i+1)
+	}
+	o.Log("starting the management etcd under observation: %d members (%d voting)", o.Nodes, o.Voters)
+	etcdBin := cp.Binary("etcd")
+	members, procs, err := startEtcdCluster(ctx, etcdBin, o.Dir, names, o.Voters, o.LearnersAsVoters, o.Detach)
+	for _, p := range procs {
+		// Record pids as they start so down stops even a half-started lab.
+		s.Nodes = append(s.Nodes, Node{Name: p.Name[len("etcd-"):], EtcdPid: p.Pid, EtcdArgs: p.Args})
+	}
+	if err2 := s.save(); err2 != nil && err == nil {
+		err = err2
+	}
+	if err != nil {
+		return nil, err
+	}
+
+	for i := range s.Nodes {
+		n := &s.Nodes[i]
+		m := members[i]
+		n.EtcdClient, n.EtcdRealMetrics, n.Learner = m.ClientURL, m.MetricsURL, m.Learner
+		pod := "cozy-health-agent-" + n.Name
+		if _, err := cp.CreateNodeAndPod(ctx, n.Name, AgentNamespace, pod, AgentServiceAccount); err != nil {
+			return nil, err
+		}
+		tok, err := cp.PodBoundToken(ctx, AgentNamespace, AgentServiceAccount, pod, []string{TokenAudience}, 48*time.Hour)
+		if err != nil {
+			return nil, err
+		}
+		n.TokenFile = filepath.Join(o.Dir, "nodes", n.Name, "token")
+		if err := os.MkdirAll(filepath.Dir(n.TokenFile), 0o700); err != nil {
+			return nil, fmt.Errorf("lab: %w", err)
+		}
+		if err := os.WriteFile(n.TokenFile, []byte(tok), 0o600); err != nil {
+			return nil, fmt.Errorf("lab: write token: %w", err)
+		}
+	}
+
+	o.Log("starting per-node sources: Talos MachineService shims, Cilium, kube-ovn pinger, LINSTOR")
+	if err := l.startDaemon(ctx); err != nil {
+		return nil, err
+	}
+
+	o.Log("starting %d aggregator replicas (leader election on Lease %s/%s)", Aggregators, PlatformNamespace, LeaseName)
+	for i := 0; i < Aggregators; i++ {
+		a, err := l.aggregatorSpec(i, files)
+		if err != nil {
+			return nil, err
+		}
+		s.Aggregators = append(s.Aggregators, a)
+		if err := l.startAggregator(&s.Aggregators[i]); err != nil {
+			return nil, err
+		}
+	}
+	if err := s.save(); err != nil {
+		return nil, err
+	}
+	o.Log("starting %d agents (the real binary, one per node)", len(s.Nodes))
+	for i := range s.Nodes {
+		n := &s.Nodes[i]
+		n.AgentArgs = l.agentArgs(n)
+		if err := l.StartAgent(n.Name); err != nil {
+			return nil, err
+		}
+	}
+	if err := s.save(); err != nil {
+		return nil, err
+	}
+	o.Log("waiting for the Health objects")
+	if err := l.waitHealthObjects(ctx); err != nil {
+		return nil, err
+	}
+	return l, nil
+}
+
+func (l *Lab) aggregatorSpec(i int, files tlsutil.Files) (Aggregator, error) {
+	a := Aggregator{Name: "aggregator-" + strconv.Itoa(i)}
+	var err error
+	for _, p := range []*string{&a.GRPC, &a.HTTP, &a.Metrics} {
+		if *p, err = freeAddr(); err != nil {
+			return a, err
+		}
+	}
+	a.Args = []string{
+		filepath.Join(l.opts.BinDir, "cozy-health-aggregator"),
+		"--kubeconfig=" + l.State.Kubeconfig,
+		"--namespace=" + PlatformNamespace,
+		"--lease-name=" + LeaseName,
+		"--lease-duration=" + l.opts.LeaseDuration.String(),
+		"--renew-deadline=" + (l.opts.LeaseDuration * 2 / 3).String(),
+		"--retry-period=" + (l.opts.LeaseDuration / 6).String(),
+		"--identity=" + a.Name,
+		"--report-interval=" + l.opts.Interval.String(),
+		"--listen=" + a.GRPC,
+		"--http-addr=" + a.HTTP,
+		"--metrics-addr=" + a.Metrics,
+		"--tls-cert=" + files.CertFile,
+		"--tls-key=" + files.KeyFile,
+		"--token-audience=" + TokenAudience,
+		"--agent-service-account=" + AgentNamespace + "/" + AgentServiceAccount,
+	}
+	return a, nil
+}
+
+func (l *Lab) startAggregator(a *Aggregator) error {
+	p, err := startProc(l.State.Dir, a.Name, a.Args, l.opts.Detach)
+	if err != nil {
+		return err
+	}
+	a.Pid = p.Pid
+	return nil
+}
+
+func (l *Lab) agentArgs(n *Node) []string {
+	args := []string{
+		filepath.Join(l.opts.BinDir, "cozy-health-agent"), "run",
+		"--node-name=" + n.Name,
+		"--interval=" + l.opts.Interval.String(),
+		"--metrics-addr=",
+		"--ca-file=" + l.State.CAFile,
+		"--token-file=" + n.TokenFile,
+		"--talosconfig=" + n.Talosconfig,
+		"--etcd-metrics-url=" + n.EtcdMetrics,
+		"--fsync-probe-dir=" + filepath.Join(l.State.Dir, "nodes", n.Name),
+		"--proc-root=",
+		"--cilium-socket=" + n.CiliumSocket,
+		"--kube-ovn-pinger-url=" + n.PingerURL,
+		"--linstor-url=" + n.LinstorURL,
+		"--drbdsetup=",
+	}
+	for _, a := range l.State.Aggregators {
+		args = append(args, "--aggregator="+a.GRPC)
+	}
+	return args
+}
+
+// StartAgent starts (or restarts) the agent of node.
+func (l *Lab) StartAgent(node string) error {
+	n, err := l.State.Node(node)
+	if err != nil {
+		return err
+	}
+	if alive(n.AgentPid) {
+		return nil
+	}
+	p, err := startProc(l.State.Dir, "agent-"+n.Name, n.AgentArgs, l.opts.Detach)
+	if err != nil {
+		return err
+	}
+	n.AgentPid = p.Pid
+	return l.State.save()
+}
+
+// waitHealthObjects waits until every node-local component's Health object
+// exists with a status.
+func (l *Lab) waitHealthObjects(ctx context.Context) error {
+	cs, err := l.healthClient()
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	for {
+		list, err := cs.HealthV1alpha1().Healths(PlatformNamespace).List(ctx, metav1.ListOptions{})
+		if err == nil {
+			have := map[string]bool{}
+			for _, h := range list.Items {
+				if h.Status.Overall != "" {
+					have[h.Name] = true
+				}
+			}
+			missing := 0
+			for _, c := range report.NodeComponents {
+				if !have[c] {
+					missing++
+				}
+			}
+			if missing == 0 {
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("lab: Health objects did not appear (aggregator logs in %s/logs): %w", l.State.Dir, ctx.Err())
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
+
+func (l *Lab) healthClient() (versioned.Interface, error) {
+	cfg, err := clientcmd.BuildConfigFromFlags("", l.State.Kubeconfig)
+	if err != nil {
+		return nil, fmt.Errorf("lab: load kubeconfig: %w", err)
+	}
+	return versioned.NewForConfig(cfg)
+}
+
+// Down stops everything a lab started, by pid. It removes nothing outside
+// the lab's directory (and nothing inside it either: logs stay to be read).
+func (l *Lab) Down() error {
+	if l.stopDaemon != nil {
+		l.stopDaemon()
+	}
+	return DownDir(l.State.Dir)
+}
+
+// DownDir stops the lab recorded in dir/lab.json.
+func DownDir(dir string) error {
+	s, err := LoadState(dir)
+	if err != nil {
+		return err
+	}
+	var pids []int
+	for _, n := range s.Nodes {
+		pids = append(pids, n.AgentPid)
+	}
+	for _, a := range s.Aggregators {
+		pids = append(pids, a.Pid)
+	}
+	pids = append(pids, s.DaemonPid)
+	for _, n := range s.Nodes {
+		pids = append(pids, n.EtcdPid)
+	}
+	pids = append(pids, s.APIServerPid, s.EtcdPid)
+	for _, pid := range pids {
+		if err := stopPid(pid, 10*time.Second); err != nil {
+			return err
+		}
+	}
+	return os.Rename(statePath(dir), statePath(dir)+".down")
+}
+
+func copyFile(src, dst string) error {
+	b, err := os.ReadFile(src)
+	if err != nil {
+		return fmt.Errorf("read %s: %w", src, err)
+	}
+	if err := os.WriteFile(dst, b, 0o600); err != nil {
+		return fmt.Errorf("write %s: %w", dst, err)
+	}
+	return nil
+}
