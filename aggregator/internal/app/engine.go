@@ -30,6 +30,7 @@ type Engine struct {
 	// evalMu serializes Evaluate (the damper is not concurrent).
 	evalMu sync.Mutex
 	damper *rollup.Damper
+	cache  *rollup.Cache
 
 	// mu guards latest.
 	mu     sync.RWMutex
@@ -42,7 +43,7 @@ func NewEngine(st *state.State, cfg rollup.Config, holds rollup.Holds, maxListed
 		maxListed = rollup.DefaultMaxListed
 	}
 	return &Engine{state: st, cfg: cfg, maxListed: maxListed, metrics: m, writer: w, clock: clk, log: log.With(zap.String("component", "rollup")),
-		damper: rollup.NewDamper(holds)}
+		damper: rollup.NewDamper(holds), cache: rollup.NewCache()}
 }
 
 // Evaluate rolls the state up once at the clock's now and publishes it.
@@ -51,7 +52,7 @@ func (e *Engine) Evaluate() map[string]*rollup.ComponentStatus {
 	defer e.evalMu.Unlock()
 	start := time.Now()
 	now := e.clock.Now()
-	out := rollup.Compute(e.state.Snapshot(), now, e.cfg)
+	out := rollup.ComputeCached(e.state.Snapshot(), now, e.cfg, e.cache)
 	for _, comp := range report.NodeComponents {
 		cs := out[comp]
 		e.damper.Apply(cs, now)

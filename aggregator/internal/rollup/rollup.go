@@ -154,22 +154,102 @@ func (c Config) Stale(e state.Entry, now time.Time) bool {
 // Compute rolls the snapshot up into every node-local component's status,
 // uncompacted (every condition, True ones included) and undamped.
 func Compute(snap state.Snapshot, now time.Time, cfg Config) map[string]*ComponentStatus {
+	return ComputeCached(snap, now, cfg, nil)
+}
+
+// ComputeCached is Compute with a memo of what each report says per
+// component (folded conditions and node state), keyed by the report, which
+// is immutable: only nodes whose report changed since the last call are
+// folded again. The result is identical to Compute's. cache may be nil; a
+// Cache must not be shared by concurrent calls.
+func ComputeCached(snap state.Snapshot, now time.Time, cfg Config, cache *Cache) map[string]*ComponentStatus {
 	names := snap.Names()
+	facts := make([]*reportFacts, len(names))
+	for i, name := range names {
+		facts[i] = cache.get(name, snap[name].Report)
+	}
+	cache.sweep(snap)
 	out := make(map[string]*ComponentStatus, len(report.NodeComponents))
 	for _, comp := range report.NodeComponents {
-		out[comp] = computeComponent(comp, names, snap, now, cfg)
+		out[comp] = computeComponent(comp, names, facts, snap, now, cfg)
 	}
 	return out
 }
 
-func computeComponent(comp string, names []string, snap state.Snapshot, now time.Time, cfg Config) *ComponentStatus {
-	cs := &ComponentStatus{Component: comp, Nodes: map[string]NodeState{}}
+// Cache memoizes the per-report part of the rollup. The zero value is not
+// usable; use NewCache.
+type Cache struct {
+	byNode map[string]*reportFacts
+}
+
+// NewCache returns an empty Cache.
+func NewCache() *Cache { return &Cache{byNode: map[string]*reportFacts{}} }
+
+// reportFacts is what one report says, per component, about its node when
+// the node is fresh.
+type reportFacts struct {
+	report *report.NodeReport
+	comps  map[string]*componentFacts
+}
+
+type componentFacts struct {
+	conds []Condition
+	state NodeState // LastReportAt is filled by the caller
+}
+
+func (c *Cache) get(node string, r *report.NodeReport) *reportFacts {
+	if c != nil {
+		if f, ok := c.byNode[node]; ok && f.report == r {
+			return f
+		}
+	}
+	f := factsOf(node, r)
+	if c != nil {
+		c.byNode[node] = f
+	}
+	return f
+}
+
+func (c *Cache) sweep(snap state.Snapshot) {
+	if c == nil || len(c.byNode) == len(snap) {
+		return
+	}
+	for n := range c.byNode {
+		if _, ok := snap[n]; !ok {
+			delete(c.byNode, n)
+		}
+	}
+}
+
+// factsOf folds a report's observations per component.
+func factsOf(node string, r *report.NodeReport) *reportFacts {
+	byComp := map[string][]report.Observation{}
+	for _, o := range r.Observations {
+		byComp[o.Component] = append(byComp[o.Component], o)
+	}
+	f := &reportFacts{report: r, comps: make(map[string]*componentFacts, len(byComp)+1)}
+	for _, comp := range report.NodeComponents {
+		obs := byComp[comp]
+		if len(obs) == 0 && comp != report.ComponentNode {
+			continue
+		}
+		conds := foldChecks(node, obs)
+		if comp == report.ComponentNode {
+			conds = append(conds, Condition{Type: TypeHeartbeat, Severity: report.StatusHealthy, Reason: ReasonReportReceived, Message: "report received", Node: node})
+		}
+		f.comps[comp] = &componentFacts{conds: conds, state: nodeStateOf(conds, time.Time{})}
+	}
+	return f
+}
+
+func computeComponent(comp string, names []string, facts []*reportFacts, snap state.Snapshot, now time.Time, cfg Config) *ComponentStatus {
+	cs := &ComponentStatus{Component: comp, Nodes: make(map[string]NodeState, len(names)), Conditions: make([]Condition, 0, 2*len(names))}
 	var observedAt time.Time
 	anyFresh := false
-	for _, name := range names {
+	for i, name := range names {
 		e := snap[name]
-		obs := observationsOf(e.Report, comp)
-		if len(obs) == 0 && comp != report.ComponentNode {
+		cf := facts[i].comps[comp]
+		if cf == nil {
 			continue
 		}
 		if cfg.Stale(e, now) {
@@ -182,12 +262,10 @@ func computeComponent(comp string, names []string, snap state.Snapshot, now time
 		if e.ReceivedAt.After(observedAt) {
 			observedAt = e.ReceivedAt
 		}
-		conds := foldChecks(name, obs)
-		if comp == report.ComponentNode {
-			conds = append(conds, Condition{Type: TypeHeartbeat, Severity: report.StatusHealthy, Reason: ReasonReportReceived, Message: "report received", Node: name})
-		}
-		cs.Nodes[name] = nodeStateOf(conds, e.ReceivedAt)
-		cs.Conditions = append(cs.Conditions, conds...)
+		ns := cf.state
+		ns.LastReportAt = e.ReceivedAt
+		cs.Nodes[name] = ns
+		cs.Conditions = append(cs.Conditions, cf.conds...)
 	}
 	if !anyFresh {
 		observedAt = now
@@ -216,18 +294,8 @@ func computeComponent(comp string, names []string, snap state.Snapshot, now time
 			cs.Reason = ReasonNodesNotHealthy
 		}
 	}
-	sortConditions(cs.Conditions)
+	// Conditions are in node order here; Compact sorts what is written.
 	return cs
-}
-
-func observationsOf(r *report.NodeReport, comp string) []report.Observation {
-	var out []report.Observation
-	for _, o := range r.Observations {
-		if o.Component == comp {
-			out = append(out, o)
-		}
-	}
-	return out
 }
 
 // foldChecks folds a node's observations of one component into one

@@ -346,3 +346,30 @@ func TestQuorumTable(t *testing.T) {
 		assert.Equal(t, tc.want, q, "%v learners=%v V=%d: %s", tc.statuses, tc.learners, tc.voting, conds[0].Message)
 	}
 }
+
+func observationsOf(r *report.NodeReport, comp string) []report.Observation {
+	var out []report.Observation
+	for _, o := range r.Observations {
+		if o.Component == comp {
+			out = append(out, o)
+		}
+	}
+	return out
+}
+
+// TestComputeCachedEqualsCompute: the memo changes nothing, through a
+// sequence where reports change, nodes go stale and nodes leave.
+func TestComputeCachedEqualsCompute(t *testing.T) {
+	cache := NewCache()
+	all := cases()
+	for i, tc := range all {
+		now := t0.Add(time.Duration(i) * time.Second)
+		want := render(Compute(tc.snap, now, defaultCfg), nil)
+		got := render(ComputeCached(tc.snap, now, defaultCfg, cache), nil)
+		assert.Equal(t, want, got, tc.name)
+		// Same snapshot again, later: served from the memo.
+		later := now.Add(20 * time.Second)
+		assert.Equal(t, render(Compute(tc.snap, later, defaultCfg), nil), render(ComputeCached(tc.snap, later, defaultCfg, cache), nil), tc.name)
+		assert.Len(t, cache.byNode, len(tc.snap), "the memo holds only the snapshot's nodes")
+	}
+}

@@ -33,6 +33,9 @@ import (
 // FieldManager is the one field manager of every aggregator write.
 const FieldManager = "cozy-health-aggregator"
 
+// workers is how many objects are written at once.
+const workers = 3
+
 // Config configures the writer.
 type Config struct {
 	// Namespace holds the Health objects.
@@ -122,7 +125,7 @@ func (w *Writer) Update(cs *rollup.ComponentStatus) {
 		return
 	}
 	last, ok := w.written[cs.Component]
-	if !ok || last.fp != fp || now.Sub(last.at) >= w.cfg.RefreshPeriod {
+	if !ok || last.fp != fp || now.Sub(last.at) >= w.refreshPeriodOf(cs.Component) {
 		w.queue.Add(cs.Component)
 	}
 }
@@ -148,11 +151,20 @@ func (w *Writer) Run(ctx context.Context) {
 	limiter := rate.NewLimiter(rate.Limit(w.cfg.WritesPerSecond), w.cfg.WriteBurst)
 	specDone := map[string]bool{}
 	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for w.processNext(ctx, q, limiter, specDone) {
-		}
-	}()
+	// Several workers, so a changed object is not queued behind slow
+	// refreshes of the others; the workqueue never hands one object to two
+	// workers, and the token bucket bounds them together.
+	var wg sync.WaitGroup
+	var specMu sync.Mutex
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for w.processNext(ctx, q, limiter, specDone, &specMu) {
+			}
+		}()
+	}
+	go func() { wg.Wait(); close(done) }()
 	<-ctx.Done()
 	w.mu.Lock()
 	w.queue = nil
@@ -162,7 +174,7 @@ func (w *Writer) Run(ctx context.Context) {
 	w.log.Info("writer stopped")
 }
 
-func (w *Writer) processNext(ctx context.Context, q workqueue.TypedRateLimitingInterface[string], limiter *rate.Limiter, specDone map[string]bool) bool {
+func (w *Writer) processNext(ctx context.Context, q workqueue.TypedRateLimitingInterface[string], limiter *rate.Limiter, specDone map[string]bool, specMu *sync.Mutex) bool {
 	comp, shutdown := q.Get()
 	if shutdown {
 		return false
@@ -179,7 +191,7 @@ func (w *Writer) processNext(ctx context.Context, q workqueue.TypedRateLimitingI
 		return true
 	}
 	start := time.Now()
-	err := w.write(ctx, d.cs, specDone)
+	err := w.write(ctx, d.cs, specDone, specMu)
 	took := time.Since(start)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -201,18 +213,25 @@ func (w *Writer) processNext(ctx context.Context, q workqueue.TypedRateLimitingI
 
 // write applies the object's spec (once per term, or again after the object
 // vanished) and its status.
-func (w *Writer) write(ctx context.Context, cs *rollup.ComponentStatus, specDone map[string]bool) error {
+func (w *Writer) write(ctx context.Context, cs *rollup.ComponentStatus, specDone map[string]bool, specMu *sync.Mutex) error {
 	healths := w.client.HealthV1alpha1().Healths(w.cfg.Namespace)
 	opts := metav1.ApplyOptions{FieldManager: FieldManager, Force: true}
-	if !specDone[cs.Component] {
+	specMu.Lock()
+	done := specDone[cs.Component]
+	specMu.Unlock()
+	if !done {
 		if _, err := healths.Apply(ctx, specApply(w.cfg.Namespace, cs.Component, metav1.Duration{Duration: w.cfg.FreshFor}), opts); err != nil {
 			return fmt.Errorf("apply Health %s/%s spec: %w", w.cfg.Namespace, cs.Component, err)
 		}
+		specMu.Lock()
 		specDone[cs.Component] = true
+		specMu.Unlock()
 	}
 	if _, err := healths.ApplyStatus(ctx, statusApply(w.cfg.Namespace, cs), opts); err != nil {
 		if apierrors.IsNotFound(err) {
+			specMu.Lock()
 			delete(specDone, cs.Component)
+			specMu.Unlock()
 		}
 		return fmt.Errorf("apply Health %s/%s status: %w", w.cfg.Namespace, cs.Component, err)
 	}
@@ -247,4 +266,13 @@ func Fingerprint(cs *rollup.ComponentStatus) uint64 {
 		put(c.Type, c.Severity.String(), c.Reason, c.Message, c.Node, strconv.FormatInt(c.LastTransition.Unix(), 10))
 	}
 	return h.Sum64()
+}
+
+// refreshPeriodOf staggers the refresh periods of the objects (between 75 %
+// and 100 % of the configured period, by name) so refreshes drift apart
+// instead of arriving at the apiserver together.
+func (w *Writer) refreshPeriodOf(component string) time.Duration {
+	h := fnv.New32a()
+	_, _ = io.WriteString(h, component)
+	return w.cfg.RefreshPeriod - time.Duration(h.Sum32()%256)*w.cfg.RefreshPeriod/1024
 }

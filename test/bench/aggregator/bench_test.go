@@ -396,6 +396,12 @@ func runBench(b *testing.B, nodes int, window time.Duration) {
 	require.NoError(b, err)
 	writeMean, err := scrape(metricsAddr, "cozy_health_write_duration_seconds", nil)
 	require.NoError(b, err)
+	heapInuse, err := scrape(metricsAddr, "go_memstats_heap_inuse_bytes", nil)
+	require.NoError(b, err)
+	stackInuse, err := scrape(metricsAddr, "go_memstats_stack_inuse_bytes", nil)
+	require.NoError(b, err)
+	goroutines, err := scrape(metricsAddr, "go_goroutines", nil)
+	require.NoError(b, err)
 	cpuPct := (cpu1 - cpu0) / elapsed * 100
 	writesPerSec := (writes1 - writes0) / elapsed
 	reportsPerSec := (acc1 - acc0) / elapsed
@@ -424,7 +430,7 @@ func runBench(b *testing.B, nodes int, window time.Duration) {
 			return true
 		}
 		return false
-	}, 2*time.Minute, 250*time.Millisecond)
+	}, 2*time.Minute, 500*time.Millisecond)
 	sinceLast := unknownAt.Sub(lastReport).Seconds()
 	sinceMissed := unknownAt.Sub(lastReport.Add(interval)).Seconds()
 
@@ -445,6 +451,7 @@ func runBench(b *testing.B, nodes int, window time.Duration) {
 	b.Logf("  apiserver writes        %.2f /s successful (target <= 2 /s); %v failed writes in total", writesPerSec, writeErrs)
 	b.Logf("  reports accepted        %.0f /s; %v rejected in total; %d rejected acks seen by agents", reportsPerSec, rej, rejected.Load())
 	b.Logf("  silent -> Unknown       %.1f s after its first missed report (target <= 15 s); %.1f s after its last report (grace 3 x 5 s = 15 s)", sinceMissed, sinceLast)
+	b.Logf("  Go memory               heap in use %.1f MiB, stacks %.1f MiB, %.0f goroutines", heapInuse/(1<<20), stackInuse/(1<<20), goroutines)
 	b.Logf("  mean rollup             %.1f ms; mean status apply %.1f ms", rollupMean*1000, writeMean*1000)
 	b.Logf("  largest object          %s: %d nodes; linstor object %d bytes as JSON", h.Name, len(h.Status.Nodes), len(raw))
 	if b.Failed() {
