@@ -50,6 +50,9 @@ type Client struct {
 	modTime time.Time
 	size    int64
 	sum     [sha256.Size]byte
+
+	services shared[[]*machine.ServiceInfo]
+	alarms   shared[[]*machine.EtcdMemberAlarm]
 }
 
 // New returns a Client; nothing is read or dialled until the first call.
@@ -107,6 +110,8 @@ func (c *Client) current(ctx context.Context) (*client.Client, error) {
 }
 
 func (c *Client) closeLocked() {
+	c.services.reset()
+	c.alarms.reset()
 	if c.c != nil {
 		if err := c.c.Close(); err != nil {
 			c.log.Debug("close talos client", zap.Error(err))
@@ -130,8 +135,16 @@ func (c *Client) nodeCtx(ctx context.Context) context.Context {
 	return ctx
 }
 
-// ServiceList returns this node's Talos services.
+// ServiceList returns this node's Talos services (one call shared by the
+// checks of one interval).
 func (c *Client) ServiceList(ctx context.Context) ([]*machine.ServiceInfo, error) {
+	if _, err := c.current(ctx); err != nil {
+		return nil, err
+	}
+	return c.services.do(ctx, c.serviceList)
+}
+
+func (c *Client) serviceList(ctx context.Context) ([]*machine.ServiceInfo, error) {
 	tc, err := c.current(ctx)
 	if err != nil {
 		return nil, err
@@ -183,8 +196,16 @@ func (c *Client) EtcdStatus(ctx context.Context) (*machine.EtcdMemberStatus, err
 	return nil, errors.New("talos EtcdStatus: empty response")
 }
 
-// EtcdAlarmList returns the cluster's active etcd alarms.
+// EtcdAlarmList returns the cluster's active etcd alarms (one call shared
+// by the checks of one interval).
 func (c *Client) EtcdAlarmList(ctx context.Context) ([]*machine.EtcdMemberAlarm, error) {
+	if _, err := c.current(ctx); err != nil {
+		return nil, err
+	}
+	return c.alarms.do(ctx, c.etcdAlarmList)
+}
+
+func (c *Client) etcdAlarmList(ctx context.Context) ([]*machine.EtcdMemberAlarm, error) {
 	tc, err := c.current(ctx)
 	if err != nil {
 		return nil, err

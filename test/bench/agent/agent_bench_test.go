@@ -126,7 +126,6 @@ func sources(b *testing.B) []string {
 		"--etcd-metrics-url", cluster.Members[0].MetricsURL,
 		"--fsync-probe-dir", probe,
 		"--proc-root", "/proc",
-		"--diskstats-devices", ".*",
 		"--cilium-socket", cil.Socket,
 		"--kube-ovn-pinger-url", pinger.URL,
 		"--linstor-url", ls.URL,

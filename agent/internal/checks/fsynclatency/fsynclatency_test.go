@@ -197,6 +197,9 @@ func FuzzParse(f *testing.F) {
 	f.Add([]byte("# TYPE etcd_disk_wal_fsync_duration_seconds histogram\netcd_disk_wal_fsync_duration_seconds_bucket{le=\"+Inf\"} 1\n"))
 	f.Add([]byte(""))
 	f.Fuzz(func(t *testing.T, b []byte) {
+		if kept, err := Filter(strings.NewReader(string(b))); err == nil {
+			_, _ = Parse(kept)
+		}
 		hs, err := Parse(b)
 		if err != nil {
 			return
@@ -209,4 +212,16 @@ func FuzzParse(f *testing.F) {
 			_ = h.Sub(h)
 		}
 	})
+}
+
+func TestFilterKeepsOnlyTheHistograms(t *testing.T) {
+	full := sample(t)
+	kept, err := Filter(strings.NewReader(string(full)))
+	require.NoError(t, err)
+	assert.Less(t, len(kept), len(full)/3)
+	a, err := Parse(full)
+	require.NoError(t, err)
+	b, err := Parse(kept)
+	require.NoError(t, err)
+	assert.Equal(t, a, b)
 }

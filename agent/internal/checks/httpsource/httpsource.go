@@ -42,6 +42,30 @@ func Get(ctx context.Context, c *http.Client, url string, header http.Header) ([
 	return body, nil
 }
 
+// Stream fetches url and hands the body (capped at MaxBody) to read, which
+// must consume what it needs before returning; a non-2xx status is an error.
+func Stream(ctx context.Context, c *http.Client, url string, read func(io.Reader) error) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return fmt.Errorf("build request %s: %w", url, err)
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		return fmt.Errorf("get %s: %w", url, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4096))
+		return &StatusError{URL: url, Code: resp.StatusCode}
+	}
+	if err := read(io.LimitReader(resp.Body, MaxBody)); err != nil {
+		return fmt.Errorf("read %s: %w", url, err)
+	}
+	// Drain so the connection can be reused.
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4096))
+	return nil
+}
+
 // StatusError is a non-2xx answer.
 type StatusError struct {
 	URL  string
