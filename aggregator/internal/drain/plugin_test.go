@@ -4,16 +4,22 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
@@ -182,3 +188,77 @@ func TestKubectlHealthDrainCheckThroughServiceProxy(t *testing.T) {
 	assert.Contains(t, errOut, "HTTP 403")
 	assert.Contains(t, errOut, `cannot get resource "services/proxy"`)
 }
+
+// TestKubectlHealthDrainCheckProxyRoundTrip: the whole default path — the
+// plugin, the real apiserver's service proxy (RBAC, Service, EndpointSlice,
+// Pod), and this package's handler. The apiserver only proxies to
+// non-loopback Pod addresses, so its "cluster" egress goes through the
+// harness's CONNECT proxy, which hands the tunnel for the Pod address
+// 10.244.0.10:8080 to the handler's loopback listener: nothing is ever sent
+// to 10.244.0.10.
+func TestKubectlHealthDrainCheckProxyRoundTrip(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cp := harness.Start(t)
+	cs := cp.Clientset()
+	svc, _, _ := newTestService(t, blockedCluster())
+	base := serveHTTP(t, NewHandler(svc, nil))
+	const podIP, podPort = "10.244.0.10", 8080
+	var tunnels atomic.Int32
+	stop, err := cp.RouteClusterEgress(ctx, func(ctx context.Context, target string) (net.Conn, error) {
+		if target != net.JoinHostPort(podIP, strconv.Itoa(podPort)) {
+			return nil, fmt.Errorf("unexpected tunnel target %s", target)
+		}
+		tunnels.Add(1)
+		var d net.Dialer
+		return d.DialContext(ctx, "tcp", strings.TrimPrefix(base, "http://"))
+	})
+	require.NoError(t, err)
+	t.Cleanup(stop)
+
+	const ns = "cozy-health"
+	require.NoError(t, cp.CreateServiceAccount(ctx, ns, "cozy-health-aggregator"))
+	pod, err := cp.CreateNodeAndPod(ctx, "node-1", ns, "cozy-health-aggregator-0", "cozy-health-aggregator")
+	require.NoError(t, err)
+	pod.Status.Phase = corev1.PodRunning
+	pod.Status.PodIP = podIP
+	pod.Status.PodIPs = []corev1.PodIP{{IP: podIP}}
+	_, err = cs.CoreV1().Pods(ns).UpdateStatus(ctx, pod, metav1.UpdateOptions{})
+	require.NoError(t, err)
+	_, err = cs.CoreV1().Services(ns).Create(ctx, &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "cozy-health-aggregator"},
+		Spec:       corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromInt32(podPort)}}},
+	}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	ready := true
+	_, err = cs.DiscoveryV1().EndpointSlices(ns).Create(ctx, &discoveryv1.EndpointSlice{
+		ObjectMeta:  metav1.ObjectMeta{Name: "cozy-health-aggregator-1", Labels: map[string]string{discoveryv1.LabelServiceName: "cozy-health-aggregator"}},
+		AddressType: discoveryv1.AddressTypeIPv4,
+		Endpoints: []discoveryv1.Endpoint{{Addresses: []string{podIP}, Conditions: discoveryv1.EndpointConditions{Ready: &ready},
+			TargetRef: &corev1.ObjectReference{Kind: "Pod", Namespace: ns, Name: pod.Name, UID: pod.UID}}},
+		Ports: []discoveryv1.EndpointPort{{Name: ptr("http"), Port: ptr(int32(podPort))}},
+	}, metav1.CreateOptions{})
+	require.NoError(t, err)
+
+	var code int
+	var out, errOut string
+	require.Eventually(t, func() bool {
+		code, out, errOut = runPlugin(t, "--kubeconfig", cp.Kubeconfig, "drain-check", "node-1")
+		return code == 1
+	}, time.Minute, time.Second, "last: exit %d, stdout %q, stderr %q", code, out, errOut)
+	t.Log("\n" + out)
+	assert.Contains(t, out, "Node node-1: BLOCKED")
+	assert.Contains(t, out, "etcd: node-1 is a voting member; with node-2 Down (ServiceNotRunning), draining node-1 leaves 1 of 3 voting members healthy, quorum needs 2")
+
+	code, out, errOut = runPlugin(t, "--kubeconfig", cp.Kubeconfig, "drain-check", "node-2", "-o", "json")
+	assert.Equal(t, 0, code, errOut)
+	assert.Contains(t, out, `"verdict": "safe"`)
+	code, _, errOut = runPlugin(t, "--kubeconfig", cp.Kubeconfig, "drain-check", "worker-1")
+	assert.Equal(t, 2, code, errOut)
+	code, _, errOut = runPlugin(t, "--kubeconfig", cp.Kubeconfig, "drain-check", "ghost")
+	assert.Equal(t, 2, code)
+	assert.Contains(t, errOut, "HTTP 404: node not found: ghost is neither a Kubernetes Node nor reported by an agent")
+	assert.GreaterOrEqual(t, tunnels.Load(), int32(1), "the answers came through the tunnel (kept alive between requests)")
+}
+
+func ptr[T any](v T) *T { return &v }
