@@ -56,7 +56,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			writeJSON(w, http.StatusServiceUnavailable, errorBody{Error: "cannot authorize: " + err.Error()})
 			return
 		}
-		_ = user
+		h.svc.log.Debug("drain check authorized", zap.String("user", user))
 	}
 	res, err := h.svc.Check(r.URL.Query().Get("node"), "http")
 	switch {
