@@ -149,12 +149,14 @@ func countReplicas(res, node string, s *Snapshot, now time.Time) replicaCount {
 			}
 			c.others = append(c.others, r.node+" Unknown")
 		default:
-			if r.status != report.StatusDown {
+			down := r.status == report.StatusDown
+			if !down {
 				c.reachable++
 			}
-			if r.upToDate && !r.diskless {
+			switch {
+			case r.upToDate && !r.diskless && !down:
 				c.upToDate++
-			} else if !r.diskless {
+			case !r.diskless || down:
 				c.others = append(c.others, fmt.Sprintf("%s %s", r.node, r.status))
 			}
 		}

@@ -191,6 +191,12 @@ func TestLinstorRules(t *testing.T) {
 				"node-2": fresh("node-2", drbd("pvc-a", H, true, false, 3, 2)),
 				"node-3": fresh("node-3", drbd("pvc-a", report.StatusDown, false, false, 3, 2))},
 			lastReplica: Safe, quorum: Blocked, contains: []string{"1 of 3 replicas connected"}},
+		{name: "UpToDate flag on a replica judged Down does not count as a copy",
+			nodes: map[string]NodeInfo{
+				"node-1": fresh("node-1", drbd("pvc-a", H, true, false, 3, 2)),
+				"node-2": fresh("node-2", drbd("pvc-a", report.StatusDown, true, false, 3, 2)),
+				"node-3": fresh("node-3", drbd("pvc-a", H, false, true, 3, 2))},
+			lastReplica: Blocked, quorum: Blocked, contains: []string{"node-2 Down"}},
 		{name: "replicas on unreported nodes that LINSTOR counts UpToDate: unknown",
 			nodes:       map[string]NodeInfo{"node-1": fresh("node-1", drbd("pvc-a", H, true, false, 3, 2))},
 			lastReplica: Unknown, quorum: Unknown, contains: []string{"2 replica(s) on no reporting node"}},
