@@ -20,6 +20,7 @@ import (
 	"runtime/debug"
 	"sort"
 	"strings"
+	"sync"
 	"syscall"
 	"text/tabwriter"
 	"time"
@@ -32,6 +33,7 @@ import (
 
 	"github.com/cozystack/cozy-health/agent/internal/checks"
 	"github.com/cozystack/cozy-health/agent/internal/config"
+	"github.com/cozystack/cozy-health/agent/internal/memtrim"
 	"github.com/cozystack/cozy-health/agent/internal/runner"
 	"github.com/cozystack/cozy-health/agent/internal/uplink"
 	"github.com/cozystack/cozy-health/pkg/report"
@@ -184,6 +186,22 @@ func runAgent(ctx context.Context, cfg config.Config, log *zap.Logger) error {
 		}()
 	} else {
 		log.Warn("no --aggregator given: reports are collected and counted but not sent")
+	}
+
+	if cfg.TrimStartupPages {
+		inner := publish
+		var once sync.Once
+		publish = func(rep *report.NodeReport) {
+			inner(rep)
+			once.Do(func() {
+				res, err := memtrim.Executable()
+				if err != nil {
+					log.Warn("trim start-up pages", zap.Error(err))
+					return
+				}
+				log.Debug("trimmed start-up pages", zap.Int("mappings", res.Mappings), zap.Uint64("bytes", res.Bytes))
+			})
+		}
 	}
 
 	log.Info("agent started", zap.String("version", version.Version), zap.String("instance", r.InstanceID()),

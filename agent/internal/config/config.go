@@ -40,6 +40,9 @@ type Config struct {
 	// MemoryLimitBytes is the Go soft memory limit; 0 keeps the runtime's
 	// default (--memory-limit-bytes).
 	MemoryLimitBytes int64
+	// TrimStartupPages drops the executable's read-only pages from the
+	// page tables after the first report (--trim-startup-pages).
+	TrimStartupPages bool
 
 	Uplink     Uplink
 	Sources    Sources
@@ -131,6 +134,7 @@ func Default() Config {
 		// The agent lives within 20 MiB; a soft limit just above makes the
 		// GC work harder instead of growing the heap.
 		MemoryLimitBytes: 16 << 20,
+		TrimStartupPages: true,
 		Uplink: Uplink{
 			TokenFile: DefaultTokenFile,
 		},
@@ -178,6 +182,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "log level: debug, info, warn, error")
 	fs.StringVar(&c.Output, "output", c.Output, "run-once output: text or json")
 	fs.Int64Var(&c.MemoryLimitBytes, "memory-limit-bytes", c.MemoryLimitBytes, "Go soft memory limit in bytes; 0 keeps the runtime default")
+
+	fs.BoolVar(&c.TrimStartupPages, "trim-startup-pages", c.TrimStartupPages, "after the first report, release the executable's read-only pages only start-up used (they fault back in on use)")
 
 	fs.Var((*listFlag)(&c.Uplink.Aggregators), "aggregator", "aggregator address host:port or DNS name (repeatable or comma list)")
 	fs.StringVar(&c.Uplink.CAFile, "ca-file", c.Uplink.CAFile, "CA bundle verifying the aggregators")
