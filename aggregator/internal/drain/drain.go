@@ -22,6 +22,23 @@
 // optimistically (uncertain members count as healthy): safe when even the
 // pessimistic projection keeps quorum, blocked when even the optimistic one
 // loses it, unknown in between.
+//
+// Serving (service.go, http.go, grpc.go): a Service keeps a snapshot no
+// older than Config.MaxSnapshotAge (1s), refreshed in the background and
+// built incrementally (Indexer), so one check reads only the target's
+// resources and the raft members. GET /v1/drain-check?node=X answers JSON
+// (400 bad node name, 404 unknown node); DrainService.DrainCheck answers the
+// same over gRPC (InvalidArgument, NotFound). Every answer and refusal is
+// counted (cozy_health_drain_checks_total, cozy_health_drain_rejected_total).
+//
+// Authentication (auth.go): by default the check is served like the
+// aggregator's other HTTP endpoints, without its own authentication; in a
+// cluster it is reached through the Kubernetes API service proxy, where the
+// apiserver authenticates the user and authorizes get on services/proxy.
+// The optional Authorizer (COZY_HEALTH_DRAIN_AUTH=delegated in the
+// aggregator) checks a bearer token with a TokenReview and a
+// SubjectAccessReview for get on nonResourceURL /v1/drain-check; it is for
+// direct callers, since the service proxy strips the caller's token.
 package drain
 
 import (
