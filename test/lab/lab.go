@@ -206,9 +206,10 @@ func Up(ctx context.Context, o Options) (l *Lab, err error) {
 		return nil, fmt.Errorf("lab: create %s: %w", o.Dir, err)
 	}
 	l = &Lab{opts: o, State: &State{Dir: o.Dir, Detached: o.Detach}}
+	started := l
 	defer func() {
 		if err != nil {
-			_ = l.Down()
+			_ = started.Down()
 		}
 	}()
 
@@ -342,6 +343,10 @@ func (l *Lab) aggregatorSpec(i int, files tlsutil.Files) (Aggregator, error) {
 		"--retry-period=" + (l.opts.LeaseDuration / 6).String(),
 		"--identity=" + a.Name,
 		"--report-interval=" + l.opts.Interval.String(),
+		// freshUntil must outlive a leader failover (lease duration plus a
+		// write), or readers see a lapse while a new leader takes over.
+		"--fresh-for-multiple=" + strconv.Itoa(freshMultiple(l.opts.Interval, l.opts.LeaseDuration)),
+		"--refresh-period=" + l.opts.Interval.String(),
 		"--listen=" + a.GRPC,
 		"--http-addr=" + a.HTTP,
 		"--metrics-addr=" + a.Metrics,
@@ -367,6 +372,7 @@ func (l *Lab) agentArgs(n *Node) []string {
 		filepath.Join(l.opts.BinDir, "cozy-health-agent"), "run",
 		"--node-name=" + n.Name,
 		"--interval=" + l.opts.Interval.String(),
+		"--check-deadline=" + (l.opts.Interval / 2).String(),
 		"--metrics-addr=",
 		"--ca-file=" + l.State.CAFile,
 		"--token-file=" + n.TokenFile,
@@ -490,4 +496,15 @@ func copyFile(src, dst string) error {
 		return fmt.Errorf("write %s: %w", dst, err)
 	}
 	return nil
+}
+
+// freshMultiple is the smallest multiple of interval that covers three lease
+// durations: a failover after a SIGKILL takes one lease duration plus the
+// new leader's retry period and first write.
+func freshMultiple(interval, lease time.Duration) int {
+	m := int((3*lease + interval - 1) / interval)
+	if m < 3 {
+		m = 3
+	}
+	return m
 }
