@@ -235,9 +235,13 @@ func (a *App) closeListeners() {
 	}
 }
 
-// GRPCAddr, HTTPAddr and MetricsAddr are the bound addresses.
-func (a *App) GRPCAddr() string    { return a.grpcLis.Addr().String() }
-func (a *App) HTTPAddr() string    { return a.httpLis.Addr().String() }
+// GRPCAddr is the bound ingest address (--listen).
+func (a *App) GRPCAddr() string { return a.grpcLis.Addr().String() }
+
+// HTTPAddr is the bound probe/drain address (--http-addr).
+func (a *App) HTTPAddr() string { return a.httpLis.Addr().String() }
+
+// MetricsAddr is the bound metrics address (--metrics-addr).
 func (a *App) MetricsAddr() string { return a.metLis.Addr().String() }
 
 // State is the replica's state (the ingest sink).

@@ -28,10 +28,12 @@ type Config struct {
 	LeaseNamespace string
 	// LeaseName is the name of the leader-election Lease (--lease-name).
 	LeaseName string
-	// LeaseDuration, RenewDeadline and RetryPeriod tune leader election.
+	// LeaseDuration is how long a Lease is valid (--lease-duration).
 	LeaseDuration time.Duration
+	// RenewDeadline is how long the leader retries renewing (--renew-deadline).
 	RenewDeadline time.Duration
-	RetryPeriod   time.Duration
+	// RetryPeriod is the wait between election attempts (--retry-period).
+	RetryPeriod time.Duration
 	// Identity is this replica's leader-election identity (--identity).
 	Identity string
 
@@ -52,9 +54,10 @@ type Config struct {
 
 	// Listen is the gRPC ingest address (--listen).
 	Listen string
-	// TLSCert and TLSKey are the serving certificate and key (PEM files).
+	// TLSCert is the serving certificate (PEM file, --tls-cert).
 	TLSCert string
-	TLSKey  string
+	// TLSKey is the serving key (PEM file, --tls-key).
+	TLSKey string
 	// TokenAudience is the audience agent tokens must carry.
 	TokenAudience string
 	// AgentServiceAccount is namespace/name of the agents' ServiceAccount.
@@ -69,14 +72,17 @@ type Config struct {
 	RefreshPeriod time.Duration
 	// RollupPeriod is how often the state is rolled up (and heartbeats judged).
 	RollupPeriod time.Duration
-	// WritesPerSecond and WriteBurst bound apiserver writes (token bucket).
+	// WritesPerSecond is the token-bucket rate of apiserver writes.
 	WritesPerSecond float64
-	WriteBurst      int
-	// DampDegraded, DampDown and DampUnknown are how long a transition to a
-	// worse state must persist before it is published.
+	// WriteBurst is the token-bucket burst of apiserver writes.
+	WriteBurst int
+	// DampDegraded is how long a worsening to Degraded must persist before it
+	// is published (see rollup.Step).
 	DampDegraded time.Duration
-	DampDown     time.Duration
-	DampUnknown  time.Duration
+	// DampDown is the same for Down.
+	DampDown time.Duration
+	// DampUnknown is the same for Unknown.
+	DampUnknown time.Duration
 
 	// Pprof serves /debug/pprof/ on the metrics address (--pprof).
 	Pprof bool
