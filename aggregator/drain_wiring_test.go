@@ -23,6 +23,9 @@ import (
 
 	"github.com/cozystack/cozy-health/aggregator/internal/app"
 	"github.com/cozystack/cozy-health/aggregator/internal/config"
+	"github.com/cozystack/cozy-health/aggregator/internal/drain"
+	"github.com/cozystack/cozy-health/aggregator/internal/rollup"
+	"github.com/cozystack/cozy-health/aggregator/internal/state"
 	"github.com/cozystack/cozy-health/pkg/report"
 	"github.com/cozystack/cozy-health/pkg/tlsutil"
 	pb "github.com/cozystack/cozy-health/proto/cozyhealth/v1"
@@ -150,4 +153,39 @@ func TestDrainHooksRejectUnknownAuthMode(t *testing.T) {
 	rc := &rest.Config{Host: "https://127.0.0.1:1"}
 	_, err = app.New(cfg, zaptest.NewLogger(t), app.Options{RestConfig: rc, Hooks: drainHooks(context.Background(), cfg, rc, "basic")})
 	require.ErrorContains(t, err, `$COZY_HEALTH_DRAIN_AUTH: want none or delegated, got "basic"`)
+}
+
+// TestStateDrainNodes pins the adapter: heartbeat grace as the rollup
+// judges it (fresh at exactly the grace, stale past it), Kubernetes Nodes
+// merged in, nodes only one side knows kept.
+func TestStateDrainNodes(t *testing.T) {
+	st := state.New(nil)
+	t0 := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	st.Accept(etcdReport("node-1", 1, report.StatusHealthy), t0)
+	st.Accept(etcdReport("gone-1", 1, report.StatusHealthy), t0.Add(-time.Minute))
+	grace := rollup.Config{DefaultInterval: 5 * time.Second}.Grace // reports say 1s: grace 3s
+
+	nodes := st.DrainNodes(t0.Add(3*time.Second), map[string]drain.KubeNode{"node-1": {}, "worker-1": {Cordoned: true}}, grace)
+	require.Len(t, nodes, 3)
+	n1 := nodes["node-1"]
+	assert.True(t, n1.Exists)
+	assert.False(t, n1.Cordoned)
+	assert.True(t, n1.Fresh, "fresh at exactly the grace, as the rollup judges it")
+	assert.Equal(t, t0.Add(3*time.Second), n1.FreshUntil)
+	assert.Equal(t, t0, n1.LastHeard)
+	require.NotNil(t, n1.LastReport)
+	assert.Equal(t, "node-1", n1.LastReport.NodeName)
+
+	w := nodes["worker-1"]
+	assert.True(t, w.Exists)
+	assert.True(t, w.Cordoned)
+	assert.Nil(t, w.LastReport)
+
+	g := nodes["gone-1"]
+	assert.False(t, g.Exists, "in the state but not a Kubernetes Node")
+	assert.False(t, g.Fresh)
+
+	nodes = st.DrainNodes(t0.Add(3*time.Second+time.Millisecond), nil, grace)
+	assert.False(t, nodes["node-1"].Fresh, "stale past the grace")
+	assert.False(t, nodes["node-1"].Exists)
 }
