@@ -88,7 +88,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return exitUnknown
 	}
 	defer func() { _ = log.Sync() }()
-	log = log.With(zap.String("component", "agent"), zap.String("node", cfg.NodeName))
+	// Subsystems add their own "component"; base carries only the node.
+	log = log.With(zap.String("node", cfg.NodeName))
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -97,7 +98,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return runOnce(ctx, cfg, log, stdout)
 	}
 	if err := runAgent(ctx, cfg, log); err != nil {
-		log.Error("agent stopped", zap.Error(err))
+		log.With(zap.String("component", "agent")).Error("agent stopped", zap.Error(err))
 		return 1
 	}
 	return 0
@@ -128,10 +129,11 @@ func newRunner(cfg config.Config, reg prometheus.Registerer, log *zap.Logger) (*
 }
 
 // runAgent runs checks every interval and streams the reports.
-func runAgent(ctx context.Context, cfg config.Config, log *zap.Logger) error {
+func runAgent(ctx context.Context, cfg config.Config, base *zap.Logger) error {
+	log := base.With(zap.String("component", "agent"))
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	r, set, err := newRunner(cfg, reg, log)
+	r, set, err := newRunner(cfg, reg, base)
 	if err != nil {
 		return err
 	}
@@ -174,7 +176,9 @@ func runAgent(ctx context.Context, cfg config.Config, log *zap.Logger) error {
 			NodeName:           cfg.NodeName,
 			InsecureDevKeyFile: cfg.Uplink.InsecureDevKeyFile,
 			ResolveInterval:    30 * time.Second,
-		}, log)
+			AgentVersion:       version.Version,
+			Registerer:         reg,
+		}, base)
 		if err != nil {
 			return fmt.Errorf("build uplink: %w", err)
 		}
@@ -227,8 +231,9 @@ type onceObservation struct {
 }
 
 // runOnce runs every check once and prints the result.
-func runOnce(ctx context.Context, cfg config.Config, log *zap.Logger, stdout io.Writer) int {
-	r, set, err := newRunner(cfg, prometheus.NewRegistry(), log)
+func runOnce(ctx context.Context, cfg config.Config, base *zap.Logger, stdout io.Writer) int {
+	log := base.With(zap.String("component", "agent"))
+	r, set, err := newRunner(cfg, prometheus.NewRegistry(), base)
 	if err != nil {
 		log.Error("run-once", zap.Error(err))
 		return exitUnknown
