@@ -189,3 +189,34 @@ func TestServiceSnapshotCaching(t *testing.T) {
 	_, err = NewService(Config{}, nil, nil, nil, nil)
 	assert.Error(t, err)
 }
+
+func TestServiceDoesNotQueueBehindARebuild(t *testing.T) {
+	nodes := blockedCluster()
+	clk := clocktesting.NewFakeClock(t0)
+	release := make(chan struct{})
+	building := make(chan struct{}, 1)
+	calls := 0
+	svc, err := NewService(Config{MaxSnapshotAge: time.Second}, func(time.Time) map[string]NodeInfo {
+		calls++
+		if calls > 1 {
+			building <- struct{}{}
+			<-release
+		}
+		return nodes
+	}, clk, nil, nil)
+	require.NoError(t, err)
+	first := svc.Snapshot(clk.Now())
+	clk.Step(2 * time.Second)
+	go svc.Snapshot(clk.Now()) // a slow rebuild holds the lock
+	<-building
+	// A check meanwhile gets the 2s-old snapshot at once.
+	got := make(chan *Snapshot, 1)
+	go func() { got <- svc.Snapshot(clk.Now()) }()
+	select {
+	case s := <-got:
+		assert.Same(t, first, s)
+	case <-time.After(10 * time.Second):
+		t.Fatal("check waited for the rebuild")
+	}
+	close(release)
+}

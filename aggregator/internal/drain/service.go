@@ -85,18 +85,27 @@ func NewService(cfg Config, source Source, clk clock.PassiveClock, log *zap.Logg
 	return &Service{cfg: cfg, source: source, clock: clk, log: log.With(zap.String("component", "drain")), m: m}, nil
 }
 
-// Snapshot returns a snapshot no older than MaxSnapshotAge at now.
+// Snapshot returns a snapshot no older than MaxSnapshotAge at now. While
+// another caller (usually Run) is taking one, a snapshot up to
+// 5 x MaxSnapshotAge old is returned rather than waited for, so checks do
+// not queue behind a rebuild.
 func (s *Service) Snapshot(now time.Time) *Snapshot {
-	if snap := s.cur.Load(); snap != nil && now.Sub(snap.TakenAt) <= s.cfg.MaxSnapshotAge && !now.Before(snap.TakenAt) {
+	snap := s.cur.Load()
+	if snap != nil && now.Sub(snap.TakenAt) <= s.cfg.MaxSnapshotAge && !now.Before(snap.TakenAt) {
 		return snap
 	}
-	s.mu.Lock()
+	if !s.mu.TryLock() {
+		if snap != nil && now.Sub(snap.TakenAt) <= 5*s.cfg.MaxSnapshotAge && !now.Before(snap.TakenAt) {
+			return snap
+		}
+		s.mu.Lock()
+	}
 	defer s.mu.Unlock()
 	if snap := s.cur.Load(); snap != nil && now.Sub(snap.TakenAt) <= s.cfg.MaxSnapshotAge && !now.Before(snap.TakenAt) {
 		return snap
 	}
 	start := time.Now()
-	snap := s.indexer.Snapshot(s.source(now), now)
+	snap = s.indexer.Snapshot(s.source(now), now)
 	s.m.snapshotSeconds.Observe(time.Since(start).Seconds())
 	s.cur.Store(snap)
 	return snap
