@@ -21,6 +21,8 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/client"
 	clientconfig "github.com/siderolabs/talos/pkg/machinery/client/config"
 	"go.uber.org/zap"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 // ErrNoConfig is returned when the talosconfig file does not exist: the
@@ -128,6 +130,15 @@ func (c *Client) Close() error {
 	return nil
 }
 
+// rpcError wraps an RPC error; a gRPC DeadlineExceeded also wraps
+// context.DeadlineExceeded, so callers see a timeout as a timeout.
+func rpcError(what string, err error) error {
+	if status.Code(err) == codes.DeadlineExceeded && !errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("%s: %w (%w)", what, context.DeadlineExceeded, err)
+	}
+	return fmt.Errorf("%s: %w", what, err)
+}
+
 func (c *Client) nodeCtx(ctx context.Context) context.Context {
 	if c.cfg.Node != "" {
 		return client.WithNode(ctx, c.cfg.Node)
@@ -151,7 +162,7 @@ func (c *Client) serviceList(ctx context.Context) ([]*machine.ServiceInfo, error
 	}
 	resp, err := tc.ServiceList(c.nodeCtx(ctx))
 	if err != nil {
-		return nil, fmt.Errorf("talos ServiceList: %w", err)
+		return nil, rpcError("talos ServiceList", err)
 	}
 	var out []*machine.ServiceInfo
 	for _, m := range resp.GetMessages() {
@@ -169,7 +180,7 @@ func (c *Client) EtcdMemberList(ctx context.Context) ([]*machine.EtcdMember, err
 	}
 	resp, err := tc.EtcdMemberList(c.nodeCtx(ctx), &machine.EtcdMemberListRequest{QueryLocal: true})
 	if err != nil {
-		return nil, fmt.Errorf("talos EtcdMemberList: %w", err)
+		return nil, rpcError("talos EtcdMemberList", err)
 	}
 	var out []*machine.EtcdMember
 	for _, m := range resp.GetMessages() {
@@ -186,7 +197,7 @@ func (c *Client) EtcdStatus(ctx context.Context) (*machine.EtcdMemberStatus, err
 	}
 	resp, err := tc.EtcdStatus(c.nodeCtx(ctx))
 	if err != nil {
-		return nil, fmt.Errorf("talos EtcdStatus: %w", err)
+		return nil, rpcError("talos EtcdStatus", err)
 	}
 	for _, m := range resp.GetMessages() {
 		if st := m.GetMemberStatus(); st != nil {
@@ -212,7 +223,7 @@ func (c *Client) etcdAlarmList(ctx context.Context) ([]*machine.EtcdMemberAlarm,
 	}
 	resp, err := tc.EtcdAlarmList(c.nodeCtx(ctx))
 	if err != nil {
-		return nil, fmt.Errorf("talos EtcdAlarmList: %w", err)
+		return nil, rpcError("talos EtcdAlarmList", err)
 	}
 	var out []*machine.EtcdMemberAlarm
 	for _, m := range resp.GetMessages() {

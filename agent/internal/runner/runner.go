@@ -213,7 +213,7 @@ func (r *Runner) runOne(ctx context.Context, i int, c check.Check) outcome {
 		reason := report.ReasonCheckFailed
 		// A source that gave up because the deadline passed (gRPC and HTTP
 		// clients wrap it their own way) timed out rather than failed.
-		if errors.Is(runCtx.Err(), context.DeadlineExceeded) {
+		if errors.Is(runCtx.Err(), context.DeadlineExceeded) || errors.Is(res.err, context.DeadlineExceeded) {
 			reason = report.ReasonCheckTimeout
 		}
 		r.metrics.errors.WithLabelValues(name, reason).Inc()
