@@ -111,8 +111,9 @@ func FuzzRead(f *testing.F) {
 	f.Add(b)
 	f.Add([]byte(fmtLine(1, 1, 1, 1, 1, 1)))
 	f.Add([]byte("8 0 sda 1 2 3\n"))
+	// One directory per fuzz process; each input overwrites the file.
+	dir := f.TempDir()
 	f.Fuzz(func(t *testing.T, data []byte) {
-		dir := t.TempDir()
 		if err := os.WriteFile(filepath.Join(dir, "diskstats"), data, 0o644); err != nil {
 			t.Fatal(err)
 		}
