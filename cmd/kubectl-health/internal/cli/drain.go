@@ -102,7 +102,11 @@ func (o *options) drainCheck(ctx context.Context, d *drainOptions, node string) 
 		return err
 	}
 	if code != http.StatusOK {
-		return fmt.Errorf("drain check of %s via %s: HTTP %d: %s", node, via, code, errorText(body))
+		hint := ""
+		if code == http.StatusUnauthorized && d.aggregatorURL == "" {
+			hint = " (the aggregator authenticates drain checks itself, and the service proxy does not pass your token: use --aggregator-url with --aggregator-token)"
+		}
+		return fmt.Errorf("drain check of %s via %s: HTTP %d: %s%s", node, via, code, errorText(body), hint)
 	}
 	var res drainResponse
 	if err := json.Unmarshal(body, &res); err != nil {
