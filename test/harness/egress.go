@@ -109,4 +109,3 @@ func serveConnect(ctx context.Context, conn net.Conn, dial func(ctx context.Cont
 	case <-ctx.Done():
 	}
 }
-
