@@ -30,7 +30,17 @@ var (
 	pluginOnce sync.Once
 	pluginPath string
 	pluginErr  error
+	// pluginDir is the temporary directory of a plugin built by the tests.
+	pluginDir string
 )
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if pluginDir != "" {
+		_ = os.RemoveAll(pluginDir)
+	}
+	os.Exit(code)
+}
 
 // plugin returns the kubectl-health binary: $COZY_HEALTH_BIN/kubectl-health
 // (make test builds it) or one built from this checkout.
@@ -48,6 +58,7 @@ func plugin(t *testing.T) string {
 			pluginErr = err
 			return
 		}
+		pluginDir = dir
 		pluginPath = filepath.Join(dir, "kubectl-health")
 		cmd := exec.Command("go", "build", "-o", pluginPath, "github.com/cozystack/cozy-health/cmd/kubectl-health")
 		cmd.Dir = harness.RepoRoot()
@@ -217,15 +228,23 @@ func TestKubectlHealthDrainCheckProxyRoundTrip(t *testing.T) {
 	cs := cp.Clientset()
 	svc, _, _ := newTestService(t, blockedCluster())
 	base := serveHTTP(t, NewHandler(svc, nil))
-	const podIP, podPort = "10.244.0.10", 8080
+	// The same service with delegated auth, behind a second port.
+	authBase := serveHTTP(t, NewHandler(svc, NewAuthorizer(cs, time.Second)))
+	const podIP, podPort, authPort = "10.244.0.10", 8080, 8081
 	var tunnels atomic.Int32
 	stop, err := cp.RouteClusterEgress(ctx, func(ctx context.Context, target string) (net.Conn, error) {
-		if target != net.JoinHostPort(podIP, strconv.Itoa(podPort)) {
+		var to string
+		switch target {
+		case net.JoinHostPort(podIP, strconv.Itoa(podPort)):
+			to = base
+		case net.JoinHostPort(podIP, strconv.Itoa(authPort)):
+			to = authBase
+		default:
 			return nil, fmt.Errorf("unexpected tunnel target %s", target)
 		}
 		tunnels.Add(1)
 		var d net.Dialer
-		return d.DialContext(ctx, "tcp", strings.TrimPrefix(base, "http://"))
+		return d.DialContext(ctx, "tcp", strings.TrimPrefix(to, "http://"))
 	})
 	require.NoError(t, err)
 	t.Cleanup(stop)
@@ -272,6 +291,29 @@ func TestKubectlHealthDrainCheckProxyRoundTrip(t *testing.T) {
 	code, _, errOut = runPlugin(t, "--kubeconfig", cp.Kubeconfig, "drain-check", "ghost")
 	assert.Equal(t, 2, code)
 	assert.Contains(t, errOut, "HTTP 404: node not found: ghost is neither a Kubernetes Node nor reported by an agent")
+
+	// With delegated auth on, the service proxy cannot pass the caller's
+	// token (the apiserver strips it): 401, exit 2, with the way out.
+	_, err = cs.CoreV1().Services(ns).Create(ctx, &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "cozy-health-aggregator-auth"},
+		Spec:       corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromInt32(authPort)}}},
+	}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	_, err = cs.DiscoveryV1().EndpointSlices(ns).Create(ctx, &discoveryv1.EndpointSlice{
+		ObjectMeta:  metav1.ObjectMeta{Name: "cozy-health-aggregator-auth-1", Labels: map[string]string{discoveryv1.LabelServiceName: "cozy-health-aggregator-auth"}},
+		AddressType: discoveryv1.AddressTypeIPv4,
+		Endpoints: []discoveryv1.Endpoint{{Addresses: []string{podIP}, Conditions: discoveryv1.EndpointConditions{Ready: &ready},
+			TargetRef: &corev1.ObjectReference{Kind: "Pod", Namespace: ns, Name: pod.Name, UID: pod.UID}}},
+		Ports: []discoveryv1.EndpointPort{{Name: ptr("http"), Port: ptr(int32(authPort))}},
+	}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		code, _, errOut = runPlugin(t, "--kubeconfig", cp.Kubeconfig, "drain-check", "node-1", "--aggregator-service", "cozy-health-aggregator-auth")
+		return strings.Contains(errOut, "HTTP 401")
+	}, time.Minute, time.Second, "last: exit %d, stderr %q", code, errOut)
+	assert.Equal(t, 2, code)
+	assert.Contains(t, errOut, "use --aggregator-url with --aggregator-token")
+
 	assert.GreaterOrEqual(t, tunnels.Load(), int32(1), "the answers came through the tunnel (kept alive between requests)")
 }
 
