@@ -114,7 +114,7 @@ func Default() Config {
 		AgentServiceAccount: "cozy-health/cozy-health-agent",
 		FreshForMultiple:    6,
 		RefreshPeriod:       10 * time.Second,
-		RollupPeriod:        time.Second,
+		RollupPeriod:        2 * time.Second,
 		WritesPerSecond:     2,
 		WriteBurst:          6,
 		DampDegraded:        10 * time.Second,

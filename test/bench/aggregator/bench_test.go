@@ -126,9 +126,37 @@ func (a *agent) report(now time.Time) *report.NodeReport {
 	return &report.NodeReport{NodeName: a.node, AgentInstanceID: a.instance, Sequence: a.seq, SentAt: now, Interval: interval, AgentVersion: "bench", Observations: obs}
 }
 
-// run streams reports until ctx ends or the agent is stopped.
-func (a *agent) run(ctx context.Context, conn *grpc.ClientConn, phase time.Duration, rejected *atomic.Int64) error {
-	stream, err := pb.NewIngestServiceClient(conn).Ingest(ctx)
+// run streams reports until ctx ends or the agent is stopped. Like the
+// real uplink, it reconnects (same instance, next sequence) when its stream
+// breaks; reconnects counts how often.
+func (a *agent) run(ctx context.Context, conn *grpc.ClientConn, phase time.Duration, rejected, reconnects *atomic.Int64) error {
+	select {
+	case <-ctx.Done():
+		return nil
+	case <-time.After(phase):
+	}
+	var lastErr error
+	for attempt := 0; ctx.Err() == nil; attempt++ {
+		if attempt > 0 {
+			reconnects.Add(1)
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(time.Second + time.Duration(rand.Int64N(int64(time.Second)))):
+			}
+		}
+		lastErr = a.stream(ctx, conn, rejected)
+		if lastErr == nil {
+			return nil
+		}
+	}
+	return nil
+}
+
+func (a *agent) stream(ctx context.Context, conn *grpc.ClientConn, rejected *atomic.Int64) error {
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stream, err := pb.NewIngestServiceClient(conn).Ingest(sctx)
 	if err != nil {
 		return fmt.Errorf("open stream: %w", err)
 	}
@@ -143,11 +171,6 @@ func (a *agent) run(ctx context.Context, conn *grpc.ClientConn, phase time.Durat
 	}
 	if r := ack.GetAck().GetRejectReason(); r != "" {
 		return fmt.Errorf("hello rejected: %s", r)
-	}
-	select {
-	case <-ctx.Done():
-		return nil
-	case <-time.After(phase):
 	}
 	t := time.NewTicker(interval)
 	defer t.Stop()
@@ -328,7 +351,7 @@ func runBench(b *testing.B, nodes int, window time.Duration) {
 	}
 	actx, astop := context.WithCancel(ctx)
 	defer astop()
-	var rejected atomic.Int64
+	var rejected, reconnects atomic.Int64
 	var agentErrs sync.Map
 	var wg sync.WaitGroup
 	for i, a := range agents {
@@ -336,7 +359,7 @@ func runBench(b *testing.B, nodes int, window time.Duration) {
 		phase := time.Duration(rand.Int64N(int64(interval)))
 		go func() {
 			defer wg.Done()
-			if err := a.run(actx, clients[i%conns], phase, &rejected); err != nil && actx.Err() == nil {
+			if err := a.run(actx, clients[i%conns], phase, &rejected, &reconnects); err != nil && actx.Err() == nil {
 				agentErrs.Store(a.node, err)
 			}
 		}()
@@ -455,7 +478,7 @@ func runBench(b *testing.B, nodes int, window time.Duration) {
 	b.Logf("  CPU                     %.1f %% of one core (target <= 30 %%)", cpuPct)
 	b.Logf("  RSS                     peak %.1f MiB, at end %.1f MiB (target <= 200 MiB)", float64(peakRSS)/(1<<20), float64(rss)/(1<<20))
 	b.Logf("  apiserver writes        %.2f /s successful (target <= 2 /s); %v failed writes in total", writesPerSec, writeErrs)
-	b.Logf("  reports accepted        %.0f /s; %v rejected in total; %d rejected acks seen by agents", reportsPerSec, rej, rejected.Load())
+	b.Logf("  reports accepted        %.0f /s; %v rejected in total; %d rejected acks seen by agents; %d stream reconnects", reportsPerSec, rej, rejected.Load(), reconnects.Load())
 	b.Logf("  silent -> Unknown       %.1f s after its first missed report (target <= 15 s); %.1f s after its last report (grace 3 x 5 s = 15 s)", sinceMissed, sinceLast)
 	b.Logf("  Go memory               heap in use %.1f MiB, stacks %.1f MiB, %.0f goroutines", heapInuse/(1<<20), stackInuse/(1<<20), goroutines)
 	b.Logf("  mean rollup             %.1f ms; mean status apply %.1f ms", rollupMean*1000, writeMean*1000)
