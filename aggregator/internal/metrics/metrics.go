@@ -39,6 +39,8 @@ type Metrics struct {
 	// lastReportOf caches the per-node gauge so the report path does not
 	// hash labels.
 	lastReportOf map[string]prometheus.Gauge
+	// exported counts, per component, the nodes with a node_status series.
+	exported map[string]int
 }
 
 // New registers the metrics on reg. namespace is the platform namespace
@@ -78,6 +80,7 @@ func New(reg prometheus.Registerer, namespace string) (*Metrics, error) {
 		}),
 		nodeStatusOf: map[string]map[string]report.Status{},
 		lastReportOf: map[string]prometheus.Gauge{},
+		exported:     map[string]int{},
 	}
 	for _, c := range []prometheus.Collector{m.componentStatus, m.nodeStatus, m.lastReport, m.writes, m.leader, m.rollupSeconds, m.writeSeconds} {
 		if err := reg.Register(c); err != nil {
@@ -109,6 +112,9 @@ func (m *Metrics) Removed(node string) {
 	delete(m.lastReportOf, node)
 	m.lastReport.DeleteLabelValues(node)
 	m.nodeStatus.DeletePartialMatch(prometheus.Labels{"node": node})
+	for comp := range m.nodeStatusOf[node] {
+		m.exported[comp]--
+	}
 	delete(m.nodeStatusOf, node)
 }
 
@@ -139,15 +145,26 @@ func (m *Metrics) Publish(component string, overall report.Status, nodes map[str
 		}
 		m.nodeStatus.WithLabelValues(node, component, s.String()).Set(1)
 		byComp[component] = s
+		if !had {
+			m.exported[component]++
+		}
 	}
+	if m.exported[component] == len(nodes) {
+		// Every exported node is still there (each was seen above).
+		return
+	}
+	n := 0
 	for node, byComp := range m.nodeStatusOf {
 		if prev, had := byComp[component]; had {
 			if _, still := nodes[node]; !still {
 				m.nodeStatus.DeleteLabelValues(node, component, prev.String())
 				delete(byComp, component)
+				continue
 			}
+			n++
 		}
 	}
+	m.exported[component] = n
 }
 
 // Write counts one Health status write and its duration.

@@ -77,11 +77,13 @@ func Step(t Track, seen bool, desired report.Status, now time.Time, h Holds) (ne
 type trackedNode struct {
 	Track
 	value NodeState
+	gen   uint64
 }
 
 type trackedCond struct {
 	Track
 	value Condition
+	gen   uint64
 }
 
 type trackedOverall struct {
@@ -92,6 +94,9 @@ type trackedOverall struct {
 // Damper applies Step to every fact of every component. It is the only
 // stateful part of the rollup; it is not safe for concurrent use.
 type Damper struct {
+	// gen increases with every Apply; entries not touched by the current
+	// generation are gone from the input and are forgotten.
+	gen     uint64
 	holds   Holds
 	overall map[string]*trackedOverall
 	nodes   map[string]map[string]*trackedNode
@@ -134,12 +139,14 @@ func (d *Damper) Apply(cs *ComponentStatus, now time.Time) {
 		nodes = map[string]*trackedNode{}
 		d.nodes[comp] = nodes
 	}
+	d.gen++
 	for name, ns := range cs.Nodes {
 		tn, seen := nodes[name]
 		if !seen {
 			tn = &trackedNode{}
 			nodes[name] = tn
 		}
+		tn.gen = d.gen
 		next, pub := Step(tn.Track, seen, ns.Status, now, d.holds)
 		tn.Track = next
 		if pub {
@@ -150,9 +157,11 @@ func (d *Damper) Apply(cs *ComponentStatus, now time.Time) {
 			cs.Nodes[name] = held
 		}
 	}
-	for name := range nodes {
-		if _, ok := cs.Nodes[name]; !ok {
-			delete(nodes, name)
+	if len(nodes) != len(cs.Nodes) {
+		for name, tn := range nodes {
+			if tn.gen != d.gen {
+				delete(nodes, name)
+			}
 		}
 	}
 
@@ -162,16 +171,19 @@ func (d *Damper) Apply(cs *ComponentStatus, now time.Time) {
 		conds = map[condKey]*trackedCond{}
 		d.conds[comp] = conds
 	}
-	present := make(map[condKey]struct{}, len(cs.Conditions))
+	live := 0
 	for i := range cs.Conditions {
 		c := &cs.Conditions[i]
 		k := condKey{c.Type, c.Node}
-		present[k] = struct{}{}
 		tc, seen := conds[k]
 		if !seen {
 			tc = &trackedCond{}
 			conds[k] = tc
 		}
+		if tc.gen != d.gen {
+			live++
+		}
+		tc.gen = d.gen
 		next, pub := Step(tc.Track, seen, c.Severity, now, d.holds)
 		tc.Track = next
 		if pub {
@@ -181,9 +193,11 @@ func (d *Damper) Apply(cs *ComponentStatus, now time.Time) {
 		}
 		c.LastTransition = tc.Since
 	}
-	for k := range conds {
-		if _, ok := present[k]; !ok {
-			delete(conds, k)
+	if len(conds) != live {
+		for k, tc := range conds {
+			if tc.gen != d.gen {
+				delete(conds, k)
+			}
 		}
 	}
 }

@@ -13,7 +13,6 @@ import (
 	"fmt"
 	"hash/fnv"
 	"io"
-	"sort"
 	"strconv"
 	"sync"
 	"time"
@@ -240,7 +239,9 @@ func (w *Writer) write(ctx context.Context, cs *rollup.ComponentStatus, specDone
 
 // Fingerprint hashes what makes a status different for readers: everything
 // but observedAt, freshUntil and the nodes' lastReportAt, which move on
-// every report and are brought up to date by the refresh instead.
+// every report and are brought up to date by the refresh instead. Node
+// entries are hashed one by one and summed, so map order does not matter
+// and nothing is sorted.
 func Fingerprint(cs *rollup.ComponentStatus) uint64 {
 	h := fnv.New64a()
 	put := func(parts ...string) {
@@ -253,19 +254,16 @@ func Fingerprint(cs *rollup.ComponentStatus) uint64 {
 	for _, n := range cs.DegradedNodes {
 		put(n)
 	}
-	names := make([]string, 0, len(cs.Nodes))
-	for n := range cs.Nodes {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	for _, n := range names {
-		ns := cs.Nodes[n]
-		put(n, ns.Status.String(), ns.Reason, ns.Message)
-	}
 	for _, c := range cs.Conditions {
 		put(c.Type, c.Severity.String(), c.Reason, c.Message, c.Node, strconv.FormatInt(c.LastTransition.Unix(), 10))
 	}
-	return h.Sum64()
+	sum := h.Sum64()
+	for n, ns := range cs.Nodes {
+		h.Reset()
+		put(n, ns.Status.String(), ns.Reason, ns.Message)
+		sum += h.Sum64()
+	}
+	return sum
 }
 
 // refreshPeriodOf staggers the refresh periods of the objects (between 75 %
