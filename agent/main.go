@@ -79,8 +79,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "invalid configuration:\n%v\n", err)
 		return exitUnknown
 	}
-	if cfg.MemoryLimitBytes > 0 {
+	// The environment (GOMEMLIMIT, GOGC) wins over the built-in defaults.
+	if cfg.MemoryLimitBytes > 0 && os.Getenv("GOMEMLIMIT") == "" {
 		debug.SetMemoryLimit(cfg.MemoryLimitBytes)
+	}
+	if cfg.GCPercent > 0 && os.Getenv("GOGC") == "" {
+		debug.SetGCPercent(cfg.GCPercent)
 	}
 	log, err := newLogger(cfg.LogLevel, stderr)
 	if err != nil {
