@@ -173,19 +173,23 @@ func TestFaultMatrix(t *testing.T) {
 		require.Eventually(t, func() bool { return check(t, "node-1").Verdict == "safe" }, boundFault, 500*time.Millisecond,
 			"healthy cluster: draining node-1 is safe")
 
-		fault(t, "node-2", "etcd-stop", "")
-		defer func() { fault(t, "node-2", "etcd-start", ""); healthy(t) }()
-		var a drainAnswer
-		require.Eventually(t, func() bool { a = check(t, "node-1"); return a.Verdict == "blocked" }, boundFault, 500*time.Millisecond,
-			"etcd on node-2 stopped: draining node-1 must be blocked")
-		assert.True(t, hasReason(a, "etcd", "quorum"), "a reason names etcd quorum: %+v", a.Reasons)
-		t.Logf("drain-check node-1 with node-2's etcd stopped: %+v", a)
-
-		fault(t, "node-3", "agent-stop", "")
-		defer fault(t, "node-3", "agent-start", "")
-		require.Eventually(t, func() bool { a = check(t, "node-3"); return a.Verdict == "unknown" }, boundHeartbeat+boundFault, 500*time.Millisecond,
-			"agent on node-3 stopped: draining node-3 is unknown")
-		t.Logf("drain-check node-3 with its agent stopped: %+v", a)
+		t.Run("etcd member stopped: draining another voting member is blocked", func(t *testing.T) {
+			fault(t, "node-2", "etcd-stop", "")
+			defer func() { fault(t, "node-2", "etcd-start", ""); healthy(t) }()
+			var a drainAnswer
+			require.Eventually(t, func() bool { a = check(t, "node-1"); return a.Verdict == "blocked" }, boundFault, 500*time.Millisecond,
+				"etcd on node-2 stopped: draining node-1 must be blocked, got %+v", &a)
+			assert.True(t, hasReason(a, "etcd", "quorum"), "a reason names etcd quorum: %+v", a.Reasons)
+			t.Logf("drain-check node-1 with node-2's etcd stopped: %+v", a)
+		})
+		t.Run("agent stopped: draining its node is unknown", func(t *testing.T) {
+			fault(t, "node-3", "agent-stop", "")
+			defer func() { fault(t, "node-3", "agent-start", ""); healthy(t) }()
+			var a drainAnswer
+			require.Eventually(t, func() bool { a = check(t, "node-3"); return a.Verdict == "unknown" }, boundHeartbeat+boundFault, 500*time.Millisecond,
+				"agent on node-3 stopped: draining node-3 is unknown, got %+v", &a)
+			t.Logf("drain-check node-3 with its agent stopped: %+v", a)
+		})
 	})
 
 	t.Run("leader killed: another replica writes within the lease duration, no freshUntil lapses", func(t *testing.T) {
