@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/cozystack/cozy-health/aggregator/internal/ingest/verify"
 	"github.com/cozystack/cozy-health/pkg/report"
 	"github.com/cozystack/cozy-health/pkg/signing"
 	pb "github.com/cozystack/cozy-health/proto/cozyhealth/v1"
@@ -70,7 +71,7 @@ func newBenchFleet(b *testing.B) (*benchFleet, string) {
 			b.Fatal(err)
 		}
 		f.keys = append(f.keys, k)
-		f.sessions = append(f.sessions, &session{node: node, key: k.PublicKey(), keyID: k.KeyID(), instance: "inst-" + node})
+		f.sessions = append(f.sessions, &session{Session: verify.Session{Node: node, Key: k.PublicKey(), KeyID: k.KeyID(), Instance: "inst-" + node}})
 	}
 	return f, dir
 }
@@ -84,7 +85,7 @@ func (f *benchFleet) chunk(b *testing.B, n int) ([]*session, []*pb.SignedReport)
 		j := f.next % len(f.keys)
 		f.next++
 		f.seq[j]++
-		sr, err := f.keys[j].SignReport(sampleReport(f.sessions[j].node, f.sessions[j].instance, f.seq[j], now, benchObservations))
+		sr, err := f.keys[j].SignReport(sampleReport(f.sessions[j].Node, f.sessions[j].Instance, f.seq[j], now, benchObservations))
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -96,7 +97,7 @@ func (f *benchFleet) chunk(b *testing.B, n int) ([]*session, []*pb.SignedReport)
 // bare is the unavoidable work: verify and decode.
 func bare(b *testing.B, sess []*session, srs []*pb.SignedReport) {
 	for i, sr := range srs {
-		if err := signing.Verify(sess[i].key, sr.GetPayload(), sr.GetSignature()); err != nil {
+		if err := signing.Verify(sess[i].Key, sr.GetPayload(), sr.GetSignature()); err != nil {
 			b.Fatal(err)
 		}
 		var p pb.NodeReport
@@ -176,12 +177,12 @@ func BenchmarkIngestGRPC(b *testing.B) {
 		Deps{Sink: &latestSink{latest: map[string]*report.NodeReport{}}})
 	agents := make([]*testAgent, streams)
 	for i := range streams {
-		a, ack, err := connect(b, ts, f.keys[i], f.sessions[i].node, "")
+		a, ack, err := connect(b, ts, f.keys[i], f.sessions[i].Node, "")
 		if err != nil || !ack.GetAccepted() {
 			b.Fatalf("hello: %v %v", err, ack)
 		}
 		agents[i] = a
-		f.sessions[i].instance = a.instance
+		f.sessions[i].Instance = a.instance
 	}
 	// Only the first `streams` nodes have a stream here.
 	f.sessions = f.sessions[:streams]

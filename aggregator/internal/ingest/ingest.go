@@ -23,7 +23,6 @@ package ingest
 
 import (
 	"context"
-	"crypto/ed25519"
 	"errors"
 	"fmt"
 	"io"
@@ -36,13 +35,12 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 	authenticationv1client "k8s.io/client-go/kubernetes/typed/authentication/v1"
 
+	"github.com/cozystack/cozy-health/aggregator/internal/ingest/verify"
 	"github.com/cozystack/cozy-health/pkg/report"
 	"github.com/cozystack/cozy-health/pkg/signing"
-	"github.com/cozystack/cozy-health/pkg/wire"
 	pb "github.com/cozystack/cozy-health/proto/cozyhealth/v1"
 )
 
@@ -72,16 +70,15 @@ type Deps struct {
 type Server struct {
 	pb.UnimplementedIngestServiceServer
 
-	cfg      Config
-	sink     Sink
-	now      func() time.Time
-	log      *zap.Logger
-	m        *metrics
-	auth     *tokenAuthenticator // nil without TokenReviews
-	devKeys  map[string]signing.DevKey
-	limiters *nodeLimiters
-	replays  *replayGuard
-	logs     *logLimiter
+	cfg     Config
+	sink    Sink
+	now     func() time.Time
+	log     *zap.Logger
+	m       *metrics
+	auth    *tokenAuthenticator // nil without TokenReviews
+	devKeys map[string]signing.DevKey
+	checker *verify.Checker
+	logs    *logLimiter
 	// desired is the desired interval in nanoseconds.
 	desired atomic.Int64
 }
@@ -110,9 +107,10 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	}
 	s := &Server{
 		cfg: cfg, sink: deps.Sink, now: deps.Now, log: deps.Log.With(zap.String("component", "ingest")), m: m,
-		limiters: newNodeLimiters(cfg.RatePerNode, cfg.RateBurst),
-		replays:  newReplayGuard(cfg.SkewWindow),
-		logs:     newLogLimiter(10 * time.Second),
+		checker: verify.New(verify.Limits{
+			MaxPayloadBytes: cfg.MaxPayloadBytes, SkewWindow: cfg.SkewWindow, RatePerNode: cfg.RatePerNode, RateBurst: cfg.RateBurst,
+		}),
+		logs: newLogLimiter(10 * time.Second),
 	}
 	s.desired.Store(int64(cfg.DesiredInterval))
 	if deps.TokenReviews != nil {
@@ -143,11 +141,8 @@ func (s *Server) DesiredInterval() time.Duration { return time.Duration(s.desire
 
 // session is one authenticated stream: the key bound to the node.
 type session struct {
-	node     string
-	key      ed25519.PublicKey
-	keyID    string
-	instance string
-	peer     string
+	verify.Session
+	peer string
 }
 
 // rejection is a counted, logged refusal; code is set for stream-stage ones.
@@ -197,8 +192,8 @@ func (s *Server) Ingest(stream pb.IngestService_IngestServer) error {
 	}
 	s.m.streams.Inc()
 	defer s.m.streams.Dec()
-	log := s.log.With(zap.String("node", sess.node), zap.String("keyID", sess.keyID), zap.String("peer", peerAddr))
-	log.Info("agent stream authenticated", zap.String("agentInstance", sess.instance), zap.String("agentVersion", hello.GetAgentVersion()))
+	log := s.log.With(zap.String("node", sess.Node), zap.String("keyID", sess.KeyID), zap.String("peer", peerAddr))
+	log.Info("agent stream authenticated", zap.String("agentInstance", sess.Instance), zap.String("agentVersion", hello.GetAgentVersion()))
 	if err := stream.Send(s.ack(0, "")); err != nil {
 		return err
 	}
@@ -212,7 +207,7 @@ func (s *Server) Ingest(stream pb.IngestService_IngestServer) error {
 			if status.Code(err) == codes.ResourceExhausted {
 				// Over the gRPC receive limit: the stream is gone.
 				s.m.received.Inc()
-				s.reject(ReasonOversized, sess.node, peerAddr, err.Error(), 0)
+				s.reject(ReasonOversized, sess.Node, peerAddr, err.Error(), 0)
 			}
 			log.Info("agent stream ended", zap.Error(err))
 			return err
@@ -223,7 +218,7 @@ func (s *Server) Ingest(stream pb.IngestService_IngestServer) error {
 			resp = s.handleReport(sess, msg.Report)
 		default:
 			s.m.received.Inc()
-			s.reject(ReasonMalformed, sess.node, peerAddr, fmt.Sprintf("want a report after the hello, got %T", msg), 0)
+			s.reject(ReasonMalformed, sess.Node, peerAddr, fmt.Sprintf("want a report after the hello, got %T", msg), 0)
 			resp = s.ack(0, ReasonMalformed)
 		}
 		if err := stream.Send(resp); err != nil {
@@ -310,7 +305,7 @@ func (s *Server) authenticate(ctx context.Context, h *pb.Hello, peerAddr string)
 	if node != h.GetNodeName() {
 		return nil, &rejection{reason: ReasonNodeMismatch, detail: fmt.Sprintf("hello claims node %s, token is bound to %s", h.GetNodeName(), node), code: codes.PermissionDenied}
 	}
-	return &session{node: node, key: pub, keyID: keyID, instance: h.GetAgentInstanceId(), peer: peerAddr}, nil
+	return &session{Session: verify.Session{Node: node, Key: pub, KeyID: keyID, Instance: h.GetAgentInstanceId()}, peer: peerAddr}, nil
 }
 
 // handleReport runs every check on one signed report and, if all pass, hands
@@ -318,57 +313,11 @@ func (s *Server) authenticate(ctx context.Context, h *pb.Hello, peerAddr string)
 func (s *Server) handleReport(sess *session, sr *pb.SignedReport) *pb.IngestResponse {
 	s.m.received.Inc()
 	now := s.now()
-	seq, reason, detail := s.accept(sess, sr, now)
+	seq, reason, detail := s.checker.Check(&sess.Session, sr, now, s.sink.Accept)
 	if reason != "" {
-		s.reject(reason, sess.node, sess.peer, detail, seq)
+		s.reject(reason, sess.Node, sess.peer, detail, seq)
 		return s.ack(seq, reason)
 	}
 	s.m.accepted.Inc()
 	return s.ack(seq, "")
-}
-
-// accept checks sr and hands it to the sink; it returns the report's
-// sequence when known and the rejection reason, if any.
-func (s *Server) accept(sess *session, sr *pb.SignedReport, now time.Time) (uint64, string, string) {
-	if n := len(sr.GetPayload()); n > s.cfg.MaxPayloadBytes {
-		return 0, ReasonOversized, fmt.Sprintf("payload of %d bytes over the %d byte limit", n, s.cfg.MaxPayloadBytes)
-	}
-	if !s.limiters.allow(sess.node, now) {
-		return 0, ReasonRateLimited, fmt.Sprintf("over %.3g reports/s (burst %d)", s.cfg.RatePerNode, s.cfg.RateBurst)
-	}
-	if len(sr.GetSignature()) == 0 {
-		return 0, ReasonMissingSignature, "report is not signed"
-	}
-	if sr.GetKeyId() != sess.keyID {
-		return 0, ReasonUnknownKey, fmt.Sprintf("report key id %q is not the stream's key %s", sr.GetKeyId(), sess.keyID)
-	}
-	if err := signing.Verify(sess.key, sr.GetPayload(), sr.GetSignature()); err != nil {
-		return 0, ReasonBadSignature, err.Error()
-	}
-	var p pb.NodeReport
-	if err := proto.Unmarshal(sr.GetPayload(), &p); err != nil {
-		return 0, ReasonMalformed, "decode report: " + err.Error()
-	}
-	r, err := wire.ReportFromProto(&p)
-	if err != nil {
-		return p.GetSequence(), ReasonMalformed, err.Error()
-	}
-	if r.NodeName != sess.node {
-		return r.Sequence, ReasonNodeMismatch, fmt.Sprintf("report for node %s on a stream bound to %s", r.NodeName, sess.node)
-	}
-	if r.AgentInstanceID != sess.instance {
-		return r.Sequence, ReasonMalformed, fmt.Sprintf("report of agent instance %s on a stream of instance %s", r.AgentInstanceID, sess.instance)
-	}
-	if d := now.Sub(r.SentAt); d > s.cfg.SkewWindow || d < -s.cfg.SkewWindow {
-		return r.Sequence, ReasonSkew, fmt.Sprintf("sent at %s, %s from now, window %s", r.SentAt.Format(time.RFC3339Nano), d, s.cfg.SkewWindow)
-	}
-	e := s.replays.entry(replayKey{node: sess.node, keyID: sess.keyID, instance: r.AgentInstanceID}, now)
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if r.Sequence <= e.last {
-		return r.Sequence, ReasonReplay, fmt.Sprintf("sequence %d not above the last accepted %d", r.Sequence, e.last)
-	}
-	s.sink.Accept(r, now)
-	e.last = r.Sequence
-	return r.Sequence, "", ""
 }

@@ -1,0 +1,31 @@
+package verify
+
+// Rejection reasons: the values of the reason label of
+// cozy_health_reports_rejected_total and of Ack.reject_reason.
+const (
+	// Report-stage reasons; the stream stays open.
+	ReasonBadSignature     = "bad_signature"
+	ReasonMissingSignature = "missing_signature"
+	ReasonUnknownKey       = "unknown_key"
+	ReasonNodeMismatch     = "node_mismatch"
+	ReasonReplay           = "replay"
+	ReasonSkew             = "skew"
+	ReasonOversized        = "oversized"
+	ReasonMalformed        = "malformed"
+	ReasonRateLimited      = "rate_limited"
+	// Stream-stage reasons (the Hello); the stream is closed. node_mismatch,
+	// malformed, unknown_key and oversized can also happen here.
+	ReasonUnauthenticated     = "unauthenticated"
+	ReasonWrongServiceAccount = "wrong_service_account"
+	ReasonNoHello             = "no_hello"
+	// ReasonAuthUnavailable: the TokenReview itself failed (apiserver
+	// unreachable); the agent retries.
+	ReasonAuthUnavailable = "auth_unavailable"
+)
+
+// Reasons lists every rejection reason; each is pre-initialised to 0.
+var Reasons = []string{
+	ReasonBadSignature, ReasonMissingSignature, ReasonUnknownKey, ReasonNodeMismatch, ReasonReplay, ReasonSkew,
+	ReasonOversized, ReasonMalformed, ReasonRateLimited, ReasonUnauthenticated, ReasonWrongServiceAccount,
+	ReasonNoHello, ReasonAuthUnavailable,
+}
