@@ -1,6 +1,7 @@
 package lab
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -68,6 +69,8 @@ func (l *Lab) WaitFor(ctx context.Context, w io.Writer, what string, timeout tim
 	}
 	start := time.Now()
 	last := ""
+	tty := isTerminal(w)
+	lastLine := time.Time{}
 	for {
 		hs, err := listHealths(ctx, cs)
 		if err == nil {
@@ -75,18 +78,26 @@ func (l *Lab) WaitFor(ctx context.Context, w io.Writer, what string, timeout tim
 			last = seen
 			if ok {
 				if w != nil {
-					fmt.Fprintf(w, "\r    %s: yes, after %.1fs%s\n", what, time.Since(start).Seconds(), strings.Repeat(" ", 30))
+					if tty {
+						fmt.Fprint(w, "\r")
+					}
+					fmt.Fprintf(w, "    %s: yes, after %.1fs%s\n", what, time.Since(start).Seconds(), strings.Repeat(" ", 30))
 				}
 				return time.Since(start), nil
 			}
 		} else {
 			last = err.Error()
 		}
-		if w != nil {
+		switch {
+		case w == nil:
+		case tty:
 			fmt.Fprintf(w, "\r    waiting for %s ... %.0fs (now: %s)%s", what, time.Since(start).Seconds(), truncate(last, 60), strings.Repeat(" ", 5))
+		case time.Since(lastLine) >= 5*time.Second:
+			fmt.Fprintf(w, "    waiting for %s ... %.0fs (now: %s)\n", what, time.Since(start).Seconds(), truncate(last, 80))
+			lastLine = time.Now()
 		}
 		if time.Since(start) > timeout {
-			if w != nil {
+			if w != nil && tty {
 				fmt.Fprintln(w)
 			}
 			return time.Since(start), fmt.Errorf("%s: not within %s (last seen: %s)", what, timeout, last)
@@ -202,7 +213,11 @@ func Demo(ctx context.Context, o Options, w io.Writer) (err error) {
 	}
 	show := func(args ...string) {
 		fmt.Fprintf(w, "\n  $ kubectl %s\n", strings.Join(args, " "))
-		_, _ = RunKubectl(ctx, o.Dir, args, indent(w), indent(w))
+		var out bytes.Buffer
+		_, _ = RunKubectl(ctx, o.Dir, args, &out, &out)
+		for _, ln := range strings.Split(strings.TrimRight(out.String(), "\n"), "\n") {
+			fmt.Fprintf(w, "    %s\n", ln)
+		}
 	}
 	started := time.Now()
 	step(0, "start a %d-node lab in %s (first run builds the control plane: ~10 min)", o.Nodes, o.Dir)
@@ -256,6 +271,8 @@ func Demo(ctx context.Context, o Options, w io.Writer) (err error) {
 	if hs, err := l.Healths(ctx); err == nil {
 		printNodes(w, hs["cilium"])
 	}
+	fmt.Fprintf(w, "\n    Note etcd: with %s unobserved, only 1 of 3 voting members is known healthy, so etcd reads\n"+
+		"    Down — an Unknown member is never counted healthy. Facts, never a silent green.\n", agentNode)
 
 	step(4, "restore etcd on %s and the agent on %s: everything must read Healthy again", etcdNode, agentNode)
 	for _, f := range [][2]string{{etcdNode, "etcd-start"}, {agentNode, "agent-start"}} {
@@ -272,22 +289,16 @@ func Demo(ctx context.Context, o Options, w io.Writer) (err error) {
 	return nil
 }
 
-type indentWriter struct{ w io.Writer }
-
-func (i indentWriter) Write(p []byte) (int, error) {
-	lines := strings.SplitAfter(string(p), "\n")
-	for _, ln := range lines {
-		if ln == "" {
-			continue
-		}
-		if _, err := io.WriteString(i.w, "    "+ln); err != nil {
-			return 0, err
-		}
+// isTerminal reports whether w is a terminal (progress lines redraw in
+// place there; elsewhere a line is printed every few seconds).
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
 	}
-	return len(p), nil
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
 }
-
-func indent(w io.Writer) io.Writer { return indentWriter{w} }
 
 // printNodes prints a Health object's status.nodes as a table.
 func printNodes(w io.Writer, h *healthv1alpha1.Health) {
