@@ -42,7 +42,7 @@ func healthyStatus(now time.Time) *ac.HealthStatusApplyConfiguration {
 	return ac.HealthStatus().
 		WithOverall(healthv1alpha1.StatusDegraded).
 		WithObservedAt(metav1.NewTime(now)).
-		WithFreshUntil(metav1.NewTime(now.Add(15 * time.Second))).
+		WithFreshUntil(metav1.NewTime(now.Add(15*time.Second))).
 		WithNodes(map[string]ac.NodeStateApplyConfiguration{
 			"node-1": *ac.NodeState().WithStatus(healthv1alpha1.StatusHealthy),
 			"node-2": *ac.NodeState().WithStatus(healthv1alpha1.StatusDown).WithReason("ServiceNotRunning").WithMessage("etcd service is Finished"),
