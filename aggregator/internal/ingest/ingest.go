@@ -299,6 +299,8 @@ func (s *Server) authenticate(ctx context.Context, h *pb.Hello, peerAddr string)
 			return nil, &rejection{reason: ReasonUnknownKey, detail: "no token and key " + keyID + " is not a listed development key", code: codes.Unauthenticated}
 		}
 		node = dk.Node
+	case h.GetToken() != "":
+		return nil, &rejection{reason: ReasonUnauthenticated, detail: "tokens cannot be checked: this replica has no TokenReview client", code: codes.Unauthenticated}
 	default:
 		return nil, &rejection{reason: ReasonUnauthenticated, detail: "hello carries no token", code: codes.Unauthenticated}
 	}
