@@ -124,6 +124,7 @@ func TestIdentityAgainstARealAPIServer(t *testing.T) {
 		{"token of a deleted pod", "cp1", tokDoomed, ReasonUnauthenticated, codes.Unauthenticated, "invalidated"},
 		{"token not bound to a pod", "cp1", unbound.Status.Token, ReasonUnauthenticated, codes.Unauthenticated, "no node-name claim"},
 		{"garbage token", "cp1", "not.a.token", ReasonUnauthenticated, codes.Unauthenticated, "invalid bearer token"},
+		{"no token at all", "cp1", "", ReasonUnauthenticated, codes.Unauthenticated, "no token"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			before := rejected(t, ts, tc.reason)
