@@ -19,6 +19,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/cozystack/cozy-health/agent/internal/check"
 	"github.com/cozystack/cozy-health/pkg/report"
@@ -213,7 +215,8 @@ func (r *Runner) runOne(ctx context.Context, i int, c check.Check) outcome {
 		reason := report.ReasonCheckFailed
 		// A source that gave up because the deadline passed (gRPC and HTTP
 		// clients wrap it their own way) timed out rather than failed.
-		if errors.Is(runCtx.Err(), context.DeadlineExceeded) || errors.Is(res.err, context.DeadlineExceeded) {
+		if errors.Is(runCtx.Err(), context.DeadlineExceeded) || errors.Is(res.err, context.DeadlineExceeded) ||
+			status.Code(res.err) == codes.DeadlineExceeded {
 			reason = report.ReasonCheckTimeout
 		}
 		r.metrics.errors.WithLabelValues(name, reason).Inc()

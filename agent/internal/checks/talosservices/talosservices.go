@@ -1,5 +1,6 @@
-// Package talosservices judges the Talos system services that a node needs
-// (etcd on control-plane nodes, kubelet, cri) from the Talos ServiceList.
+// Package talosservices judges the Talos system services that every node
+// needs (kubelet, cri) from the Talos ServiceList; the etcd service of
+// control-plane nodes is judged by the etcd-member check.
 package talosservices
 
 import (
@@ -15,8 +16,11 @@ import (
 	"github.com/cozystack/cozy-health/talos"
 )
 
-// Services are the Talos service IDs judged; etcd only where it exists.
-var Services = []string{"etcd", "kubelet", "cri"}
+// Services are the Talos service IDs judged for the node component. The etcd
+// service is judged by the etcd-member check, under the etcd component: a
+// stopped etcd member is an etcd fault (quorum projection, drain), not a
+// reason to call the whole node Down.
+var Services = []string{"kubelet", "cri"}
 
 // required are the services every Talos node runs.
 var required = map[string]bool{"kubelet": true, "cri": true}

@@ -22,9 +22,11 @@ func TestJudge(t *testing.T) {
 		"worker healthy":         {[]*machine.ServiceInfo{svc("kubelet", "Running", true, false), svc("cri", "Running", true, false)}, report.StatusHealthy, "ServicesHealthy"},
 		"kubelet unhealthy":      {[]*machine.ServiceInfo{svc("kubelet", "Running", false, false), svc("cri", "Running", true, false)}, report.StatusDegraded, "ServiceUnhealthy"},
 		"cri missing":            {[]*machine.ServiceInfo{svc("kubelet", "Running", true, false)}, report.StatusDown, "ServiceMissing"},
-		"etcd failed":            {[]*machine.ServiceInfo{svc("etcd", "Failed", false, false), svc("kubelet", "Running", true, false), svc("cri", "Running", true, false)}, report.StatusDown, "ServiceNotRunning"},
-		"etcd health unknown":    {[]*machine.ServiceInfo{svc("etcd", "Running", false, true), svc("kubelet", "Running", true, false), svc("cri", "Running", true, false)}, report.StatusUnknown, "ServiceHealthUnknown"},
-		"other services ignored": {[]*machine.ServiceInfo{svc("udevd", "Failed", false, false), svc("kubelet", "Running", true, false), svc("cri", "Running", true, false)}, report.StatusHealthy, "ServicesHealthy"},
+		"cri failed":             {[]*machine.ServiceInfo{svc("kubelet", "Running", true, false), svc("cri", "Failed", false, false)}, report.StatusDown, "ServiceNotRunning"},
+		"kubelet health unknown": {[]*machine.ServiceInfo{svc("kubelet", "Running", false, true), svc("cri", "Running", true, false)}, report.StatusUnknown, "ServiceHealthUnknown"},
+		// etcd is the etcd-member check's, under the etcd component.
+		"etcd failed is not a node fault": {[]*machine.ServiceInfo{svc("etcd", "Failed", false, false), svc("kubelet", "Running", true, false), svc("cri", "Running", true, false)}, report.StatusHealthy, "ServicesHealthy"},
+		"other services ignored":          {[]*machine.ServiceInfo{svc("udevd", "Failed", false, false), svc("kubelet", "Running", true, false), svc("cri", "Running", true, false)}, report.StatusHealthy, "ServicesHealthy"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			o := Judge(tc.svcs)
