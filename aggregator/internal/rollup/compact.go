@@ -16,7 +16,9 @@ const DefaultMaxListed = 500
 //
 //   - component-level conditions (Quorum, Data) are kept as they are;
 //   - node-level conditions that are True are dropped; the non-True ones
-//     are listed, False before Unknown, at most maxListed of them;
+//     are listed, False before Unknown, at most maxListed of them (with the
+//     resource-pinned conditions, which are listed but not tallied: their
+//     node's folded condition is);
 //   - for every node-level condition type one summary condition (no
 //     resourceRef) is added: False when any node's is False, else Unknown
 //     when any is Unknown, else True, with the counts in its message (and
@@ -38,6 +40,12 @@ func Compact(cs *ComponentStatus, maxListed int) {
 	for _, c := range cs.Conditions {
 		if c.Node == "" {
 			kept = append(kept, c)
+			continue
+		}
+		if c.Resource != nil {
+			if c.Severity != report.StatusHealthy {
+				nonTrue = append(nonTrue, c)
+			}
 			continue
 		}
 		t := tallies[c.Type]
@@ -66,12 +74,18 @@ func Compact(cs *ComponentStatus, maxListed int) {
 		if a.Type != b.Type {
 			return a.Type < b.Type
 		}
-		return a.Node < b.Node
+		if a.Node != b.Node {
+			return a.Node < b.Node
+		}
+		return a.ResourceKey() < b.ResourceKey()
 	})
 	if len(nonTrue) > maxListed {
 		nonTrue = nonTrue[:maxListed]
 	}
 	for _, c := range nonTrue {
+		if c.Resource != nil {
+			continue
+		}
 		t := tallies[c.Type]
 		if c.Severity == report.StatusUnknown {
 			t.listedUnknown++

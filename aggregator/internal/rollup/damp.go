@@ -107,7 +107,7 @@ type Damper struct {
 	summaries map[string]map[string]*Track
 }
 
-type condKey struct{ typ, node string }
+type condKey struct{ typ, node, resource string }
 
 // NewDamper returns a Damper with the given hold times.
 func NewDamper(h Holds) *Damper {
@@ -174,7 +174,7 @@ func (d *Damper) Apply(cs *ComponentStatus, now time.Time) {
 	live := 0
 	for i := range cs.Conditions {
 		c := &cs.Conditions[i]
-		k := condKey{c.Type, c.Node}
+		k := condKey{c.Type, c.Node, c.ResourceKey()}
 		tc, seen := conds[k]
 		if !seen {
 			tc = &trackedCond{}

@@ -28,7 +28,10 @@
 //     the node (ResourceRef{Kind: Node}); several observations of one check
 //     on one node (one per DRBD resource or block device) fold into one
 //     condition with the worst status whose message names the resources
-//     that are not Healthy. Status True = Healthy, False = Degraded or Down,
+//     that are not Healthy. Each of those resources also gets a condition of
+//     its own, pinned to the resource (ResourceRef{Kind: Resource, Name:
+//     pvc-...}), so a consumer finds the broken resource without parsing a
+//     message. Status True = Healthy, False = Degraded or Down,
 //     Unknown = Unknown.
 package rollup
 
@@ -98,11 +101,23 @@ type Condition struct {
 	Type string `json:"type"`
 	// Severity is the status behind the condition; ConditionStatus derives
 	// True/False/Unknown from it.
-	Severity       report.Status `json:"severity"`
-	Reason         string        `json:"reason,omitempty"`
-	Message        string        `json:"message,omitempty"`
-	Node           string        `json:"node,omitempty"`
-	LastTransition time.Time     `json:"lastTransition,omitzero"`
+	Severity report.Status `json:"severity"`
+	Reason   string        `json:"reason,omitempty"`
+	Message  string        `json:"message,omitempty"`
+	Node     string        `json:"node,omitempty"`
+	// Resource, when set, pins the condition to a resource other than the
+	// node (a DRBD resource, a block device) observed on Node.
+	Resource       *report.ResourceRef `json:"resource,omitempty"`
+	LastTransition time.Time           `json:"lastTransition,omitzero"`
+}
+
+// ResourceKey names a condition's resource for keys and sorting; empty for
+// conditions pinned to a node or to nothing.
+func (c Condition) ResourceKey() string {
+	if c.Resource == nil {
+		return ""
+	}
+	return c.Resource.Kind + "/" + c.Resource.Namespace + "/" + c.Resource.Name
 }
 
 // ConditionStatus is True (good), False (bad) or Unknown (no data).
@@ -324,6 +339,14 @@ func foldChecks(node string, obs []report.Observation) []Condition {
 			msg = foldMessages(group)
 		}
 		out = append(out, Condition{Type: ConditionType(check), Severity: worst.Status, Reason: worst.Reason, Message: truncate(msg), Node: node})
+		for _, o := range group {
+			if o.Status == report.StatusHealthy || o.ResourceRef == nil || o.ResourceRef.Kind == report.KindNode {
+				continue
+			}
+			ref := *o.ResourceRef
+			out = append(out, Condition{Type: ConditionType(check), Severity: o.Status, Reason: o.Reason,
+				Message: truncate(fmt.Sprintf("on %s: %s", node, o.Message)), Node: node, Resource: &ref})
+		}
 	}
 	return out
 }
@@ -541,6 +564,9 @@ func sortConditions(cs []Condition) {
 		if a.Type != b.Type {
 			return a.Type < b.Type
 		}
-		return a.Node < b.Node
+		if a.Node != b.Node {
+			return a.Node < b.Node
+		}
+		return a.ResourceKey() < b.ResourceKey()
 	})
 }

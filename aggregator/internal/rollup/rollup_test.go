@@ -224,6 +224,9 @@ func render(out map[string]*ComponentStatus, components []string) string {
 			if c.Node != "" {
 				ref = "Node/" + c.Node
 			}
+			if c.Resource != nil {
+				ref = c.Resource.Kind + "/" + c.Resource.Name + " (on Node/" + c.Node + ")"
+			}
 			fmt.Fprintf(&b, "  condition %s=%s (%s) ref=%s reason=%s message=%q\n", c.Type, c.ConditionStatus(), c.Severity, ref, c.Reason, c.Message)
 		}
 	}

@@ -65,7 +65,14 @@ func statusApply(namespace string, cs *rollup.ComponentStatus) *ac.HealthApplyCo
 		if c.Message != "" {
 			hc.WithMessage(c.Message)
 		}
-		if c.Node != "" {
+		switch {
+		case c.Resource != nil:
+			ref := ac.ResourceRef().WithKind(c.Resource.Kind).WithName(c.Resource.Name)
+			if c.Resource.Namespace != "" {
+				ref.WithNamespace(c.Resource.Namespace)
+			}
+			hc.WithResourceRef(ref)
+		case c.Node != "":
 			hc.WithResourceRef(ac.ResourceRef().WithKind(report.KindNode).WithName(c.Node))
 		}
 		conds = append(conds, hc)

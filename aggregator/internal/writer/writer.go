@@ -255,7 +255,7 @@ func Fingerprint(cs *rollup.ComponentStatus) uint64 {
 		put(n)
 	}
 	for _, c := range cs.Conditions {
-		put(c.Type, c.Severity.String(), c.Reason, c.Message, c.Node, strconv.FormatInt(c.LastTransition.Unix(), 10))
+		put(c.Type, c.Severity.String(), c.Reason, c.Message, c.Node, c.ResourceKey(), strconv.FormatInt(c.LastTransition.Unix(), 10))
 	}
 	sum := h.Sum64()
 	for n, ns := range cs.Nodes {
