@@ -186,8 +186,11 @@ func TestFaultMatrix(t *testing.T) {
 			fault(t, "node-3", "agent-stop", "")
 			defer func() { fault(t, "node-3", "agent-start", ""); healthy(t) }()
 			var a drainAnswer
-			require.Eventually(t, func() bool { a = check(t, "node-3"); return a.Verdict == "unknown" }, boundHeartbeat+boundFault, 500*time.Millisecond,
-				"agent on node-3 stopped: draining node-3 is unknown, got %+v", &a)
+			require.Eventually(t, func() bool {
+				a = check(t, "node-3")
+				return a.Verdict == "unknown" && ruleVerdict(a, "node-data") == "unknown"
+			}, boundHeartbeat+boundFault, 500*time.Millisecond,
+				"agent on node-3 stopped: draining node-3 is unknown because its own data is missing, got %+v", &a)
 			t.Logf("drain-check node-3 with its agent stopped: %+v", a)
 		})
 	})
@@ -265,4 +268,13 @@ func hasReason(a drainAnswer, component, word string) bool {
 		}
 	}
 	return false
+}
+
+func ruleVerdict(a drainAnswer, rule string) string {
+	for _, r := range a.Reasons {
+		if r.Rule == rule {
+			return r.Verdict
+		}
+	}
+	return ""
 }

@@ -157,6 +157,13 @@ func splitServiceAccount(s string) (ns, name string, err error) {
 	return ns, name, nil
 }
 
+// Per-connection buffer sizes of the ingest listener; see ServerOptions.
+const (
+	connReadBuffer  = 4 << 10
+	connWriteBuffer = 4 << 10
+	flowWindow      = 64 << 10
+)
+
 // ServerOptions returns the grpc.Server options ingest needs: TLS from
 // cfg's cert and key files (re-read on rotation), keepalive parameters and
 // enforcement, and a receive limit just above the payload limit. The
@@ -175,5 +182,16 @@ func ServerOptions(cfg Config) ([]grpc.ServerOption, error) {
 			MaxConnectionAge: cfg.MaxConnectionAge, MaxConnectionAgeGrace: 10 * time.Second,
 		}),
 		grpc.MaxRecvMsgSize(cfg.MaxPayloadBytes + envelopeSlack),
+		// One long-lived connection per agent, a few KiB every interval: at
+		// 5,000 agents grpc-go's 32 KiB per-connection read and write
+		// buffers and BDP-grown flow-control windows would cost hundreds of
+		// MiB. Small read buffers, a write buffer returned to a pool after
+		// each flush, and fixed 64 KiB windows (which turn BDP estimation
+		// off) keep a connection's footprint to a few KiB.
+		grpc.ReadBufferSize(connReadBuffer),
+		grpc.WriteBufferSize(connWriteBuffer),
+		grpc.SharedWriteBuffer(true),
+		grpc.InitialWindowSize(flowWindow),
+		grpc.InitialConnWindowSize(flowWindow),
 	}, nil
 }
