@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -112,19 +114,21 @@ func TestFaultMatrix(t *testing.T) {
 	})
 
 	t.Run("Talos API hangs: that node's etcd entry Unknown, other components keep updating", func(t *testing.T) {
-		hs, err := l.Healths(ctx)
-		require.NoError(t, err)
-		before := hs["cilium"].Status.Nodes["node-1"].LastReportAt
-		require.NotNil(t, before)
+		metricsURL := "http://" + l.State.Aggregators[0].Metrics + "/metrics"
+		before := lastReport(t, ctx, metricsURL, "node-1")
 		fault(t, "node-1", "talos-hang", "")
 		defer func() { fault(t, "node-1", "talos-ok", ""); healthy(t) }()
+		// Within the check deadline (1 s) of the next report (2 s interval),
+		// plus the writer's path.
 		wait(t, "etcd entry of node-1 Unknown", boundFault, lab.NodeEntryIs("etcd", "node-1", healthv1alpha1.StatusUnknown, ""))
-		hs, err = l.Healths(ctx)
+		hs, err := l.Healths(ctx)
 		require.NoError(t, err)
-		cil := hs["cilium"].Status.Nodes["node-1"]
-		assert.Equal(t, healthv1alpha1.StatusHealthy, cil.Status, "cilium on node-1 unaffected")
-		require.NotNil(t, cil.LastReportAt)
-		assert.True(t, cil.LastReportAt.After(before.Time), "node-1 kept reporting: %s then %s", before, cil.LastReportAt)
+		assert.Equal(t, "CheckTimeout", hs["etcd"].Status.Nodes["node-1"].Reason, "the Talos calls time out")
+		for _, c := range []string{"cilium", "kube-ovn", "linstor", "disk"} {
+			assert.Equal(t, healthv1alpha1.StatusHealthy, hs[c].Status.Nodes["node-1"].Status, "%s on node-1 unaffected by the hung Talos API", c)
+		}
+		after := lastReport(t, ctx, metricsURL, "node-1")
+		assert.Greater(t, after, before, "node-1 kept reporting on time while its Talos API hung")
 	})
 
 	t.Run("LINSTOR resource Outdated: linstor Degraded with a resourceRef", func(t *testing.T) {
@@ -277,4 +281,29 @@ func ruleVerdict(a drainAnswer, rule string) string {
 		}
 	}
 	return ""
+}
+
+// lastReport reads cozy_health_node_last_report_timestamp_seconds{node} from
+// an aggregator's /metrics.
+func lastReport(t *testing.T, ctx context.Context, url, node string) float64 {
+	t.Helper()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	require.NoError(t, err)
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := parser.TextToMetricFamilies(resp.Body)
+	require.NoError(t, err)
+	mf, ok := fams["cozy_health_node_last_report_timestamp_seconds"]
+	require.True(t, ok, "metric cozy_health_node_last_report_timestamp_seconds")
+	for _, m := range mf.GetMetric() {
+		for _, lp := range m.GetLabel() {
+			if lp.GetName() == "node" && lp.GetValue() == node {
+				return m.GetGauge().GetValue()
+			}
+		}
+	}
+	t.Fatalf("no last-report timestamp for %s", node)
+	return 0
 }

@@ -117,7 +117,8 @@ func truncate(s string, n int) string {
 	return s
 }
 
-// AllHealthy holds when every node-local component is Healthy and fresh.
+// AllHealthy holds when every node-local component is Healthy and fresh,
+// on every node.
 func AllHealthy(components []string) Condition {
 	return func(hs map[string]*healthv1alpha1.Health, now time.Time) (bool, string) {
 		var bad []string
@@ -130,6 +131,12 @@ func AllHealthy(components []string) Condition {
 				bad = append(bad, c+"=stale")
 			case h.Status.Overall != healthv1alpha1.StatusHealthy:
 				bad = append(bad, c+"="+string(h.Status.Overall))
+			default:
+				for n, st := range h.Status.Nodes {
+					if st.Status != healthv1alpha1.StatusHealthy {
+						bad = append(bad, c+"/"+n+"="+string(st.Status))
+					}
+				}
 			}
 		}
 		if len(bad) == 0 {
