@@ -3,14 +3,14 @@ package harness
 import (
 	"context"
 	"fmt"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 )
@@ -27,6 +27,8 @@ type EtcdMember struct {
 	MetricsURL string
 	// DataDir is the member's data directory (kept across Stop/Start).
 	DataDir string
+	// Learner is true for a member that joined as a non-voting learner.
+	Learner bool
 
 	args []string
 	proc *process
@@ -53,6 +55,20 @@ type EtcdClusterOptions struct {
 	// Detach starts the members in their own session so they outlive the
 	// caller (the local lab); otherwise they die with it.
 	Detach bool
+	// Names names the members (default etcd-0, etcd-1, ...); when set, its
+	// length is the cluster size.
+	Names []string
+	// Voters is how many members form the initial voting cluster (default
+	// all). The others are added one at a time afterwards, as learners
+	// unless LearnersAsVoters.
+	Voters           int
+	LearnersAsVoters bool
+}
+
+// Args returns the member's full command line, binary first, so that
+// another process (the lab's fault command) can start it again.
+func (m *EtcdMember) Args(c *EtcdCluster) []string {
+	return append([]string{c.bin}, m.args...)
 }
 
 // StartEtcdClusterT starts an n-member cluster stopped at the test's end.
@@ -70,12 +86,21 @@ func StartEtcdClusterT(t testing.TB, n int) *EtcdCluster {
 
 // StartEtcdCluster starts the cluster and waits until every member is healthy.
 func StartEtcdCluster(ctx context.Context, o EtcdClusterOptions) (*EtcdCluster, error) {
+	if len(o.Names) > 0 {
+		o.Members = len(o.Names)
+	}
 	if o.Members == 0 {
 		o.Members = 3
+	}
+	if o.Voters <= 0 || o.Voters > o.Members {
+		o.Voters = o.Members
 	}
 	bin, err := BinDir()
 	if err != nil {
 		return nil, err
+	}
+	if err := os.MkdirAll(o.Dir, 0o700); err != nil {
+		return nil, fmt.Errorf("create %s: %w", o.Dir, err)
 	}
 	c := &EtcdCluster{Dir: o.Dir, bin: filepath.Join(bin, "etcd"), detach: o.Detach}
 	var initial []string
@@ -86,67 +111,104 @@ func StartEtcdCluster(ctx context.Context, o EtcdClusterOptions) (*EtcdCluster, 
 				return nil, err
 			}
 		}
+		name := "etcd-" + strconv.Itoa(i)
+		if len(o.Names) > 0 {
+			name = o.Names[i]
+		}
 		m := &EtcdMember{
-			Name:       "etcd-" + strconv.Itoa(i),
+			Name:       name,
 			ClientURL:  "http://127.0.0.1:" + strconv.Itoa(ports[0]),
 			PeerURL:    "http://127.0.0.1:" + strconv.Itoa(ports[1]),
 			MetricsURL: "http://127.0.0.1:" + strconv.Itoa(ports[2]) + "/metrics",
-			DataDir:    filepath.Join(o.Dir, "etcd-"+strconv.Itoa(i)),
+			DataDir:    filepath.Join(o.Dir, name),
+			Learner:    i >= o.Voters && !o.LearnersAsVoters,
 		}
 		c.Members = append(c.Members, m)
-		initial = append(initial, m.Name+"="+m.PeerURL)
-	}
-	for _, m := range c.Members {
-		m.args = []string{
-			"--name=" + m.Name,
-			"--data-dir=" + m.DataDir,
-			"--listen-client-urls=" + m.ClientURL,
-			"--advertise-client-urls=" + m.ClientURL,
-			"--listen-peer-urls=" + m.PeerURL,
-			"--initial-advertise-peer-urls=" + m.PeerURL,
-			"--listen-metrics-urls=" + strings.TrimSuffix(m.MetricsURL, "/metrics"),
-			"--initial-cluster=" + strings.Join(initial, ","),
-			"--initial-cluster-state=new",
-			"--initial-cluster-token=cozy-health-test",
-			"--log-level=warn",
+		if i < o.Voters {
+			initial = append(initial, m.Name+"="+m.PeerURL)
 		}
+	}
+	for _, m := range c.Members[:o.Voters] {
+		m.args = memberArgs(m, initial, "new")
 		if err := c.spawn(m); err != nil {
 			_ = c.Stop()
 			return nil, err
 		}
 	}
-	for i := range c.Members {
+	for i := range c.Members[:o.Voters] {
 		if err := c.WaitHealthy(ctx, i); err != nil {
 			_ = c.Stop()
 			return nil, err
 		}
 	}
+	if err := c.addMembers(ctx, o.Voters, initial); err != nil {
+		_ = c.Stop()
+		return nil, err
+	}
 	return c, nil
 }
 
-func (c *EtcdCluster) spawn(m *EtcdMember) error {
-	logPath := filepath.Join(c.Dir, m.Name+".log")
-	f, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+// addMembers adds the members from index first on, one at a time: each is
+// announced to the cluster (as a learner or a voter), then started with
+// initial-cluster-state=existing.
+func (c *EtcdCluster) addMembers(ctx context.Context, first int, initial []string) error {
+	if first >= len(c.Members) {
+		return nil
+	}
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{c.Members[0].ClientURL}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
 	if err != nil {
-		return fmt.Errorf("open %s log: %w", m.Name, err)
+		return fmt.Errorf("etcd client: %w", err)
 	}
-	cmd := exec.Command(c.bin, m.args...)
-	cmd.Stdout, cmd.Stderr = f, f
-	if c.detach {
-		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-	} else {
-		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	defer cli.Close()
+	known := append([]string(nil), initial...)
+	for i := first; i < len(c.Members); i++ {
+		m := c.Members[i]
+		actx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		if m.Learner {
+			_, err = cli.MemberAddAsLearner(actx, []string{m.PeerURL})
+		} else {
+			_, err = cli.MemberAdd(actx, []string{m.PeerURL})
+		}
+		cancel()
+		if err != nil {
+			return fmt.Errorf("add etcd member %s: %w", m.Name, err)
+		}
+		known = append(known, m.Name+"="+m.PeerURL)
+		m.args = memberArgs(m, known, "existing")
+		if err := c.spawn(m); err != nil {
+			return err
+		}
+		if err := c.WaitHealthy(ctx, i); err != nil {
+			return err
+		}
 	}
-	if err := cmd.Start(); err != nil {
-		f.Close()
-		return fmt.Errorf("start %s: %w", m.Name, err)
+	return nil
+}
+
+// memberArgs is a member's command line (without the binary).
+func memberArgs(m *EtcdMember, initialCluster []string, state string) []string {
+	return []string{
+		"--name=" + m.Name,
+		"--data-dir=" + m.DataDir,
+		"--listen-client-urls=" + m.ClientURL,
+		"--advertise-client-urls=" + m.ClientURL,
+		"--listen-peer-urls=" + m.PeerURL,
+		"--initial-advertise-peer-urls=" + m.PeerURL,
+		"--listen-metrics-urls=" + strings.TrimSuffix(m.MetricsURL, "/metrics"),
+		"--initial-cluster=" + strings.Join(initialCluster, ","),
+		"--initial-cluster-state=" + state,
+		"--initial-cluster-token=cozy-health-test",
+		"--heartbeat-interval=100",
+		"--election-timeout=1000",
+		"--log-level=warn",
 	}
-	p := &process{name: m.Name, cmd: cmd, log: logPath, done: make(chan struct{})}
-	go func() {
-		p.err = cmd.Wait()
-		f.Close()
-		close(p.done)
-	}()
+}
+
+func (c *EtcdCluster) spawn(m *EtcdMember) error {
+	p, err := spawnProcess(filepath.Join(c.Dir, m.Name+".log"), m.Name, c.bin, m.args, c.detach)
+	if err != nil {
+		return err
+	}
 	c.mu.Lock()
 	m.proc = p
 	c.mu.Unlock()

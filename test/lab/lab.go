@@ -16,6 +16,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -254,23 +255,25 @@ func Up(ctx context.Context, o Options) (l *Lab, err error) {
 		names[i] = "node-" + strconv.Itoa(i+1)
 	}
 	o.Log("starting the management etcd under observation: %d members (%d voting)", o.Nodes, o.Voters)
-	etcdBin := cp.Binary("etcd")
-	members, procs, err := startEtcdCluster(ctx, etcdBin, o.Dir, names, o.Voters, o.LearnersAsVoters, o.Detach)
-	for _, p := range procs {
-		// Record pids as they start so down stops even a half-started lab.
-		s.Nodes = append(s.Nodes, Node{Name: p.Name[len("etcd-"):], EtcdPid: p.Pid, EtcdArgs: p.Args})
-	}
-	if err2 := s.save(); err2 != nil && err == nil {
-		err = err2
-	}
+	cluster, err := harness.StartEtcdCluster(ctx, harness.EtcdClusterOptions{
+		Dir: filepath.Join(o.Dir, "etcd"), Names: names, Voters: o.Voters,
+		LearnersAsVoters: o.LearnersAsVoters, Detach: o.Detach,
+	})
 	if err != nil {
+		return nil, err
+	}
+	for i, m := range cluster.Members {
+		s.Nodes = append(s.Nodes, Node{
+			Name: m.Name, EtcdPid: cluster.Pid(i), EtcdArgs: m.Args(cluster),
+			EtcdClient: m.ClientURL, EtcdRealMetrics: strings.TrimSuffix(m.MetricsURL, "/metrics"), Learner: m.Learner,
+		})
+	}
+	if err := s.save(); err != nil {
 		return nil, err
 	}
 
 	for i := range s.Nodes {
 		n := &s.Nodes[i]
-		m := members[i]
-		n.EtcdClient, n.EtcdRealMetrics, n.Learner = m.ClientURL, m.MetricsURL, m.Learner
 		pod := "cozy-health-agent-" + n.Name
 		if _, err := cp.CreateNodeAndPod(ctx, n.Name, AgentNamespace, pod, AgentServiceAccount); err != nil {
 			return nil, err
