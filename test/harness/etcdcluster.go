@@ -163,13 +163,26 @@ func (c *EtcdCluster) addMembers(ctx context.Context, first int, initial []strin
 	known := append([]string(nil), initial...)
 	for i := first; i < len(c.Members); i++ {
 		m := c.Members[i]
-		actx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		if m.Learner {
-			_, err = cli.MemberAddAsLearner(actx, []string{m.PeerURL})
-		} else {
-			_, err = cli.MemberAdd(actx, []string{m.PeerURL})
+		// A freshly started cluster refuses reconfiguration ("unhealthy
+		// cluster") until its members have been connected for a while.
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			actx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			if m.Learner {
+				_, err = cli.MemberAddAsLearner(actx, []string{m.PeerURL})
+			} else {
+				_, err = cli.MemberAdd(actx, []string{m.PeerURL})
+			}
+			cancel()
+			if err == nil || !strings.Contains(err.Error(), "unhealthy cluster") || time.Now().After(deadline) {
+				break
+			}
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(500 * time.Millisecond):
+			}
 		}
-		cancel()
 		if err != nil {
 			return fmt.Errorf("add etcd member %s: %w", m.Name, err)
 		}

@@ -225,3 +225,47 @@ func TestTalosWorkerAndHang(t *testing.T) {
 	}
 	srv.SetHang(false)
 }
+
+// TestTalosChecksOnALearner: a learner is judged on its own status (Healthy,
+// isLearner=1) and leaves the member and alarm lists, which etcd does not
+// serve to learners, to the voting members (not applicable, not Unknown).
+func TestTalosChecksOnALearner(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cluster, err := harness.StartEtcdCluster(ctx, harness.EtcdClusterOptions{Dir: t.TempDir(), Members: 3, Voters: 2})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = cluster.Stop() })
+	require.True(t, cluster.Members[2].Learner)
+	pki, err := shim.NewPKI([]string{"127.0.0.1"}, []string{"os:reader"}, time.Hour)
+	require.NoError(t, err)
+	nodes := startTalosNodes(t, cluster, pki)
+
+	learner := nodes[2]
+	var last string
+	defer func() { t.Logf("learner, last seen: %s", last) }()
+	require.Eventually(t, func() bool {
+		obs, err := runCheck(t, etcdmember.New(learner.client, thresholds()))
+		if err != nil {
+			last = err.Error()
+			return false
+		}
+		last = obs[0].Reason + ": " + obs[0].Message
+		return obs[0].Status == report.StatusHealthy
+	}, 30*time.Second, 200*time.Millisecond, "the learner catches up and is Healthy")
+	t.Logf("learner: %s", last)
+	obs, err := runCheck(t, etcdmember.New(learner.client, thresholds()))
+	require.NoError(t, err)
+	assert.Equal(t, 1.0, obs[0].Attributes[report.AttrIsLearner])
+	assert.Equal(t, "MemberLearner", obs[0].Reason)
+
+	_, err = runCheck(t, etcdmembership.New(learner.client))
+	assert.ErrorIs(t, err, check.ErrNotApplicable)
+	_, err = runCheck(t, etcdalarms.New(learner.client))
+	assert.ErrorIs(t, err, check.ErrNotApplicable)
+
+	// A voter lists the learner.
+	obs, err = runCheck(t, etcdmembership.New(nodes[0].client))
+	require.NoError(t, err)
+	assert.Equal(t, 2.0, obs[0].Attributes[report.AttrVotingMembers])
+	assert.Equal(t, 1.0, obs[0].Attributes[report.AttrLearnerMembers])
+}

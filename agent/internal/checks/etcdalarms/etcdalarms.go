@@ -36,7 +36,7 @@ func (c *Check) Run(ctx context.Context) ([]report.Observation, error) {
 	}
 	alarms, err := c.talos.EtcdAlarmList(ctx)
 	if err != nil {
-		return nil, err
+		return nil, talosservices.LearnerNotApplicable(err, "cluster's alarms")
 	}
 	return []report.Observation{Judge(alarms)}, nil
 }

@@ -55,9 +55,10 @@ func (c *Check) Run(ctx context.Context) ([]report.Observation, error) {
 		return nil, err
 	}
 	var alarms []*machine.EtcdMemberAlarm
-	if st.GetLeader() != 0 {
+	if st.GetLeader() != 0 && !st.GetIsLearner() {
 		// The alarm list goes through raft: without a leader it fails, and
-		// "no leader" is already the verdict.
+		// "no leader" is already the verdict. A learner does not serve it;
+		// the voting members' etcd-alarms observations carry the alarms.
 		if alarms, err = c.talos.EtcdAlarmList(ctx); err != nil {
 			return nil, err
 		}
@@ -87,6 +88,12 @@ func Judge(svc *machine.ServiceInfo, st *machine.EtcdMemberStatus, alarms []*mac
 	}
 	ratio := float64(st.GetDbSize()) / float64(th.QuotaBytes)
 	svcStatus, svcReason := talosservices.ServiceStatus(svc)
+	if st.GetIsLearner() && talosservices.LearnerUnsupported(svc.GetHealth().GetLastMessage()) {
+		// Talos' etcd health probe is a quorum read, which etcd refuses to
+		// learners: until Talos promotes it, the member's own status is the
+		// fact to judge.
+		svcStatus = report.StatusHealthy
+	}
 	switch {
 	case len(own) > 0:
 		o.Status, o.Reason = report.StatusDown, "Alarm"+own[0]

@@ -37,7 +37,7 @@ func (c *Check) Run(ctx context.Context) ([]report.Observation, error) {
 	}
 	members, err := c.talos.EtcdMemberList(ctx)
 	if err != nil {
-		return nil, err
+		return nil, talosservices.LearnerNotApplicable(err, "member list")
 	}
 	return []report.Observation{Judge(members)}, nil
 }

@@ -129,6 +129,24 @@ func Judge(svcs []*machine.ServiceInfo) report.Observation {
 
 func isNoConfig(err error) bool { return errors.Is(err, talos.ErrNoConfig) }
 
+// learnerUnsupported is etcd's answer (rpctypes.ErrGRPCNotSupportedForLearner)
+// when a learner is asked for something only voting members serve, such as
+// the member or alarm list; Talos passes it on in its error's message.
+const learnerUnsupported = "rpc not supported for learner"
+
+// LearnerUnsupported reports whether msg is etcd's refusal to serve a learner.
+func LearnerUnsupported(msg string) bool { return strings.Contains(msg, learnerUnsupported) }
+
+// LearnerNotApplicable turns etcd's "not supported for learner" answer into
+// "not applicable": a learner cannot list members or alarms, and the voting
+// members report them for the cluster. Other errors pass unchanged.
+func LearnerNotApplicable(err error, what string) error {
+	if err != nil && LearnerUnsupported(err.Error()) {
+		return check.NotApplicable("this etcd member is a learner: the voting members report the " + what)
+	}
+	return err
+}
+
 // RequireEtcd returns this node's etcd service, or a "not applicable" error
 // on a node without one (not a control-plane node, no talosconfig).
 func RequireEtcd(ctx context.Context, c *talos.Client) (*machine.ServiceInfo, error) {
