@@ -58,17 +58,30 @@ func (ca *CA) IssueServing(validity time.Duration, hosts ...string) (certPEM, ke
 	if len(hosts) == 0 {
 		return nil, nil, fmt.Errorf("issue serving certificate: no hosts")
 	}
+	return ca.Issue(pkix.Name{CommonName: hosts[0]}, hosts, x509.ExtKeyUsageServerAuth, validity)
+}
+
+// IssueClient mints a client certificate for commonName with organizations
+// (Kubernetes and Talos read groups or roles from them).
+func (ca *CA) IssueClient(commonName string, organizations []string, validity time.Duration) (certPEM, keyPEM []byte, err error) {
+	return ca.Issue(pkix.Name{CommonName: commonName, Organization: organizations}, nil, x509.ExtKeyUsageClientAuth, validity)
+}
+
+// Issue mints a certificate for subject and hosts with one extended key
+// usage, valid from one hour ago for validity, and returns it and its key as
+// PEM.
+func (ca *CA) Issue(subject pkix.Name, hosts []string, usage x509.ExtKeyUsage, validity time.Duration) (certPEM, keyPEM []byte, err error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
-		return nil, nil, fmt.Errorf("generate serving key: %w", err)
+		return nil, nil, fmt.Errorf("generate key: %w", err)
 	}
 	tmpl := &x509.Certificate{
 		SerialNumber: serial(),
-		Subject:      pkix.Name{CommonName: hosts[0]},
+		Subject:      subject,
 		NotBefore:    time.Now().Add(-time.Hour),
 		NotAfter:     time.Now().Add(validity),
 		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		ExtKeyUsage:  []x509.ExtKeyUsage{usage},
 	}
 	for _, h := range hosts {
 		if ip := net.ParseIP(h); ip != nil {
@@ -79,11 +92,11 @@ func (ca *CA) IssueServing(validity time.Duration, hosts ...string) (certPEM, ke
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
 	if err != nil {
-		return nil, nil, fmt.Errorf("create serving certificate: %w", err)
+		return nil, nil, fmt.Errorf("create certificate for %s: %w", subject.CommonName, err)
 	}
 	kder, err := x509.MarshalECPrivateKey(key)
 	if err != nil {
-		return nil, nil, fmt.Errorf("marshal serving key: %w", err)
+		return nil, nil, fmt.Errorf("marshal key: %w", err)
 	}
 	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
 		pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder}), nil

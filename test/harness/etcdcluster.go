@@ -237,17 +237,7 @@ func (c *EtcdCluster) WaitHealthy(ctx context.Context, i int) error {
 	if p == nil {
 		return fmt.Errorf("etcd member %s is stopped", m.Name)
 	}
-	if err := waitFor(ctx, p, func() error {
-		resp, err := http.Get(m.ClientURL + "/health")
-		if err != nil {
-			return err
-		}
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			return fmt.Errorf("etcd /health: %s", resp.Status)
-		}
-		return nil
-	}); err != nil {
+	if err := waitFor(ctx, p, httpOK(http.DefaultClient, m.ClientURL+"/health")); err != nil {
 		return fmt.Errorf("wait for %s: %w", m.Name, err)
 	}
 	return nil

@@ -209,17 +209,7 @@ func (c *ControlPlane) start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := waitFor(ctx, c.etcd, func() error {
-		resp, err := http.Get(c.EtcdURL + "/health")
-		if err != nil {
-			return err
-		}
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			return fmt.Errorf("etcd /health: %s", resp.Status)
-		}
-		return nil
-	}); err != nil {
+	if err := waitFor(ctx, c.etcd, httpOK(http.DefaultClient, c.EtcdURL+"/health")); err != nil {
 		return fmt.Errorf("wait for etcd: %w", err)
 	}
 
@@ -274,17 +264,7 @@ func (c *ControlPlane) startAPIServer(ctx context.Context) error {
 		Timeout:   2 * time.Second,
 		Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}, //nolint:gosec // readiness probe of the apiserver we just started on loopback; clients verify its CA
 	}
-	if err := waitFor(ctx, p, func() error {
-		resp, err := client.Get(c.APIServerURL + "/readyz")
-		if err != nil {
-			return err
-		}
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			return fmt.Errorf("apiserver /readyz: %s", resp.Status)
-		}
-		return nil
-	}); err != nil {
+	if err := waitFor(ctx, p, httpOK(client, c.APIServerURL+"/readyz")); err != nil {
 		return fmt.Errorf("wait for kube-apiserver: %w", err)
 	}
 	return nil
@@ -497,6 +477,21 @@ func (p *process) tail() string {
 		b = b[len(b)-2000:]
 	}
 	return string(b)
+}
+
+// httpOK is a probe for waitFor: GET url must answer 200.
+func httpOK(client *http.Client, url string) func() error {
+	return func() error {
+		resp, err := client.Get(url)
+		if err != nil {
+			return err
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("GET %s: %s", url, resp.Status)
+		}
+		return nil
+	}
 }
 
 // waitFor polls probe until it succeeds, the process exits, or ctx ends.
