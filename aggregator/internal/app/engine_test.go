@@ -1,6 +1,8 @@
 package app
 
 import (
+	"fmt"
+	"math/rand/v2"
 	"strings"
 	"testing"
 	"time"
@@ -124,6 +126,28 @@ func gauge(t *testing.T, reg *prometheus.Registry, name string, labels map[strin
 	return nil
 }
 
+func counter(t *testing.T, reg *prometheus.Registry, name string, labels map[string]string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	require.NoError(t, err)
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	next:
+		for _, mm := range mf.GetMetric() {
+			for _, lp := range mm.GetLabel() {
+				if v, ok := labels[lp.GetName()]; ok && v != lp.GetValue() {
+					continue next
+				}
+			}
+			return mm.GetCounter().GetValue()
+		}
+	}
+	t.Fatalf("no %s%v", name, labels)
+	return 0
+}
+
 func scrape(t *testing.T, reg *prometheus.Registry) string {
 	t.Helper()
 	mfs, err := reg.Gather()
@@ -134,4 +158,79 @@ func scrape(t *testing.T, reg *prometheus.Registry) string {
 		require.NoError(t, err)
 	}
 	return b.String()
+}
+
+// TestEngineRetimeEqualsRecompute runs two engines on one state through a
+// random history (reports that judge the same with new numbers in their
+// messages, reports that change a status, silences past the grace, nodes
+// deleted, Degraded holds): the engine that retimes when nothing judged
+// changed publishes exactly what the engine that always recomputes does.
+func TestEngineRetimeEqualsRecompute(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
+	st := state.New(nil)
+	cfg := rollup.Config{DefaultInterval: 5 * time.Second, FreshForMultiple: 6}
+	holds := rollup.Holds{Degraded: 10 * time.Second}
+	reg := prometheus.NewRegistry()
+	m, err := metrics.New(reg, "cozy-system")
+	require.NoError(t, err)
+	retiming := NewEngine(st, cfg, holds, 3, m, nil, clk, zap.NewNop())
+	full := NewEngine(st, cfg, holds, 3, nil, nil, clk, zap.NewNop())
+	// The reference: no memo at all, every evaluation folds every report.
+	full.alwaysRecompute, full.cache = true, nil
+
+	rng := rand.New(rand.NewPCG(1, 2))
+	nodes := []string{"n0", "n1", "n2", "n3", "n4", "n5"}
+	seq := map[string]uint64{}
+	statuses := []report.Status{report.StatusHealthy, report.StatusHealthy, report.StatusHealthy, report.StatusDegraded, report.StatusDown, report.StatusUnknown}
+	disk := map[string]report.Status{}
+	silent := map[string]bool{}
+	send := func(n string) {
+		seq[n]++
+		r := testReport(n, seq[n], clk.Now(), disk[n])
+		// New numbers in the messages every time, as real agents send; one
+		// reason for every status, so only the status tells a change.
+		for i := range r.Observations {
+			r.Observations[i].Message = fmt.Sprintf("p99 %d.%03dms", rng.IntN(9), rng.IntN(1000))
+			r.Observations[i].Reason = "Probed"
+		}
+		st.Accept(r, clk.Now())
+	}
+	for _, n := range nodes {
+		disk[n] = report.StatusHealthy
+		send(n)
+	}
+	for step := range 600 {
+		switch p := rng.IntN(100); {
+		case p < 60: // a round of reports
+			for _, n := range nodes {
+				if !silent[n] && rng.IntN(3) > 0 {
+					send(n)
+				}
+			}
+		case p < 70: // a status changes
+			n := nodes[rng.IntN(len(nodes))]
+			disk[n] = statuses[rng.IntN(len(statuses))]
+			send(n)
+		case p < 78: // a node goes silent, or speaks again
+			n := nodes[rng.IntN(len(nodes))]
+			silent[n] = !silent[n]
+		case p < 80: // a node is deleted, or created again
+			n := nodes[rng.IntN(len(nodes))]
+			if _, ok := st.Get(n); ok {
+				st.DeleteNode(n)
+			} else {
+				st.Restore(n)
+				send(n)
+			}
+		}
+		clk.Step(time.Duration(rng.IntN(4000)) * time.Millisecond)
+		got, want := retiming.Evaluate(), full.Evaluate()
+		require.Equal(t, want, got, "step %d", step)
+	}
+	// The history must have exercised both paths.
+	retimed := counter(t, reg, "cozy_health_rollups_total", map[string]string{"kind": metrics.RollupRetimed})
+	recomputed := counter(t, reg, "cozy_health_rollups_total", map[string]string{"kind": metrics.RollupFull})
+	t.Logf("%v retimed, %v recomputed", retimed, recomputed)
+	assert.Greater(t, retimed, 100.0, "retimed evaluations")
+	assert.Greater(t, recomputed, 100.0, "recomputed evaluations")
 }

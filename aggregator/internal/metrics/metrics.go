@@ -13,6 +13,13 @@ import (
 	"github.com/cozystack/cozy-health/pkg/report"
 )
 
+// Kinds of rollup (cozy_health_rollups_total): a full computation, or the
+// last answer retimed because nothing it judges changed.
+const (
+	RollupFull    = "full"
+	RollupRetimed = "retimed"
+)
+
 // Results of cozy_health_writes_total.
 const (
 	WriteSuccess = "success"
@@ -29,6 +36,7 @@ type Metrics struct {
 	writes          *prometheus.CounterVec
 	leader          prometheus.Gauge
 	rollupSeconds   prometheus.Histogram
+	rollups         *prometheus.CounterVec
 	writeSeconds    prometheus.Histogram
 
 	// mu guards nodeStatusOf and lastReportOf.
@@ -70,9 +78,13 @@ func New(reg prometheus.Registerer, namespace string) (*Metrics, error) {
 		}),
 		rollupSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "cozy_health_rollup_duration_seconds",
-			Help:    "Time to roll the whole state up once.",
+			Help:    "Time of one rollup of the whole state, full or retimed.",
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14),
 		}),
+		rollups: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "cozy_health_rollups_total",
+			Help: "Rollups by kind: full (recomputed) or retimed (nothing judged changed; only observedAt and freshUntil moved).",
+		}, []string{"kind"}),
 		writeSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "cozy_health_write_duration_seconds",
 			Help:    "Time of one Health status apply, successful or not.",
@@ -82,13 +94,16 @@ func New(reg prometheus.Registerer, namespace string) (*Metrics, error) {
 		lastReportOf: map[string]prometheus.Gauge{},
 		exported:     map[string]int{},
 	}
-	for _, c := range []prometheus.Collector{m.componentStatus, m.nodeStatus, m.lastReport, m.writes, m.leader, m.rollupSeconds, m.writeSeconds} {
+	for _, c := range []prometheus.Collector{m.componentStatus, m.nodeStatus, m.lastReport, m.writes, m.leader, m.rollupSeconds, m.rollups, m.writeSeconds} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
 	}
 	for _, r := range []string{WriteSuccess, WriteError} {
 		m.writes.WithLabelValues(r)
+	}
+	for _, k := range []string{RollupFull, RollupRetimed} {
+		m.rollups.WithLabelValues(k)
 	}
 	return m, nil
 }
@@ -182,5 +197,9 @@ func (m *Metrics) SetLeader(leading bool) {
 	}
 }
 
-// ObserveRollup records how long one rollup took.
-func (m *Metrics) ObserveRollup(d time.Duration) { m.rollupSeconds.Observe(d.Seconds()) }
+// ObserveRollup counts one rollup of kind (RollupFull, RollupRetimed) and
+// records how long it took.
+func (m *Metrics) ObserveRollup(kind string, d time.Duration) {
+	m.rollups.WithLabelValues(kind).Inc()
+	m.rollupSeconds.Observe(d.Seconds())
+}

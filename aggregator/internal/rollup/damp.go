@@ -105,13 +105,15 @@ type Damper struct {
 	// last status and when it changed (summaries are derived from damped
 	// facts, so they are stamped, not held).
 	summaries map[string]map[string]*Track
+	// worsening counts, per component, the facts the last Apply held.
+	worsening map[string]int
 }
 
 type condKey struct{ typ, node, resource string }
 
 // NewDamper returns a Damper with the given hold times.
 func NewDamper(h Holds) *Damper {
-	return &Damper{holds: h, overall: map[string]*trackedOverall{}, nodes: map[string]map[string]*trackedNode{}, conds: map[string]map[condKey]*trackedCond{}, summaries: map[string]map[string]*Track{}}
+	return &Damper{holds: h, overall: map[string]*trackedOverall{}, nodes: map[string]map[string]*trackedNode{}, conds: map[string]map[condKey]*trackedCond{}, summaries: map[string]map[string]*Track{}, worsening: map[string]int{}}
 }
 
 // Apply damps cs (as Compute returned it) in place at now: held facts are
@@ -125,8 +127,13 @@ func (d *Damper) Apply(cs *ComponentStatus, now time.Time) {
 		to = &trackedOverall{}
 		d.overall[comp] = to
 	}
+	held := 0
+	defer func() { d.worsening[comp] = held }()
 	next, pub := Step(to.Track, seen, cs.Overall, now, d.holds)
 	to.Track = next
+	if next.Worsening {
+		held++
+	}
 	if pub {
 		to.reason = cs.Reason
 	} else {
@@ -149,12 +156,15 @@ func (d *Damper) Apply(cs *ComponentStatus, now time.Time) {
 		tn.gen = d.gen
 		next, pub := Step(tn.Track, seen, ns.Status, now, d.holds)
 		tn.Track = next
+		if next.Worsening {
+			held++
+		}
 		if pub {
 			tn.value = ns
 		} else {
-			held := tn.value
-			held.LastReportAt = ns.LastReportAt
-			cs.Nodes[name] = held
+			kept := tn.value
+			kept.LastReportAt = ns.LastReportAt
+			cs.Nodes[name] = kept
 		}
 	}
 	if len(nodes) != len(cs.Nodes) {
@@ -186,6 +196,9 @@ func (d *Damper) Apply(cs *ComponentStatus, now time.Time) {
 		tc.gen = d.gen
 		next, pub := Step(tc.Track, seen, c.Severity, now, d.holds)
 		tc.Track = next
+		if next.Worsening {
+			held++
+		}
 		if pub {
 			tc.value = *c
 		} else {
@@ -200,6 +213,18 @@ func (d *Damper) Apply(cs *ComponentStatus, now time.Time) {
 			}
 		}
 	}
+}
+
+// Holding tells whether the last Apply of any component held a fact back:
+// while it does, the passing of time alone can change the published
+// answer.
+func (d *Damper) Holding() bool {
+	for _, n := range d.worsening {
+		if n > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // Forget drops everything remembered about a node (it was deleted).

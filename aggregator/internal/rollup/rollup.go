@@ -188,6 +188,13 @@ func ComputeCached(snap state.Snapshot, now time.Time, cfg Config, cache *Cache)
 	for _, comp := range report.NodeComponents {
 		out[comp] = computeComponent(comp, names, facts, snap, now, cfg)
 	}
+	if cache != nil {
+		clear(cache.computed)
+		for i, name := range names {
+			cache.computed[name] = input{facts: facts[i], stale: cfg.Stale(snap[name], now)}
+		}
+		cache.valid = true
+	}
 	return out
 }
 
@@ -195,10 +202,109 @@ func ComputeCached(snap state.Snapshot, now time.Time, cfg Config, cache *Cache)
 // usable; use NewCache.
 type Cache struct {
 	byNode map[string]*reportFacts
+	// computed is, per node, what the last ComputeCached folded and whether
+	// the node was stale then; valid once ComputeCached ran.
+	computed map[string]input
+	valid    bool
+}
+
+type input struct {
+	facts *reportFacts
+	stale bool
 }
 
 // NewCache returns an empty Cache.
-func NewCache() *Cache { return &Cache{byNode: map[string]*reportFacts{}} }
+func NewCache() *Cache {
+	return &Cache{byNode: map[string]*reportFacts{}, computed: map[string]input{}}
+}
+
+// Unchanged tells whether ComputeCached(snap, now, cfg, c) would give the
+// same answer as the last call with the same cfg, except for observedAt
+// and freshUntil, which move with every report: the same nodes, each
+// judging the same (sameJudgement) and each as fresh or stale as then.
+// Reports that changed are folded on the way, so a ComputeCached that
+// follows a false answer finds them in the memo.
+func (c *Cache) Unchanged(snap state.Snapshot, now time.Time, cfg Config) bool {
+	if !c.valid || len(snap) != len(c.computed) {
+		return false
+	}
+	for name, e := range snap {
+		in, ok := c.computed[name]
+		if !ok || in.stale != cfg.Stale(e, now) || c.get(name, e.Report) != in.facts {
+			return false
+		}
+	}
+	return true
+}
+
+// Retime returns the answer of ComputeCached for a snapshot the cache
+// found Unchanged: prev (the last answer, damped and compacted or not) with
+// observedAt and freshUntil computed from snap. Nodes and conditions are
+// shared with prev, not copied; neither is modified.
+func Retime(prev map[string]*ComponentStatus, snap state.Snapshot, now time.Time, cfg Config, c *Cache) map[string]*ComponentStatus {
+	observed := make(map[string]time.Time, len(prev))
+	for name, e := range snap {
+		if cfg.Stale(e, now) {
+			continue
+		}
+		for comp := range c.byNode[name].comps {
+			if e.ReceivedAt.After(observed[comp]) {
+				observed[comp] = e.ReceivedAt
+			}
+		}
+	}
+	out := make(map[string]*ComponentStatus, len(prev))
+	for comp, cs := range prev {
+		next := *cs
+		at, fresh := observed[comp]
+		if !fresh {
+			at = now
+		}
+		next.ObservedAt, next.FreshUntil = at, cfg.freshUntil(at)
+		out[comp] = &next
+	}
+	return out
+}
+
+// freshUntil is the freshness bound of facts observed at observedAt.
+func (c Config) freshUntil(observedAt time.Time) time.Time {
+	return observedAt.Add(time.Duration(c.FreshForMultiple) * c.DefaultInterval)
+}
+
+// judgedAttributes are the attributes the rollup reads (etcdQuorum); the
+// others are for people and drain rules.
+var judgedAttributes = [...]string{report.AttrIsLearner, report.AttrVotingMembers}
+
+// sameJudgement tells whether two reports of a node fold into the same
+// facts: the same observations in the same order, equal in everything
+// factsOf and etcdQuorum read. The message of a Healthy observation is not
+// read (a Healthy condition carries none), nor are attributes other than
+// judgedAttributes.
+func sameJudgement(a, b *report.NodeReport) bool {
+	if len(a.Observations) != len(b.Observations) {
+		return false
+	}
+	for i := range a.Observations {
+		x, y := &a.Observations[i], &b.Observations[i]
+		if x.Component != y.Component || x.Check != y.Check || x.Status != y.Status || x.Reason != y.Reason {
+			return false
+		}
+		if x.Status != report.StatusHealthy && x.Message != y.Message {
+			return false
+		}
+		if (x.ResourceRef == nil) != (y.ResourceRef == nil) || (x.ResourceRef != nil && *x.ResourceRef != *y.ResourceRef) {
+			return false
+		}
+		for _, k := range judgedAttributes {
+			vx, okx := x.Attributes[k]
+			vy, oky := y.Attributes[k]
+			if okx != oky || vx != vy {
+				return false
+			}
+		}
+	}
+	return true
+}
 
 // reportFacts is what one report says, per component, about its node when
 // the node is fresh.
@@ -214,8 +320,15 @@ type componentFacts struct {
 
 func (c *Cache) get(node string, r *report.NodeReport) *reportFacts {
 	if c != nil {
-		if f, ok := c.byNode[node]; ok && f.report == r {
-			return f
+		if f, ok := c.byNode[node]; ok {
+			if f.report == r {
+				return f
+			}
+			if sameJudgement(f.report, r) {
+				// A new report that judges the same: same facts.
+				f.report = r
+				return f
+			}
 		}
 	}
 	f := factsOf(node, r)
@@ -277,16 +390,18 @@ func computeComponent(comp string, names []string, facts []*reportFacts, snap st
 		if e.ReceivedAt.After(observedAt) {
 			observedAt = e.ReceivedAt
 		}
-		ns := cf.state
-		ns.LastReportAt = e.ReceivedAt
-		cs.Nodes[name] = ns
+		// A fresh node's entry carries no lastReportAt: it was heard within
+		// the grace of observedAt, and its exact time is the metric
+		// cozy_health_node_last_report_timestamp_seconds. Only a node that
+		// missed its heartbeat says when it was last heard (above).
+		cs.Nodes[name] = cf.state
 		cs.Conditions = append(cs.Conditions, cf.conds...)
 	}
 	if !anyFresh {
 		observedAt = now
 	}
 	cs.ObservedAt = observedAt
-	cs.FreshUntil = observedAt.Add(time.Duration(cfg.FreshForMultiple) * cfg.DefaultInterval)
+	cs.FreshUntil = cfg.freshUntil(observedAt)
 
 	switch {
 	case !anyFresh:
@@ -334,9 +449,17 @@ func foldChecks(node string, obs []report.Observation) []Condition {
 				worst = o
 			}
 		}
-		msg := worst.Message
-		if len(group) > 1 || (worst.ResourceRef != nil && worst.ResourceRef.Kind != report.KindNode) {
+		// A Healthy condition carries no message: Compact drops True
+		// node-level conditions, and the live numbers agents put in healthy
+		// messages (latencies, raft indexes) would make every report a
+		// change of the rollup.
+		msg := ""
+		switch {
+		case worst.Status == report.StatusHealthy:
+		case len(group) > 1 || (worst.ResourceRef != nil && worst.ResourceRef.Kind != report.KindNode):
 			msg = foldMessages(group)
+		default:
+			msg = worst.Message
 		}
 		out = append(out, Condition{Type: ConditionType(check), Severity: worst.Status, Reason: worst.Reason, Message: truncate(msg), Node: node})
 		for _, o := range group {
@@ -352,19 +475,13 @@ func foldChecks(node string, obs []report.Observation) []Condition {
 }
 
 // foldMessages names the resources of a group of observations that are not
-// Healthy, worst first, or says how many are Healthy when all are.
+// Healthy, worst first; the group has at least one.
 func foldMessages(group []report.Observation) string {
 	bad := make([]report.Observation, 0, len(group))
 	for _, o := range group {
 		if o.Status != report.StatusHealthy {
 			bad = append(bad, o)
 		}
-	}
-	if len(bad) == 0 {
-		if len(group) == 1 {
-			return group[0].Message
-		}
-		return fmt.Sprintf("%d resources Healthy", len(group))
 	}
 	sort.SliceStable(bad, func(i, j int) bool {
 		if bad[i].Status.Rank() != bad[j].Status.Rank() {
@@ -433,6 +550,7 @@ func etcdQuorum(names []string, snap state.Snapshot, now time.Time, cfg Config) 
 			if o.Component != report.ComponentEtcd {
 				continue
 			}
+			// The attributes read here are judgedAttributes.
 			switch o.Check {
 			case report.CheckEtcdMember:
 				m := etcdMember{node: name, learner: o.Attributes[report.AttrIsLearner] == 1, fresh: fresh, status: o.Status, reason: o.Reason}

@@ -376,3 +376,43 @@ func TestComputeCachedEqualsCompute(t *testing.T) {
 		assert.Len(t, cache.byNode, len(tc.snap), "the memo holds only the snapshot's nodes")
 	}
 }
+
+// TestSameJudgement: what a report may change without changing the
+// rollup (the numbers in healthy messages, attributes nobody judges), and
+// what it may not. Where two reports judge the same, they fold into the
+// same facts.
+func TestSameJudgement(t *testing.T) {
+	base := func() *report.NodeReport {
+		return node("cp-1", time.Second,
+			member(H, false), membership(3, 0),
+			drbd("pvc-1", H, "UpToDate"), drbd("pvc-2", G, "Outdated"),
+			ob(report.ComponentDisk, report.CheckFsyncProbe, H, "LatencyOK"),
+		).Report
+	}
+	for _, tc := range []struct {
+		name   string
+		change func(r *report.NodeReport)
+		same   bool
+	}{
+		{"nothing", func(*report.NodeReport) {}, true},
+		{"healthy message", func(r *report.NodeReport) { r.Observations[4].Message = "fdatasync p99 2.7ms" }, true},
+		{"unjudged attribute", func(r *report.NodeReport) { r.Observations[1].Attributes[report.AttrLearnerMembers] = 2 }, true},
+		{"sequence and times", func(r *report.NodeReport) { r.Sequence, r.SentAt = 9, r.SentAt.Add(time.Minute) }, true},
+		{"status", func(r *report.NodeReport) { r.Observations[4].Status = G }, false},
+		{"reason", func(r *report.NodeReport) { r.Observations[4].Reason = "LatencyHigh" }, false},
+		{"message of a non-healthy one", func(r *report.NodeReport) { r.Observations[3].Message = "now Inconsistent" }, false},
+		{"resource", func(r *report.NodeReport) { r.Observations[3].ResourceRef = &report.ResourceRef{Kind: report.KindResource, Name: "pvc-9"} }, false},
+		{"learner", func(r *report.NodeReport) { r.Observations[0].Attributes[report.AttrIsLearner] = 1 }, false},
+		{"voting members", func(r *report.NodeReport) { r.Observations[1].Attributes[report.AttrVotingMembers] = 5 }, false},
+		{"voting members gone", func(r *report.NodeReport) { delete(r.Observations[1].Attributes, report.AttrVotingMembers) }, false},
+		{"one observation fewer", func(r *report.NodeReport) { r.Observations = r.Observations[:4] }, false},
+		{"order", func(r *report.NodeReport) { r.Observations[2], r.Observations[3] = r.Observations[3], r.Observations[2] }, false},
+	} {
+		a, b := base(), base()
+		tc.change(b)
+		assert.Equal(t, tc.same, sameJudgement(a, b), tc.name)
+		if tc.same {
+			assert.Equal(t, factsOf("cp-1", a).comps, factsOf("cp-1", b).comps, "%s: same judgement, same facts", tc.name)
+		}
+	}
+}

@@ -39,13 +39,12 @@ func statusApply(namespace string, cs *rollup.ComponentStatus) *ac.HealthApplyCo
 		if ns.Message != "" {
 			n.WithMessage(ns.Message)
 		}
-		// lastReportAt is written where it tells something: for a node that
-		// is not Healthy (when was it last heard). For a Healthy node it is
-		// within one interval of observedAt; leaving it out keeps a
-		// 5,000-node object (and its managedFields) about 40 % smaller and
-		// unchanged between refreshes. The exact time is in the metric
-		// cozy_health_node_last_report_timestamp_seconds.
-		if !ns.LastReportAt.IsZero() && ns.Status != report.StatusHealthy {
+		// The rollup sets lastReportAt only for a node that missed its
+		// heartbeat (when was it last heard); a fresh node's time is the
+		// metric cozy_health_node_last_report_timestamp_seconds. Leaving it
+		// out keeps a 5,000-node object (and its managedFields) about 40 %
+		// smaller and unchanged between refreshes.
+		if !ns.LastReportAt.IsZero() {
 			n.WithLastReportAt(metav1.NewTime(ns.LastReportAt))
 		}
 		nodes[name] = *n

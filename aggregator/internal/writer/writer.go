@@ -110,7 +110,25 @@ func New(cfg Config, client versioned.Interface, m *metrics.Metrics, log *zap.Lo
 // compacted) and, while leading, queues a write when it changed or when
 // the last write is older than the refresh period.
 func (w *Writer) Update(cs *rollup.ComponentStatus) {
-	fp := Fingerprint(cs)
+	w.update(cs, Fingerprint(cs))
+}
+
+// Retimed records a status that differs from the last one Update or
+// Retimed recorded for its component only in observedAt and freshUntil
+// (rollup.Retime): its fingerprint is the last one, so it is written only
+// by the refresh.
+func (w *Writer) Retimed(cs *rollup.ComponentStatus) {
+	w.mu.Lock()
+	d, ok := w.desired[cs.Component]
+	w.mu.Unlock()
+	if !ok {
+		w.Update(cs)
+		return
+	}
+	w.update(cs, d.fp)
+}
+
+func (w *Writer) update(cs *rollup.ComponentStatus, fp uint64) {
 	now := w.clock.Now()
 	w.mu.Lock()
 	defer w.mu.Unlock()

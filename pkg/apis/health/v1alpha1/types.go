@@ -132,6 +132,9 @@ type NodeState struct {
 	Message string `json:"message,omitempty"`
 
 	// LastReportAt is when the node's agent last delivered a valid report.
+	// It is set when the node missed its heartbeat (reason HeartbeatMissed);
+	// a node with a fresh report was heard within the heartbeat grace of
+	// observedAt.
 	// +optional
 	LastReportAt *metav1.Time `json:"lastReportAt,omitempty"`
 }

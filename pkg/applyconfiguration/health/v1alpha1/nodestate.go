@@ -35,6 +35,9 @@ type NodeStateApplyConfiguration struct {
 	// Message is a human-readable explanation. Never parse it.
 	Message *string `json:"message,omitempty"`
 	// LastReportAt is when the node's agent last delivered a valid report.
+	// It is set when the node missed its heartbeat (reason HeartbeatMissed);
+	// a node with a fresh report was heard within the heartbeat grace of
+	// observedAt.
 	LastReportAt *v1.Time `json:"lastReportAt,omitempty"`
 }
 
