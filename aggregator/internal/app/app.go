@@ -78,6 +78,7 @@ type App struct {
 	state   *state.State
 	writer  *writer.Writer
 	engine  *Engine
+	ingest  *ingest.Server
 	grpc    *grpc.Server
 	health  *health.Server
 	httpSrv *http.Server
@@ -161,6 +162,13 @@ func New(cfg config.Config, log *zap.Logger, opts Options) (a *App, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("ingest: %w", err)
 	}
+	a.ingest = srv
+	defer func() {
+		if err != nil {
+			a.ingest.Stop()
+			a.closeListeners()
+		}
+	}()
 	gopts, err := ingest.ServerOptions(icfg)
 	if err != nil {
 		return nil, err
@@ -210,11 +218,6 @@ func New(cfg config.Config, log *zap.Logger, opts Options) (a *App, err error) {
 	}
 	a.metSrv = &http.Server{Handler: metMux, ReadHeaderTimeout: 5 * time.Second}
 
-	defer func() {
-		if err != nil {
-			a.closeListeners()
-		}
-	}()
 	if a.grpcLis, err = net.Listen("tcp", cfg.Listen); err != nil {
 		return nil, fmt.Errorf("listen --listen %s: %w", cfg.Listen, err)
 	}
@@ -302,6 +305,7 @@ func (a *App) Run(ctx context.Context) error {
 		case <-sctx.Done():
 			a.grpc.Stop()
 		}
+		a.ingest.Stop()
 		return nil
 	})
 	a.log.Info("aggregator running", zap.String("grpc", a.GRPCAddr()), zap.String("http", a.HTTPAddr()), zap.String("metrics", a.MetricsAddr()), zap.String("identity", a.cfg.Identity))

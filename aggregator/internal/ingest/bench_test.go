@@ -117,6 +117,7 @@ func benchServer(b *testing.B, dir string) *Server {
 	if err != nil {
 		b.Fatal(err)
 	}
+	b.Cleanup(srv.Stop)
 	return srv
 }
 

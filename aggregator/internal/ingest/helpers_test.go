@@ -90,6 +90,7 @@ func startServer(t testing.TB, cfg Config, deps Deps) *testServer {
 	deps.Log = zap.New(core)
 	ts.srv, err = New(cfg, deps)
 	require.NoError(t, err)
+	t.Cleanup(ts.srv.Stop)
 	opts, err := ServerOptions(cfg)
 	require.NoError(t, err)
 	ts.grpc = grpc.NewServer(opts...)

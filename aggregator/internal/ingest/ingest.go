@@ -26,6 +26,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"runtime"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -81,6 +83,19 @@ type Server struct {
 	logs    *logLimiter
 	// desired is the desired interval in nanoseconds.
 	desired atomic.Int64
+	// checks carries reports from streams to the checkers; stop ends them.
+	checks   chan *checkJob
+	stop     chan struct{}
+	stopOnce sync.Once
+	checkers sync.WaitGroup
+}
+
+// checkJob is one stream's report in the hands of a checker. Each stream
+// has one, reused: a stream has one report in flight at a time.
+type checkJob struct {
+	sess *session
+	sr   *pb.SignedReport
+	resp chan *pb.IngestResponse
 }
 
 // New validates cfg and builds a Server.
@@ -113,6 +128,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 		logs: newLogLimiter(10 * time.Second),
 	}
 	s.desired.Store(int64(cfg.DesiredInterval))
+	s.startCheckers(max(2, runtime.GOMAXPROCS(0)))
 	if deps.TokenReviews != nil {
 		s.auth, err = newTokenAuthenticator(deps.TokenReviews, cfg.TokenAudience, cfg.AgentServiceAccount, cfg.TokenReviewCacheTTL, deps.Now, m)
 		if err != nil {
@@ -128,6 +144,49 @@ func New(cfg Config, deps Deps) (*Server, error) {
 			zap.String("dir", cfg.InsecureDevKeysDir), zap.Int("keys", len(s.devKeys)))
 	}
 	return s, nil
+}
+
+// startCheckers starts n goroutines that run every report's checks
+// (handleReport) for all streams. A stream's own goroutine only receives,
+// hands over and acknowledges, so its stack never holds an ed25519
+// verification or a payload decode and stays small: with one goroutine per
+// agent stream, that is most of the aggregator's stack memory at 5,000
+// nodes. Stop ends them.
+func (s *Server) startCheckers(n int) {
+	s.checks = make(chan *checkJob)
+	s.stop = make(chan struct{})
+	for range n {
+		s.checkers.Add(1)
+		go func() {
+			defer s.checkers.Done()
+			for {
+				select {
+				case <-s.stop:
+					return
+				case j := <-s.checks:
+					j.resp <- s.handleReport(j.sess, j.sr)
+				}
+			}
+		}()
+	}
+}
+
+// Stop ends the checkers; a report that arrives afterwards is checked on
+// its stream's goroutine. Stop is idempotent.
+func (s *Server) Stop() {
+	s.stopOnce.Do(func() { close(s.stop) })
+	s.checkers.Wait()
+}
+
+// check runs handleReport on a checker and waits for its answer.
+func (s *Server) check(j *checkJob, sr *pb.SignedReport) *pb.IngestResponse {
+	j.sr = sr
+	select {
+	case s.checks <- j:
+		return <-j.resp
+	case <-s.stop:
+		return s.handleReport(j.sess, sr)
+	}
 }
 
 // Register registers the IngestService on g.
@@ -197,6 +256,7 @@ func (s *Server) Ingest(stream pb.IngestService_IngestServer) error {
 	if err := stream.Send(s.ack(0, "")); err != nil {
 		return err
 	}
+	job := &checkJob{sess: sess, resp: make(chan *pb.IngestResponse, 1)}
 	for {
 		req, err := stream.Recv()
 		if errors.Is(err, io.EOF) {
@@ -215,7 +275,7 @@ func (s *Server) Ingest(stream pb.IngestService_IngestServer) error {
 		var resp *pb.IngestResponse
 		switch msg := req.GetMsg().(type) {
 		case *pb.IngestRequest_Report:
-			resp = s.handleReport(sess, msg.Report)
+			resp = s.check(job, msg.Report)
 		default:
 			s.m.received.Inc()
 			s.reject(ReasonMalformed, sess.Node, peerAddr, fmt.Sprintf("want a report after the hello, got %T", msg), 0)

@@ -384,6 +384,8 @@ func runBench(b *testing.B, nodes int, window time.Duration) {
 	require.NoError(b, err)
 	acc0, err := scrape(metricsAddr, "cozy_health_reports_accepted_total", nil)
 	require.NoError(b, err)
+	alloc0, err := scrape(metricsAddr, "go_memstats_alloc_bytes_total", nil)
+	require.NoError(b, err)
 	t0 := time.Now()
 	var peakRSS int64
 	for time.Since(t0) < window {
@@ -424,6 +426,20 @@ func runBench(b *testing.B, nodes int, window time.Duration) {
 	stackInuse, err := scrape(metricsAddr, "go_memstats_stack_inuse_bytes", nil)
 	require.NoError(b, err)
 	goroutines, err := scrape(metricsAddr, "go_goroutines", nil)
+	require.NoError(b, err)
+	// Where RSS goes beyond the heap in use and the stacks: heap the
+	// runtime holds free but has not returned to the OS, and the heap goal.
+	heapIdle, err := scrape(metricsAddr, "go_memstats_heap_idle_bytes", nil)
+	require.NoError(b, err)
+	heapReleased, err := scrape(metricsAddr, "go_memstats_heap_released_bytes", nil)
+	require.NoError(b, err)
+	nextGC, err := scrape(metricsAddr, "go_memstats_next_gc_bytes", nil)
+	require.NoError(b, err)
+	alloc1, err := scrape(metricsAddr, "go_memstats_alloc_bytes_total", nil)
+	require.NoError(b, err)
+	retimed, err := scrape(metricsAddr, "cozy_health_rollups_total", map[string]string{"kind": "retimed"})
+	require.NoError(b, err)
+	full, err := scrape(metricsAddr, "cozy_health_rollups_total", map[string]string{"kind": "full"})
 	require.NoError(b, err)
 	cpuPct := (cpu1 - cpu0) / elapsed * 100
 	writesPerSec := (writes1 - writes0) / elapsed
@@ -481,7 +497,9 @@ func runBench(b *testing.B, nodes int, window time.Duration) {
 	b.Logf("  reports accepted        %.0f /s; %v rejected in total; %d rejected acks seen by agents; %d stream reconnects", reportsPerSec, rej, rejected.Load(), reconnects.Load())
 	b.Logf("  silent -> Unknown       %.1f s after its first missed report (target <= 15 s); %.1f s after its last report (grace 3 x 5 s = 15 s)", sinceMissed, sinceLast)
 	b.Logf("  Go memory               heap in use %.1f MiB, stacks %.1f MiB, %.0f goroutines", heapInuse/(1<<20), stackInuse/(1<<20), goroutines)
-	b.Logf("  mean rollup             %.1f ms; mean status apply %.1f ms", rollupMean*1000, writeMean*1000)
+	b.Logf("                          heap held free %.1f MiB, heap goal %.1f MiB, allocating %.1f MiB/s",
+		(heapIdle-heapReleased)/(1<<20), nextGC/(1<<20), (alloc1-alloc0)/elapsed/(1<<20))
+	b.Logf("  mean rollup             %.1f ms (%.0f full, %.0f retimed since start); mean status apply %.1f ms", rollupMean*1000, full, retimed, writeMean*1000)
 	b.Logf("  largest object          %s: %d nodes; linstor object %d bytes as JSON", h.Name, len(h.Status.Nodes), len(raw))
 	if b.Failed() {
 		logTail(b, logPath)

@@ -94,6 +94,7 @@ func run() error {
 	if err != nil {
 		return err
 	}
+	defer srv.Stop()
 	opts, err := ingest.ServerOptions(cfg)
 	if err != nil {
 		return err
