@@ -401,12 +401,16 @@ func TestSameJudgement(t *testing.T) {
 		{"status", func(r *report.NodeReport) { r.Observations[4].Status = G }, false},
 		{"reason", func(r *report.NodeReport) { r.Observations[4].Reason = "LatencyHigh" }, false},
 		{"message of a non-healthy one", func(r *report.NodeReport) { r.Observations[3].Message = "now Inconsistent" }, false},
-		{"resource", func(r *report.NodeReport) { r.Observations[3].ResourceRef = &report.ResourceRef{Kind: report.KindResource, Name: "pvc-9"} }, false},
+		{"resource", func(r *report.NodeReport) {
+			r.Observations[3].ResourceRef = &report.ResourceRef{Kind: report.KindResource, Name: "pvc-9"}
+		}, false},
 		{"learner", func(r *report.NodeReport) { r.Observations[0].Attributes[report.AttrIsLearner] = 1 }, false},
 		{"voting members", func(r *report.NodeReport) { r.Observations[1].Attributes[report.AttrVotingMembers] = 5 }, false},
 		{"voting members gone", func(r *report.NodeReport) { delete(r.Observations[1].Attributes, report.AttrVotingMembers) }, false},
 		{"one observation fewer", func(r *report.NodeReport) { r.Observations = r.Observations[:4] }, false},
-		{"order", func(r *report.NodeReport) { r.Observations[2], r.Observations[3] = r.Observations[3], r.Observations[2] }, false},
+		{"order", func(r *report.NodeReport) {
+			r.Observations[2], r.Observations[3] = r.Observations[3], r.Observations[2]
+		}, false},
 	} {
 		a, b := base(), base()
 		tc.change(b)

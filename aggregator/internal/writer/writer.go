@@ -9,6 +9,7 @@ package writer
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"hash/fnv"
@@ -21,12 +22,15 @@ import (
 	"golang.org/x/time/rate"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/clock"
 
 	"github.com/cozystack/cozy-health/aggregator/internal/metrics"
 	"github.com/cozystack/cozy-health/aggregator/internal/rollup"
+	ac "github.com/cozystack/cozy-health/pkg/applyconfiguration/health/v1alpha1"
 	"github.com/cozystack/cozy-health/pkg/client/clientset/versioned"
+	"github.com/cozystack/cozy-health/pkg/client/clientset/versioned/scheme"
 )
 
 // FieldManager is the one field manager of every aggregator write.
@@ -244,7 +248,7 @@ func (w *Writer) write(ctx context.Context, cs *rollup.ComponentStatus, specDone
 		specDone[cs.Component] = true
 		specMu.Unlock()
 	}
-	if _, err := healths.ApplyStatus(ctx, statusApply(w.cfg.Namespace, cs), opts); err != nil {
+	if err := w.applyStatus(ctx, statusApply(w.cfg.Namespace, cs), opts); err != nil {
 		if apierrors.IsNotFound(err) {
 			specMu.Lock()
 			delete(specDone, cs.Component)
@@ -253,6 +257,22 @@ func (w *Writer) write(ctx context.Context, cs *rollup.ComponentStatus, specDone
 		return fmt.Errorf("apply Health %s/%s status: %w", w.cfg.Namespace, cs.Component, err)
 	}
 	return nil
+}
+
+// applyStatus is HealthInterface.ApplyStatus without decoding the answer:
+// the apiserver returns the whole object (every node of a 5,000-node
+// component), which the writer never reads; decoding it was most of the
+// writer's allocations.
+func (w *Writer) applyStatus(ctx context.Context, h *ac.HealthApplyConfiguration, opts metav1.ApplyOptions) error {
+	body, err := json.Marshal(h)
+	if err != nil {
+		return fmt.Errorf("encode status: %w", err)
+	}
+	po := opts.ToPatchOptions()
+	return w.client.HealthV1alpha1().RESTClient().Patch(types.ApplyPatchType).
+		Namespace(*h.Namespace).Resource("healths").Name(*h.Name).SubResource("status").
+		VersionedParams(&po, scheme.ParameterCodec).
+		Body(body).Do(ctx).Error()
 }
 
 // Fingerprint hashes what makes a status different for readers: everything
