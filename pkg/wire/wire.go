@@ -5,6 +5,7 @@ package wire
 import (
 	"errors"
 	"fmt"
+	"unicode/utf8"
 
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -72,6 +73,33 @@ func ReportToProto(r *report.NodeReport) *pb.NodeReport {
 	return out
 }
 
+// validUTF8 checks every string of a report is UTF-8, as proto3 requires
+// and proto.Unmarshal checks; a generated fast decoder (vtprotobuf) does
+// not.
+func validUTF8(p *pb.NodeReport) error {
+	for _, f := range [...]struct{ name, v string }{
+		{"node name", p.GetNodeName()}, {"agent instance id", p.GetAgentInstanceId()}, {"agent version", p.GetAgentVersion()},
+	} {
+		if !utf8.ValidString(f.v) {
+			return fmt.Errorf("report %s is not UTF-8", f.name)
+		}
+	}
+	for i, o := range p.GetObservations() {
+		r := o.GetResourceRef()
+		for _, v := range [...]string{o.GetComponent(), o.GetCheck(), o.GetReason(), o.GetMessage(), r.GetKind(), r.GetName(), r.GetNamespace()} {
+			if !utf8.ValidString(v) {
+				return fmt.Errorf("observation %d has a string that is not UTF-8", i)
+			}
+		}
+		for k := range o.GetAttributes() {
+			if !utf8.ValidString(k) {
+				return fmt.Errorf("observation %d has an attribute name that is not UTF-8", i)
+			}
+		}
+	}
+	return nil
+}
+
 // ReportFromProto converts a wire report to its domain form and checks the
 // fields every consumer relies on.
 func ReportFromProto(p *pb.NodeReport) (*report.NodeReport, error) {
@@ -95,6 +123,9 @@ func ReportFromProto(p *pb.NodeReport) (*report.NodeReport, error) {
 	}
 	if p.GetInterval().AsDuration() <= 0 {
 		return nil, errors.New("report interval is not positive")
+	}
+	if err := validUTF8(p); err != nil {
+		return nil, err
 	}
 	out := &report.NodeReport{
 		NodeName:        p.GetNodeName(),

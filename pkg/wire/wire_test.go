@@ -1,11 +1,13 @@
 package wire
 
 import (
+	"bytes"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/cozystack/cozy-health/pkg/report"
 	pb "github.com/cozystack/cozy-health/proto/cozyhealth/v1"
@@ -56,4 +58,62 @@ func TestReportFromProtoRejects(t *testing.T) {
 			assert.Error(t, err)
 		})
 	}
+}
+
+// TestFastDecodeMatchesProto: the generated decoder the aggregator uses
+// (UnmarshalVT) plus ReportFromProto accepts exactly what proto.Unmarshal
+// plus ReportFromProto accepts, and gives the same report; strings that
+// are not UTF-8, which UnmarshalVT does not check, are refused by
+// ReportFromProto.
+func TestFastDecodeMatchesProto(t *testing.T) {
+	in := ReportToProto(&report.NodeReport{
+		NodeName: "cp1", AgentInstanceID: "abc", Sequence: 7, SentAt: time.Unix(1700000000, 5).UTC(), Interval: 5 * time.Second,
+		Observations: []report.Observation{{Component: report.ComponentLinstor, Check: "drbd-resource", Status: report.StatusDegraded, Reason: "Outdated",
+			Message: "resource pvc-1 Outdated", ResourceRef: &report.ResourceRef{Kind: "Resource", Name: "pvc-1"}, Attributes: map[string]float64{"upToDate": 0}}},
+	})
+	good, err := proto.Marshal(in)
+	require.NoError(t, err)
+	decode := func(b []byte) (fast, slow *report.NodeReport, fastErr, slowErr error) {
+		var f, s pb.NodeReport
+		if fastErr = f.UnmarshalVT(b); fastErr == nil {
+			fast, fastErr = ReportFromProto(&f)
+		}
+		if slowErr = proto.Unmarshal(b, &s); slowErr == nil {
+			slow, slowErr = ReportFromProto(&s)
+		}
+		return
+	}
+	fast, slow, fe, se := decode(good)
+	require.NoError(t, fe)
+	require.NoError(t, se)
+	assert.Equal(t, slow, fast)
+
+	for name, b := range map[string][]byte{
+		"message not UTF-8":   replaceOnce(good, []byte("resource pvc-1"), []byte("resource pvc-\xf0")),
+		"truncated":           good[:len(good)-3],
+		"bad wire type":       append(append([]byte{}, good...), 0x0f),
+		"resource not UTF-8":  replaceOnce(good, []byte("pvc-1"), []byte("pvc-\xff")),
+		"reason not UTF-8":    replaceOnce(good, []byte("Outdated"), []byte("Outdate\xc3")),
+		"attribute not UTF-8": replaceOnce(good, []byte("upToDate"), []byte("upToDat\xe2")),
+	} {
+		require.NotNil(t, b, name)
+		_, _, fe, se := decode(b)
+		assert.Error(t, se, "%s: proto refuses it", name)
+		assert.Error(t, fe, "%s: the fast path must refuse it too", name)
+	}
+}
+
+// replaceOnce replaces the first old in b by new (same length); nil when
+// old is absent.
+func replaceOnce(b, old, new []byte) []byte {
+	if new == nil || len(old) != len(new) {
+		return nil
+	}
+	i := bytes.Index(b, old)
+	if i < 0 {
+		return nil
+	}
+	out := append([]byte{}, b...)
+	copy(out[i:], new)
+	return out
 }

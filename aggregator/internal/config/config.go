@@ -114,7 +114,7 @@ func Default() Config {
 		AgentServiceAccount: "cozy-health/cozy-health-agent",
 		FreshForMultiple:    6,
 		RefreshPeriod:       10 * time.Second,
-		RollupPeriod:        2 * time.Second,
+		RollupPeriod:        time.Second,
 		WritesPerSecond:     2,
 		WriteBurst:          6,
 		DampDegraded:        10 * time.Second,
@@ -146,7 +146,7 @@ func bind(fs *flag.FlagSet, c *Config) {
 	fs.StringVar(&c.InsecureDevKeysDir, "insecure-dev-keys-dir", c.InsecureDevKeysDir, "DEVELOPMENT ONLY: accept listed agent keys without a token")
 	fs.IntVar(&c.FreshForMultiple, "fresh-for-multiple", c.FreshForMultiple, "freshUntil = observedAt + this many report intervals")
 	fs.DurationVar(&c.RefreshPeriod, "refresh-period", c.RefreshPeriod, "rewrite unchanged Health objects this often")
-	fs.DurationVar(&c.RollupPeriod, "rollup-period", c.RollupPeriod, "how often the state is rolled up")
+	fs.DurationVar(&c.RollupPeriod, "rollup-period", c.RollupPeriod, "how often the state is rolled up and heartbeats judged (a rollup in which nothing judged changed is only retimed)")
 	fs.Float64Var(&c.WritesPerSecond, "writes-per-second", c.WritesPerSecond, "token-bucket rate of apiserver writes")
 	fs.IntVar(&c.WriteBurst, "write-burst", c.WriteBurst, "token-bucket burst of apiserver writes")
 	fs.DurationVar(&c.DampDegraded, "damp-degraded", c.DampDegraded, "a worsening to Degraded must persist this long before it is published")

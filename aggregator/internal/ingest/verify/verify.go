@@ -15,7 +15,6 @@ import (
 	"fmt"
 	"time"
 
-	"google.golang.org/protobuf/proto"
 
 	"github.com/cozystack/cozy-health/pkg/report"
 	"github.com/cozystack/cozy-health/pkg/signing"
@@ -78,8 +77,11 @@ func (c *Checker) Check(sess *Session, sr *pb.SignedReport, now time.Time, accep
 	if err := signing.Verify(sess.Key, sr.GetPayload(), sr.GetSignature()); err != nil {
 		return 0, ReasonBadSignature, err.Error()
 	}
+	// The generated reflection-free decoder (vtprotobuf): a third of the
+	// cost of proto.Unmarshal. It does not check that strings are UTF-8;
+	// ReportFromProto does.
 	var p pb.NodeReport
-	if err := proto.Unmarshal(sr.GetPayload(), &p); err != nil {
+	if err := p.UnmarshalVT(sr.GetPayload()); err != nil {
 		return 0, ReasonMalformed, "decode report: " + err.Error()
 	}
 	r, err := wire.ReportFromProto(&p)
