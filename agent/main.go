@@ -33,7 +33,7 @@ import (
 
 	"github.com/cozystack/cozy-health/agent/internal/checks"
 	"github.com/cozystack/cozy-health/agent/internal/config"
-	"github.com/cozystack/cozy-health/agent/internal/memtrim"
+	"github.com/cozystack/cozy-health/pkg/memtrim"
 	"github.com/cozystack/cozy-health/agent/internal/runner"
 	"github.com/cozystack/cozy-health/agent/internal/uplink"
 	"github.com/cozystack/cozy-health/pkg/report"

@@ -36,6 +36,7 @@ import (
 	"github.com/cozystack/cozy-health/aggregator/internal/state"
 	"github.com/cozystack/cozy-health/aggregator/internal/writer"
 	"github.com/cozystack/cozy-health/pkg/client/clientset/versioned"
+	"github.com/cozystack/cozy-health/pkg/memtrim"
 )
 
 var _ ingest.Sink = (*state.State)(nil)
@@ -280,6 +281,13 @@ func (a *App) Run(ctx context.Context) error {
 		}
 		a.ready.Store(true)
 		a.log.Info("warm-up done, campaigning for the Lease", zap.Int("nodes", a.state.Len()))
+		if a.cfg.TrimStartupPages {
+			if res, err := memtrim.Executable(); err != nil {
+				a.log.Warn("trim start-up pages", zap.Error(err))
+			} else {
+				a.log.Debug("trimmed start-up pages", zap.Int("mappings", res.Mappings), zap.Uint64("bytes", res.Bytes))
+			}
+		}
 		return leader.Run(ctx, leader.Config{
 			Namespace: a.cfg.LeaseNamespace, Name: a.cfg.LeaseName, Identity: a.cfg.Identity,
 			LeaseDuration: a.cfg.LeaseDuration, RenewDeadline: a.cfg.RenewDeadline, RetryPeriod: a.cfg.RetryPeriod,

@@ -61,10 +61,14 @@ func (e *Engine) Evaluate() map[string]*rollup.ComponentStatus {
 	defer e.evalMu.Unlock()
 	start := time.Now()
 	now := e.clock.Now()
-	snap := e.state.Snapshot()
 	var out map[string]*rollup.ComponentStatus
-	if e.latest != nil && !e.alwaysRecompute && !e.damper.Holding() && e.cache.Unchanged(snap, now, e.cfg) {
-		out = rollup.Retime(e.latest, snap, now, e.cfg, e.cache)
+	var observed map[string]time.Time
+	unchanged := false
+	if e.latest != nil && !e.alwaysRecompute && !e.damper.Holding() {
+		e.state.Read(func(nodes map[string]state.Entry) { observed, unchanged = e.cache.Unchanged(nodes, now, e.cfg) })
+	}
+	if unchanged {
+		out = rollup.Retime(e.latest, observed, now, e.cfg)
 		if e.writer != nil {
 			for _, comp := range report.NodeComponents {
 				e.writer.Retimed(out[comp])
@@ -74,7 +78,7 @@ func (e *Engine) Evaluate() map[string]*rollup.ComponentStatus {
 			e.metrics.ObserveRollup(metrics.RollupRetimed, time.Since(start))
 		}
 	} else {
-		out = e.recompute(snap, now)
+		out = e.recompute(e.state.Snapshot(), now)
 		if e.metrics != nil {
 			e.metrics.ObserveRollup(metrics.RollupFull, time.Since(start))
 		}

@@ -86,6 +86,9 @@ type Config struct {
 
 	// Pprof serves /debug/pprof/ on the metrics address (--pprof).
 	Pprof bool
+	// TrimStartupPages drops the executable's read-only pages from the page
+	// tables after the warm-up (--trim-startup-pages).
+	TrimStartupPages bool
 
 	// LogLevel is the zap level (debug, info, warn, error).
 	LogLevel string
@@ -118,6 +121,7 @@ func Default() Config {
 		WritesPerSecond:     2,
 		WriteBurst:          6,
 		DampDegraded:        10 * time.Second,
+		TrimStartupPages:    true,
 		LogLevel:            "info",
 	}
 }
@@ -153,6 +157,7 @@ func bind(fs *flag.FlagSet, c *Config) {
 	fs.DurationVar(&c.DampDown, "damp-down", c.DampDown, "a worsening to Down must persist this long before it is published")
 	fs.DurationVar(&c.DampUnknown, "damp-unknown", c.DampUnknown, "a worsening to Unknown must persist this long before it is published")
 	fs.BoolVar(&c.Pprof, "pprof", c.Pprof, "serve /debug/pprof/ on --metrics-addr")
+	fs.BoolVar(&c.TrimStartupPages, "trim-startup-pages", c.TrimStartupPages, "after the warm-up, release the executable's read-only pages only start-up used (they fault back in on use)")
 	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "log level: debug, info, warn or error")
 }
 

@@ -189,11 +189,11 @@ func ComputeCached(snap state.Snapshot, now time.Time, cfg Config, cache *Cache)
 		out[comp] = computeComponent(comp, names, facts, snap, now, cfg)
 	}
 	if cache != nil {
-		clear(cache.computed)
+		cache.gen++
 		for i, name := range names {
-			cache.computed[name] = input{facts: facts[i], stale: cfg.Stale(snap[name], now)}
+			facts[i].usedGen, facts[i].usedStale = cache.gen, cfg.Stale(snap[name], now)
 		}
-		cache.valid = true
+		cache.computed, cache.valid = len(names), true
 	}
 	return out
 }
@@ -202,57 +202,71 @@ func ComputeCached(snap state.Snapshot, now time.Time, cfg Config, cache *Cache)
 // usable; use NewCache.
 type Cache struct {
 	byNode map[string]*reportFacts
-	// computed is, per node, what the last ComputeCached folded and whether
-	// the node was stale then; valid once ComputeCached ran.
-	computed map[string]input
+	// computed is how many nodes the last ComputeCached judged; each of
+	// their facts carries what it used. valid once ComputeCached ran.
+	computed int
 	valid    bool
-}
-
-type input struct {
-	facts *reportFacts
-	stale bool
+	// gen numbers the ComputeCached calls.
+	gen uint64
 }
 
 // NewCache returns an empty Cache.
 func NewCache() *Cache {
-	return &Cache{byNode: map[string]*reportFacts{}, computed: map[string]input{}}
+	return &Cache{byNode: map[string]*reportFacts{}}
 }
 
-// Unchanged tells whether ComputeCached(snap, now, cfg, c) would give the
+// Unchanged tells whether ComputeCached over nodes at now would give the
 // same answer as the last call with the same cfg, except for observedAt
 // and freshUntil, which move with every report: the same nodes, each
 // judging the same (sameJudgement) and each as fresh or stale as then.
-// Reports that changed are folded on the way, so a ComputeCached that
-// follows a false answer finds them in the memo.
-func (c *Cache) Unchanged(snap state.Snapshot, now time.Time, cfg Config) bool {
-	if !c.valid || len(snap) != len(c.computed) {
-		return false
+// When it would, it also returns those new times: observed, per
+// component, the latest arrival of a fresh node's report (absent: no fresh
+// node). Reports that changed are folded on the way, so a ComputeCached
+// that follows a false answer finds them in the memo. It reads nodes in
+// place (State.Read): one lookup per node, no copy.
+func (c *Cache) Unchanged(nodes map[string]state.Entry, now time.Time, cfg Config) (observed map[string]time.Time, unchanged bool) {
+	if !c.valid || len(nodes) != c.computed {
+		return nil, false
 	}
-	for name, e := range snap {
-		in, ok := c.computed[name]
-		if !ok || in.stale != cfg.Stale(e, now) || c.get(name, e.Report) != in.facts {
-			return false
+	var latest [maxComponents]time.Time
+	for name, e := range nodes {
+		f, ok := c.byNode[name]
+		if !ok || f.usedGen != c.gen {
+			return nil, false
 		}
-	}
-	return true
-}
-
-// Retime returns the answer of ComputeCached for a snapshot the cache
-// found Unchanged: prev (the last answer, damped and compacted or not) with
-// observedAt and freshUntil computed from snap. Nodes and conditions are
-// shared with prev, not copied; neither is modified.
-func Retime(prev map[string]*ComponentStatus, snap state.Snapshot, now time.Time, cfg Config, c *Cache) map[string]*ComponentStatus {
-	observed := make(map[string]time.Time, len(prev))
-	for name, e := range snap {
-		if cfg.Stale(e, now) {
+		stale := cfg.Stale(e, now)
+		if stale != f.usedStale {
+			return nil, false
+		}
+		if f.report != e.Report {
+			if !sameJudgement(f.report, e.Report) {
+				return nil, false
+			}
+			f.report = e.Report
+		}
+		if stale {
 			continue
 		}
-		for comp := range c.byNode[name].comps {
-			if e.ReceivedAt.After(observed[comp]) {
-				observed[comp] = e.ReceivedAt
+		for i := range latest {
+			if f.present&(1<<i) != 0 && e.ReceivedAt.After(latest[i]) {
+				latest[i] = e.ReceivedAt
 			}
 		}
 	}
+	observed = make(map[string]time.Time, len(componentIndex))
+	for comp, i := range componentIndex {
+		if !latest[i].IsZero() {
+			observed[comp] = latest[i]
+		}
+	}
+	return observed, true
+}
+
+// Retime returns the answer of ComputeCached for nodes the cache found
+// Unchanged: prev (the last answer, damped and compacted or not) with
+// observedAt and freshUntil from Unchanged's observed. Nodes and conditions
+// are shared with prev, not copied; neither is modified.
+func Retime(prev map[string]*ComponentStatus, observed map[string]time.Time, now time.Time, cfg Config) map[string]*ComponentStatus {
 	out := make(map[string]*ComponentStatus, len(prev))
 	for comp, cs := range prev {
 		next := *cs
@@ -265,6 +279,22 @@ func Retime(prev map[string]*ComponentStatus, snap state.Snapshot, now time.Time
 	}
 	return out
 }
+
+// maxComponents bounds report.NodeComponents (reportFacts.present is a
+// uint8).
+const maxComponents = 8
+
+// componentIndex numbers report.NodeComponents for reportFacts.present.
+var componentIndex = func() map[string]int {
+	if len(report.NodeComponents) > maxComponents {
+		panic("rollup: more node components than reportFacts.present holds")
+	}
+	m := make(map[string]int, len(report.NodeComponents))
+	for i, c := range report.NodeComponents {
+		m[c] = i
+	}
+	return m
+}()
 
 // freshUntil is the freshness bound of facts observed at observedAt.
 func (c Config) freshUntil(observedAt time.Time) time.Time {
@@ -311,6 +341,12 @@ func sameJudgement(a, b *report.NodeReport) bool {
 type reportFacts struct {
 	report *report.NodeReport
 	comps  map[string]*componentFacts
+	// present has bit componentIndex[c] set for every c in comps.
+	present uint8
+	// usedGen and usedStale: the ComputeCached call that last judged these
+	// facts, and whether the node was stale then.
+	usedGen   uint64
+	usedStale bool
 }
 
 type componentFacts struct {
@@ -366,6 +402,7 @@ func factsOf(node string, r *report.NodeReport) *reportFacts {
 			conds = append(conds, Condition{Type: TypeHeartbeat, Severity: report.StatusHealthy, Reason: ReasonReportReceived, Message: "report received", Node: node})
 		}
 		f.comps[comp] = &componentFacts{conds: conds, state: nodeStateOf(conds, time.Time{})}
+		f.present |= 1 << componentIndex[comp]
 	}
 	return f
 }

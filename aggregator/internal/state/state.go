@@ -120,6 +120,15 @@ func (s *State) Snapshot() Snapshot {
 	return out
 }
 
+// Read calls f with the state's nodes under its read lock: without a
+// copy, for a reader that only looks; f must be quick and must not call
+// back into the State.
+func (s *State) Read(f func(nodes map[string]Entry)) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	f(s.nodes)
+}
+
 // Get returns one node's entry.
 func (s *State) Get(node string) (Entry, bool) {
 	s.mu.RLock()

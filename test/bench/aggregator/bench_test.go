@@ -316,6 +316,10 @@ func runBench(b *testing.B, nodes int, window time.Duration) {
 		"--tls-cert", tlsFiles.CertFile, "--tls-key", tlsFiles.KeyFile, "--insecure-dev-keys-dir", keys,
 		"--log-level", "warn", "--pprof")
 	cmd.Stdout, cmd.Stderr = logf, logf
+	// The aggregator's runtime settings as the deployment sets them
+	// (deploy/aggregator/deployment.yaml), e.g. "GOMEMLIMIT=170MiB".
+	aggEnv := strings.Fields(os.Getenv("COZY_HEALTH_BENCH_AGGREGATOR_ENV"))
+	cmd.Env = append(os.Environ(), aggEnv...)
 	require.NoError(b, cmd.Start())
 	pid := cmd.Process.Pid
 	defer func() {
@@ -490,7 +494,7 @@ func runBench(b *testing.B, nodes int, window time.Duration) {
 	b.ReportMetric(sinceMissed, "silent_to_unknown_s")
 	b.ReportMetric(sinceLast, "last_report_to_unknown_s")
 	b.ReportMetric(reportsPerSec, "reports/s")
-	b.Logf("aggregator with %d nodes, %s steady-state window:", nodes, time.Duration(elapsed*float64(time.Second)).Round(time.Second))
+	b.Logf("aggregator with %d nodes, %s steady-state window, environment %q:", nodes, time.Duration(elapsed*float64(time.Second)).Round(time.Second), aggEnv)
 	b.Logf("  CPU                     %.1f %% of one core (target <= 30 %%)", cpuPct)
 	b.Logf("  RSS                     peak %.1f MiB, at end %.1f MiB (target <= 200 MiB)", float64(peakRSS)/(1<<20), float64(rss)/(1<<20))
 	b.Logf("  apiserver writes        %.2f /s successful (target <= 2 /s); %v failed writes in total", writesPerSec, writeErrs)

@@ -1,4 +1,4 @@
-// Package memtrim drops the agent's read-only executable pages from its page
+// Package memtrim drops a process's read-only executable pages from its page
 // tables once start-up is over. At start every package's init runs, and
 // with the kernel's fault-around each touched code page maps its cached
 // neighbours too, so almost the whole 20 MB binary ends up resident
