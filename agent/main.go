@@ -33,9 +33,9 @@ import (
 
 	"github.com/cozystack/cozy-health/agent/internal/checks"
 	"github.com/cozystack/cozy-health/agent/internal/config"
-	"github.com/cozystack/cozy-health/pkg/memtrim"
 	"github.com/cozystack/cozy-health/agent/internal/runner"
 	"github.com/cozystack/cozy-health/agent/internal/uplink"
+	"github.com/cozystack/cozy-health/pkg/memtrim"
 	"github.com/cozystack/cozy-health/pkg/report"
 	"github.com/cozystack/cozy-health/pkg/version"
 )

@@ -15,7 +15,6 @@ import (
 	"fmt"
 	"time"
 
-
 	"github.com/cozystack/cozy-health/pkg/report"
 	"github.com/cozystack/cozy-health/pkg/signing"
 	"github.com/cozystack/cozy-health/pkg/wire"
