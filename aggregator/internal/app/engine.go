@@ -120,17 +120,25 @@ func (e *Engine) Latest() map[string]*rollup.ComponentStatus {
 	return e.latest
 }
 
-// Run evaluates every period until ctx is cancelled.
+// Run evaluates every period, and at the instant the next node misses its
+// heartbeat when that comes sooner, until ctx is cancelled: a silent node
+// reads Unknown one rollup after its grace, not up to a period later.
 func (e *Engine) Run(ctx context.Context, period time.Duration) {
-	t := e.clock.NewTicker(period)
-	defer t.Stop()
-	e.Evaluate()
 	for {
+		e.Evaluate()
+		now := e.clock.Now()
+		wait := period
+		var next time.Time
+		e.state.Read(func(nodes map[string]state.Entry) { next = e.cfg.NextStale(nodes, now) })
+		if d := next.Sub(now); !next.IsZero() && d < wait {
+			wait = max(d, 0)
+		}
+		t := e.clock.NewTimer(wait)
 		select {
 		case <-ctx.Done():
+			t.Stop()
 			return
 		case <-t.C():
-			e.Evaluate()
 		}
 	}
 }

@@ -1,6 +1,7 @@
 package app
 
 import (
+	"context"
 	"fmt"
 	"math/rand/v2"
 	"strings"
@@ -233,4 +234,32 @@ func TestEngineRetimeEqualsRecompute(t *testing.T) {
 	t.Logf("%v retimed, %v recomputed", retimed, recomputed)
 	assert.Greater(t, retimed, 100.0, "retimed evaluations")
 	assert.Greater(t, recomputed, 100.0, "recomputed evaluations")
+}
+
+// TestRunEvaluatesAtTheHeartbeatDeadline: with a period far longer than
+// the grace, a silent node still reads Unknown at its deadline.
+func TestRunEvaluatesAtTheHeartbeatDeadline(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
+	st := state.New(nil)
+	eng := NewEngine(st, rollup.Config{DefaultInterval: 5 * time.Second, FreshForMultiple: 6}, rollup.Holds{}, 0, nil, nil, clk, zap.NewNop())
+	st.Accept(testReport("a", 1, clk.Now(), report.StatusHealthy), clk.Now())
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); eng.Run(ctx, time.Hour) }()
+	defer func() { cancel(); <-done }()
+
+	disk := func() report.Status {
+		if l := eng.Latest(); l != nil {
+			return l[report.ComponentDisk].Nodes["a"].Status
+		}
+		return report.StatusDown
+	}
+	require.Eventually(t, func() bool { return disk() == report.StatusHealthy }, 5*time.Second, time.Millisecond)
+	require.Eventually(t, clk.HasWaiters, 5*time.Second, time.Millisecond)
+	clk.Step(15 * time.Second)
+	time.Sleep(50 * time.Millisecond)
+	assert.Equal(t, report.StatusHealthy, disk(), "at exactly the grace a is fresh")
+	clk.Step(time.Nanosecond)
+	require.Eventually(t, func() bool { return disk() == report.StatusUnknown }, 5*time.Second, time.Millisecond,
+		"the deadline, not the hour-long period, brings the next rollup")
 }

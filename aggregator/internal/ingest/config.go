@@ -161,7 +161,12 @@ func splitServiceAccount(s string) (ns, name string, err error) {
 const (
 	connReadBuffer  = 4 << 10
 	connWriteBuffer = 4 << 10
-	flowWindow      = 64 << 10
+	// The windows are credit, not memory: the handler reads each report as
+	// it arrives. Large ones make the WINDOW_UPDATE frames the aggregator
+	// sends rare (every ~180 reports of a stream, not every ~11), so an
+	// acknowledgement is nearly the only thing it writes.
+	streamWindow = 256 << 10
+	connWindow   = 1 << 20
 )
 
 // ServerOptions returns the grpc.Server options ingest needs: TLS from
@@ -184,14 +189,14 @@ func ServerOptions(cfg Config) ([]grpc.ServerOption, error) {
 		grpc.MaxRecvMsgSize(cfg.MaxPayloadBytes + envelopeSlack),
 		// One long-lived connection per agent, a few KiB every interval: at
 		// 5,000 agents grpc-go's 32 KiB per-connection read and write
-		// buffers and BDP-grown flow-control windows would cost hundreds of
-		// MiB. Small read buffers, a write buffer returned to a pool after
-		// each flush, and fixed 64 KiB windows (which turn BDP estimation
-		// off) keep a connection's footprint to a few KiB.
+		// buffers would cost hundreds of MiB. Small read buffers and a
+		// write buffer returned to a pool after each flush keep a
+		// connection's footprint to a few KiB; fixed windows turn BDP
+		// estimation (its pings) off.
 		grpc.ReadBufferSize(connReadBuffer),
 		grpc.WriteBufferSize(connWriteBuffer),
 		grpc.SharedWriteBuffer(true),
-		grpc.InitialWindowSize(flowWindow),
-		grpc.InitialConnWindowSize(flowWindow),
+		grpc.InitialWindowSize(streamWindow),
+		grpc.InitialConnWindowSize(connWindow),
 	}, nil
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/cozystack/cozy-health/pkg/report"
 )
@@ -135,6 +136,49 @@ type nodeRow struct {
 	// status per component index; exported when the bit of has is set.
 	status [len(componentNames)]report.Status
 	has    uint8
+	// series are the row's status series, built when a status changes;
+	// lastSeries is its last-report series. Scrapes only read them.
+	series     [len(componentNames)]*statusSeries
+	lastSeries *lastReportSeries
+}
+
+// statusSeries is one cozy_health_node_status series. Its labels are built
+// once per status change and shared by every scrape, so a scrape of 35,000
+// series allocates little more than the series' values.
+type statusSeries struct {
+	desc   *prometheus.Desc
+	labels []*dto.LabelPair
+	status report.Status
+}
+
+// one is the value of every status series.
+var one = 1.0
+
+func (s *statusSeries) Desc() *prometheus.Desc { return s.desc }
+
+func (s *statusSeries) Write(m *dto.Metric) error {
+	m.Label, m.Gauge = s.labels, &dto.Gauge{Value: &one}
+	return nil
+}
+
+// lastReportSeries is one cozy_health_node_last_report_timestamp_seconds
+// series.
+type lastReportSeries struct {
+	desc   *prometheus.Desc
+	labels []*dto.LabelPair
+	row    *nodeRow
+}
+
+func (s *lastReportSeries) Desc() *prometheus.Desc { return s.desc }
+
+func (s *lastReportSeries) Write(m *dto.Metric) error {
+	g := &struct {
+		dto.Gauge
+		v float64
+	}{v: float64(s.row.lastReport.Load()) / 1e9}
+	g.Value = &g.v
+	m.Label, m.Gauge = s.labels, &g.Gauge
+	return nil
 }
 
 func newNodeTable() *nodeTable {
@@ -156,12 +200,16 @@ func componentIndex(component string) int {
 	return -1
 }
 
+func labelPair(name, value string) *dto.LabelPair { return &dto.LabelPair{Name: &name, Value: &value} }
+
 func (t *nodeTable) row(node string) *nodeRow {
 	if r, ok := t.rows.Load(node); ok {
 		return r.(*nodeRow)
 	}
-	r, _ := t.rows.LoadOrStore(node, &nodeRow{})
-	return r.(*nodeRow)
+	r := &nodeRow{}
+	r.lastSeries = &lastReportSeries{desc: t.lastReportDesc, labels: []*dto.LabelPair{labelPair("node", node)}, row: r}
+	actual, _ := t.rows.LoadOrStore(node, r)
+	return actual.(*nodeRow)
 }
 
 func (t *nodeTable) publish(component string, nodes map[string]report.Status) {
@@ -179,6 +227,12 @@ func (t *nodeTable) publish(component string, nodes map[string]report.Status) {
 			t.exported[ci]++
 		}
 		r.status[ci] = s
+		if r.series[ci] == nil || r.series[ci].status != s {
+			// Labels sorted by name, as the registry requires.
+			r.series[ci] = &statusSeries{desc: t.statusDesc, status: s, labels: []*dto.LabelPair{
+				labelPair("component", component), r.lastSeries.labels[0], labelPair("status", s.String()),
+			}}
+		}
 	}
 	if t.exported[ci] == len(nodes) {
 		// Every exported node is still there (each was seen above).
@@ -188,6 +242,7 @@ func (t *nodeTable) publish(component string, nodes map[string]report.Status) {
 		r := v.(*nodeRow)
 		if _, still := nodes[k.(string)]; !still && r.has&bit != 0 {
 			r.has &^= bit
+			r.series[ci] = nil
 			t.exported[ci]--
 		}
 		return true
@@ -219,15 +274,15 @@ func (t *nodeTable) Describe(ch chan<- *prometheus.Desc) {
 func (t *nodeTable) Collect(ch chan<- prometheus.Metric) {
 	t.mu.RLock()
 	defer t.mu.RUnlock()
-	t.rows.Range(func(k, v any) bool {
-		node, r := k.(string), v.(*nodeRow)
-		for ci, comp := range componentNames {
+	t.rows.Range(func(_, v any) bool {
+		r := v.(*nodeRow)
+		for ci := range componentNames {
 			if r.has&(1<<ci) != 0 {
-				ch <- prometheus.MustNewConstMetric(t.statusDesc, prometheus.GaugeValue, 1, node, comp, r.status[ci].String())
+				ch <- r.series[ci]
 			}
 		}
-		if ns := r.lastReport.Load(); ns != 0 {
-			ch <- prometheus.MustNewConstMetric(t.lastReportDesc, prometheus.GaugeValue, float64(ns)/1e9, node)
+		if r.lastReport.Load() != 0 {
+			ch <- r.lastSeries
 		}
 		return true
 	})

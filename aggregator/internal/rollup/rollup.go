@@ -161,6 +161,23 @@ func (c Config) Grace(interval time.Duration) time.Duration {
 	return 3 * interval
 }
 
+// NextStale is the earliest instant after now at which one of nodes that
+// is fresh at now will have missed its heartbeat; the zero time when none
+// is fresh.
+func (c Config) NextStale(nodes map[string]state.Entry, now time.Time) time.Time {
+	var next time.Time
+	for _, e := range nodes {
+		if c.Stale(e, now) {
+			continue
+		}
+		at := e.ReceivedAt.Add(c.Grace(e.Report.Interval) + time.Nanosecond)
+		if next.IsZero() || at.Before(next) {
+			next = at
+		}
+	}
+	return next
+}
+
 // Stale tells whether e's node has missed its heartbeat at now.
 func (c Config) Stale(e state.Entry, now time.Time) bool {
 	return now.Sub(e.ReceivedAt) > c.Grace(e.Report.Interval)

@@ -420,3 +420,11 @@ func TestSameJudgement(t *testing.T) {
 		}
 	}
 }
+
+func TestNextStale(t *testing.T) {
+	s := snap(node("a", time.Second), node("b", 14*time.Second), node("c", 20*time.Second))
+	assert.Equal(t, t0.Add(time.Second+time.Nanosecond), defaultCfg.NextStale(s, t0), "b, heard 14 s ago, is the next past its 15 s grace")
+	assert.True(t, defaultCfg.Stale(s["b"], defaultCfg.NextStale(s, t0)))
+	assert.False(t, defaultCfg.Stale(s["b"], defaultCfg.NextStale(s, t0).Add(-time.Nanosecond)))
+	assert.True(t, defaultCfg.NextStale(snap(node("c", 20*time.Second)), t0).IsZero(), "no fresh node, no deadline")
+}

@@ -28,6 +28,7 @@ import (
 	"testing"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 	"github.com/stretchr/testify/require"
@@ -229,22 +230,23 @@ func procStat(pid int) (cpu float64, rss int64, err error) {
 	return (ut + st) / clkTck, rss, nil
 }
 
-// scrape returns the sum of every sample of metric name whose labels
-// include want.
-func scrape(addr, name string, want map[string]string) (float64, error) {
+// gather scrapes the aggregator's metrics once, as Prometheus would.
+func gather(addr string) (map[string]*dto.MetricFamily, error) {
 	resp, err := http.Get("http://" + addr + "/metrics")
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	defer resp.Body.Close()
 	p := expfmt.NewTextParser(model.UTF8Validation)
-	mfs, err := p.TextToMetricFamilies(resp.Body)
-	if err != nil {
-		return 0, err
-	}
+	return p.TextToMetricFamilies(resp.Body)
+}
+
+// value is the sum of every sample of metric name in mfs whose labels
+// include want (for a histogram, its mean).
+func value(mfs map[string]*dto.MetricFamily, name string, want map[string]string) float64 {
 	mf, ok := mfs[name]
 	if !ok {
-		return 0, nil
+		return 0
 	}
 	var sum float64
 next:
@@ -260,7 +262,6 @@ next:
 		}
 		switch {
 		case m.GetHistogram() != nil:
-			// The mean: sum / count.
 			if c := m.GetHistogram().GetSampleCount(); c > 0 {
 				sum += m.GetHistogram().GetSampleSum() / float64(c)
 			}
@@ -270,7 +271,7 @@ next:
 			sum += m.GetGauge().GetValue()
 		}
 	}
-	return sum, nil
+	return sum
 }
 
 func BenchmarkAggregator5000Nodes(b *testing.B) {
@@ -384,67 +385,76 @@ func runBench(b *testing.B, nodes int, window time.Duration) {
 	time.Sleep(10 * time.Second)
 	cpu0, _, err := procStat(pid)
 	require.NoError(b, err)
-	writes0, err := scrape(metricsAddr, "cozy_health_writes_total", map[string]string{"result": "success"})
+	// One scrape at each end of the window, as a Prometheus scraping it
+	// would (a scrape of 35,000 node series is part of the cost).
+	m0, err := gather(metricsAddr)
 	require.NoError(b, err)
-	acc0, err := scrape(metricsAddr, "cozy_health_reports_accepted_total", nil)
-	require.NoError(b, err)
-	alloc0, err := scrape(metricsAddr, "go_memstats_alloc_bytes_total", nil)
-	require.NoError(b, err)
+	writes0 := value(m0, "cozy_health_writes_total", map[string]string{"result": "success"})
+	acc0 := value(m0, "cozy_health_reports_accepted_total", nil)
+	alloc0 := value(m0, "go_memstats_alloc_bytes_total", nil)
+	// With COZY_HEALTH_BENCH_PROFILE_DIR, a CPU profile of the window's
+	// first 30 s and a heap profile at its end are written there.
+	pdir := os.Getenv("COZY_HEALTH_BENCH_PROFILE_DIR")
+	fetch := func(name, path string) {
+		resp, err := http.Get("http://" + metricsAddr + path)
+		if err != nil {
+			b.Errorf("profile %s: %v", name, err)
+			return
+		}
+		defer resp.Body.Close()
+		data, err := io.ReadAll(resp.Body)
+		if err == nil {
+			err = os.WriteFile(filepath.Join(pdir, name), data, 0o644)
+		}
+		if err != nil {
+			b.Errorf("profile %s: %v", name, err)
+		}
+	}
+	cpuProfiled := make(chan struct{})
+	if pdir != "" {
+		go func() { defer close(cpuProfiled); fetch("cpu.pprof", "/debug/pprof/profile?seconds=30") }()
+	}
 	t0 := time.Now()
 	var peakRSS int64
+	// CPU per 2 s slice of the window, to show spikes next to the mean.
+	var slices []string
+	prevCPU, prevAt := cpu0, t0
 	for time.Since(t0) < window {
 		time.Sleep(2 * time.Second)
-		_, rss, err := procStat(pid)
+		c, rss, err := procStat(pid)
 		require.NoError(b, err)
 		peakRSS = max(peakRSS, rss)
+		now := time.Now()
+		slices = append(slices, fmt.Sprintf("%.0f", (c-prevCPU)/now.Sub(prevAt).Seconds()*100))
+		prevCPU, prevAt = c, now
 	}
-	if pdir := os.Getenv("COZY_HEALTH_BENCH_PROFILE_DIR"); pdir != "" {
-		for name, path := range map[string]string{"heap.pprof": "/debug/pprof/heap", "cpu.pprof": "/debug/pprof/profile?seconds=15"} {
-			resp, err := http.Get("http://" + metricsAddr + path)
-			require.NoError(b, err)
-			data, err := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			require.NoError(b, err)
-			require.NoError(b, os.WriteFile(filepath.Join(pdir, name), data, 0o644))
-		}
+	if pdir != "" {
+		<-cpuProfiled
+		fetch("heap.pprof", "/debug/pprof/heap")
 	}
 	elapsed := time.Since(t0).Seconds()
 	cpu1, rss, err := procStat(pid)
 	require.NoError(b, err)
 	peakRSS = max(peakRSS, rss)
-	writes1, err := scrape(metricsAddr, "cozy_health_writes_total", map[string]string{"result": "success"})
+	m1, err := gather(metricsAddr)
 	require.NoError(b, err)
-	writeErrs, err := scrape(metricsAddr, "cozy_health_writes_total", map[string]string{"result": "error"})
-	require.NoError(b, err)
-	acc1, err := scrape(metricsAddr, "cozy_health_reports_accepted_total", nil)
-	require.NoError(b, err)
-	rej, err := scrape(metricsAddr, "cozy_health_reports_rejected_total", nil)
-	require.NoError(b, err)
-
-	rollupMean, err := scrape(metricsAddr, "cozy_health_rollup_duration_seconds", nil)
-	require.NoError(b, err)
-	writeMean, err := scrape(metricsAddr, "cozy_health_write_duration_seconds", nil)
-	require.NoError(b, err)
-	heapInuse, err := scrape(metricsAddr, "go_memstats_heap_inuse_bytes", nil)
-	require.NoError(b, err)
-	stackInuse, err := scrape(metricsAddr, "go_memstats_stack_inuse_bytes", nil)
-	require.NoError(b, err)
-	goroutines, err := scrape(metricsAddr, "go_goroutines", nil)
-	require.NoError(b, err)
+	writes1 := value(m1, "cozy_health_writes_total", map[string]string{"result": "success"})
+	writeErrs := value(m1, "cozy_health_writes_total", map[string]string{"result": "error"})
+	acc1 := value(m1, "cozy_health_reports_accepted_total", nil)
+	rej := value(m1, "cozy_health_reports_rejected_total", nil)
+	rollupMean := value(m1, "cozy_health_rollup_duration_seconds", nil)
+	writeMean := value(m1, "cozy_health_write_duration_seconds", nil)
+	heapInuse := value(m1, "go_memstats_heap_inuse_bytes", nil)
+	stackInuse := value(m1, "go_memstats_stack_inuse_bytes", nil)
+	goroutines := value(m1, "go_goroutines", nil)
 	// Where RSS goes beyond the heap in use and the stacks: heap the
 	// runtime holds free but has not returned to the OS, and the heap goal.
-	heapIdle, err := scrape(metricsAddr, "go_memstats_heap_idle_bytes", nil)
-	require.NoError(b, err)
-	heapReleased, err := scrape(metricsAddr, "go_memstats_heap_released_bytes", nil)
-	require.NoError(b, err)
-	nextGC, err := scrape(metricsAddr, "go_memstats_next_gc_bytes", nil)
-	require.NoError(b, err)
-	alloc1, err := scrape(metricsAddr, "go_memstats_alloc_bytes_total", nil)
-	require.NoError(b, err)
-	retimed, err := scrape(metricsAddr, "cozy_health_rollups_total", map[string]string{"kind": "retimed"})
-	require.NoError(b, err)
-	full, err := scrape(metricsAddr, "cozy_health_rollups_total", map[string]string{"kind": "full"})
-	require.NoError(b, err)
+	heapIdle := value(m1, "go_memstats_heap_idle_bytes", nil)
+	heapReleased := value(m1, "go_memstats_heap_released_bytes", nil)
+	nextGC := value(m1, "go_memstats_next_gc_bytes", nil)
+	alloc1 := value(m1, "go_memstats_alloc_bytes_total", nil)
+	retimed := value(m1, "cozy_health_rollups_total", map[string]string{"kind": "retimed"})
+	full := value(m1, "cozy_health_rollups_total", map[string]string{"kind": "full"})
 	cpuPct := (cpu1 - cpu0) / elapsed * 100
 	writesPerSec := (writes1 - writes0) / elapsed
 	reportsPerSec := (acc1 - acc0) / elapsed
@@ -495,7 +505,7 @@ func runBench(b *testing.B, nodes int, window time.Duration) {
 	b.ReportMetric(sinceLast, "last_report_to_unknown_s")
 	b.ReportMetric(reportsPerSec, "reports/s")
 	b.Logf("aggregator with %d nodes, %s steady-state window, environment %q:", nodes, time.Duration(elapsed*float64(time.Second)).Round(time.Second), aggEnv)
-	b.Logf("  CPU                     %.1f %% of one core (target <= 30 %%)", cpuPct)
+	b.Logf("  CPU                     %.1f %% of one core (target <= 30 %%); per 2 s: %s", cpuPct, strings.Join(slices, " "))
 	b.Logf("  RSS                     peak %.1f MiB, at end %.1f MiB (target <= 200 MiB)", float64(peakRSS)/(1<<20), float64(rss)/(1<<20))
 	b.Logf("  apiserver writes        %.2f /s successful (target <= 2 /s); %v failed writes in total", writesPerSec, writeErrs)
 	b.Logf("  reports accepted        %.0f /s; %v rejected in total; %d rejected acks seen by agents; %d stream reconnects", reportsPerSec, rej, rejected.Load(), reconnects.Load())
