@@ -198,5 +198,6 @@ func ServerOptions(cfg Config) ([]grpc.ServerOption, error) {
 		grpc.SharedWriteBuffer(true),
 		grpc.InitialWindowSize(streamWindow),
 		grpc.InitialConnWindowSize(connWindow),
+		grpc.ForceServerCodecV2(newCodec()),
 	}, nil
 }

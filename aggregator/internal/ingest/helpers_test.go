@@ -153,14 +153,14 @@ type testAgent struct {
 }
 
 // dial opens a TLS stream to ts; it does not send anything.
-func dial(t testing.TB, ts *testServer) (pb.IngestService_IngestClient, context.CancelFunc) {
+func dial(t testing.TB, ts *testServer, opts ...grpc.CallOption) (pb.IngestService_IngestClient, context.CancelFunc) {
 	t.Helper()
 	tc, err := tlsutil.ClientConfig(ts.files.CAFile, "127.0.0.1")
 	require.NoError(t, err)
 	conn, err := grpc.NewClient("passthrough:///"+ts.addr, grpc.WithTransportCredentials(credentials.NewTLS(tc)))
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
-	st, err := pb.NewIngestServiceClient(conn).Ingest(ctx)
+	st, err := pb.NewIngestServiceClient(conn).Ingest(ctx, opts...)
 	require.NoError(t, err)
 	t.Cleanup(func() { cancel(); _ = conn.Close() })
 	return st, cancel

@@ -30,6 +30,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
@@ -332,6 +333,11 @@ func (s *Server) recvHello(stream pb.IngestService_IngestServer) (*pb.Hello, *re
 func (s *Server) authenticate(ctx context.Context, h *pb.Hello, peerAddr string) (*session, *rejection) {
 	malformed := func(detail string) *rejection {
 		return &rejection{reason: ReasonMalformed, detail: detail, code: codes.InvalidArgument}
+	}
+	for _, v := range [...]string{h.GetNodeName(), h.GetAgentInstanceId(), h.GetKeyId(), h.GetAgentVersion(), h.GetToken()} {
+		if !utf8.ValidString(v) {
+			return nil, malformed("hello has a string that is not UTF-8")
+		}
 	}
 	pub, err := signing.ParsePublicKey(h.GetPublicKey())
 	if err != nil {

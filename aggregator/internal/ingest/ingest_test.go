@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -322,6 +323,18 @@ func TestBadHellosCloseTheStream(t *testing.T) {
 		assert.Equal(t, ReasonMalformed, resp.GetAck().GetRejectReason())
 		_, err = st.Recv()
 		assert.Equal(t, codes.InvalidArgument, status.Code(err))
+		assert.Equal(t, before+1, rejected(t, ts, ReasonMalformed))
+	})
+	t.Run("hello with a string that is not UTF-8", func(t *testing.T) {
+		before := rejected(t, ts, ReasonMalformed)
+		// The generated marshaller sends what proto.Marshal would refuse.
+		st, _ := dial(t, ts, grpc.ForceCodecV2(newCodec()))
+		require.NoError(t, st.Send(&pb.IngestRequest{Msg: &pb.IngestRequest_Hello{Hello: &pb.Hello{
+			PublicKey: keys["cp1"].PublicKey(), KeyId: keys["cp1"].KeyID(), AgentInstanceId: "i\xff", NodeName: "cp1",
+		}}}))
+		resp, err := st.Recv()
+		require.NoError(t, err)
+		assert.Equal(t, ReasonMalformed, resp.GetAck().GetRejectReason())
 		assert.Equal(t, before+1, rejected(t, ts, ReasonMalformed))
 	})
 	t.Run("report before hello", func(t *testing.T) {
