@@ -230,6 +230,23 @@ func procStat(pid int) (cpu float64, rss int64, err error) {
 	return (ut + st) / clkTck, rss, nil
 }
 
+// rssParts says how much of pid's RSS is anonymous memory and how much
+// file-backed (the executable's pages).
+func rssParts(pid int) string {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return err.Error()
+	}
+	var parts []string
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) >= 2 && (f[0] == "RssAnon:" || f[0] == "RssFile:") {
+			kb, _ := strconv.ParseFloat(f[1], 64)
+			parts = append(parts, fmt.Sprintf("%s %.1f MiB", strings.TrimSuffix(f[0], ":"), kb/1024))
+		}
+	}
+	return strings.Join(parts, ", ")
+}
+
 // gather scrapes the aggregator's metrics once, as Prometheus would.
 func gather(addr string) (map[string]*dto.MetricFamily, error) {
 	resp, err := http.Get("http://" + addr + "/metrics")
@@ -506,7 +523,7 @@ func runBench(b *testing.B, nodes int, window time.Duration) {
 	b.ReportMetric(reportsPerSec, "reports/s")
 	b.Logf("aggregator with %d nodes, %s steady-state window, environment %q:", nodes, time.Duration(elapsed*float64(time.Second)).Round(time.Second), aggEnv)
 	b.Logf("  CPU                     %.1f %% of one core (target <= 30 %%); per 2 s: %s", cpuPct, strings.Join(slices, " "))
-	b.Logf("  RSS                     peak %.1f MiB, at end %.1f MiB (target <= 200 MiB)", float64(peakRSS)/(1<<20), float64(rss)/(1<<20))
+	b.Logf("  RSS                     peak %.1f MiB, at end %.1f MiB (target <= 200 MiB); at end %s", float64(peakRSS)/(1<<20), float64(rss)/(1<<20), rssParts(pid))
 	b.Logf("  apiserver writes        %.2f /s successful (target <= 2 /s); %v failed writes in total", writesPerSec, writeErrs)
 	b.Logf("  reports accepted        %.0f /s; %v rejected in total; %d rejected acks seen by agents; %d stream reconnects", reportsPerSec, rej, rejected.Load(), reconnects.Load())
 	b.Logf("  silent -> Unknown       %.1f s after its first missed report (target <= 15 s); %.1f s after its last report (grace 3 x 5 s = 15 s)", sinceMissed, sinceLast)
