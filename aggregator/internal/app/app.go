@@ -164,10 +164,11 @@ func New(cfg config.Config, log *zap.Logger, opts Options) (a *App, err error) {
 		return nil, fmt.Errorf("ingest: %w", err)
 	}
 	a.ingest = srv
+	built := a // a is nil when New fails
 	defer func() {
 		if err != nil {
-			a.ingest.Stop()
-			a.closeListeners()
+			built.ingest.Stop()
+			built.closeListeners()
 		}
 	}()
 	gopts, err := ingest.ServerOptions(icfg)

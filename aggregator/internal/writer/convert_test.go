@@ -17,7 +17,8 @@ func TestStatusApply(t *testing.T) {
 	cs := &rollup.ComponentStatus{
 		Component: report.ComponentDisk, Overall: report.StatusDegraded, ObservedAt: at, FreshUntil: at.Add(30 * time.Second),
 		Nodes: map[string]rollup.NodeState{
-			"a": {Status: report.StatusHealthy, LastReportAt: at},
+			"a": {Status: report.StatusHealthy},
+			"c": {Status: report.StatusDegraded, Reason: "ProbeSlow"},
 			"b": {Status: report.StatusUnknown, Reason: report.ReasonHeartbeatMissed, Message: "silent", LastReportAt: at.Add(-20 * time.Second)},
 		},
 		Conditions: []rollup.Condition{
@@ -32,7 +33,8 @@ func TestStatusApply(t *testing.T) {
 	assert.Equal(t, healthv1alpha1.StatusDegraded, *st.Overall)
 	assert.Equal(t, "b", *st.DegradedNodes)
 	assert.Equal(t, int32(1), *st.Issues)
-	assert.Nil(t, st.Nodes["a"].LastReportAt, "a Healthy node carries no lastReportAt")
+	assert.Nil(t, st.Nodes["a"].LastReportAt, "a fresh node carries no lastReportAt")
+	assert.Nil(t, st.Nodes["c"].LastReportAt, "a fresh node carries no lastReportAt")
 	require.NotNil(t, st.Nodes["b"].LastReportAt)
 	assert.Equal(t, at.Add(-20*time.Second), st.Nodes["b"].LastReportAt.Time)
 	assert.Equal(t, healthv1alpha1.ConditionFalse, *st.Conditions[0].Status)
