@@ -360,11 +360,12 @@ func runBench(b *testing.B, nodes int, window time.Duration) {
 		return resp.StatusCode == http.StatusOK
 	}, time.Minute, 100*time.Millisecond, "aggregator did not start; log: %s", logPath)
 
-	// The simulated agents: a few connections, many streams each, phases
-	// spread over the interval as real agents' are.
+	// The simulated agents: by default a few connections with many streams
+	// each (COZY_HEALTH_BENCH_CONNS=5000 gives every agent its own, as in a
+	// cluster), phases spread over the interval as real agents' are.
 	creds, err := tlsutil.ClientConfig(tlsFiles.CAFile, "127.0.0.1")
 	require.NoError(b, err)
-	const conns = 25
+	conns := min(envInt("COZY_HEALTH_BENCH_CONNS", 25), nodes)
 	clients := make([]*grpc.ClientConn, conns)
 	for i := range clients {
 		clients[i], err = grpc.NewClient(listen, grpc.WithTransportCredentials(credentials.NewTLS(creds)))
@@ -521,7 +522,7 @@ func runBench(b *testing.B, nodes int, window time.Duration) {
 	b.ReportMetric(sinceMissed, "silent_to_unknown_s")
 	b.ReportMetric(sinceLast, "last_report_to_unknown_s")
 	b.ReportMetric(reportsPerSec, "reports/s")
-	b.Logf("aggregator with %d nodes, %s steady-state window, environment %q:", nodes, time.Duration(elapsed*float64(time.Second)).Round(time.Second), aggEnv)
+	b.Logf("aggregator with %d nodes on %d connections, %s steady-state window, environment %q:", nodes, conns, time.Duration(elapsed*float64(time.Second)).Round(time.Second), aggEnv)
 	b.Logf("  CPU                     %.1f %% of one core (target <= 30 %%); per 2 s: %s", cpuPct, strings.Join(slices, " "))
 	b.Logf("  RSS                     peak %.1f MiB, at end %.1f MiB (target <= 200 MiB); at end %s", float64(peakRSS)/(1<<20), float64(rss)/(1<<20), rssParts(pid))
 	b.Logf("  apiserver writes        %.2f /s successful (target <= 2 /s); %v failed writes in total", writesPerSec, writeErrs)
