@@ -10,6 +10,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -99,7 +100,8 @@ func TestHeartbeatExpiryWithFakeClock(t *testing.T) {
 	assert.False(t, ok)
 }
 
-func gauge(t *testing.T, reg *prometheus.Registry, name string, labels map[string]string) prometheus.Collector {
+// sample is the first sample of metric name whose labels include labels.
+func sample(t *testing.T, reg *prometheus.Registry, name string, labels map[string]string) *dto.Metric {
 	t.Helper()
 	mfs, err := reg.Gather()
 	require.NoError(t, err)
@@ -118,35 +120,23 @@ func gauge(t *testing.T, reg *prometheus.Registry, name string, labels map[strin
 					continue next
 				}
 			}
-			g := prometheus.NewGauge(prometheus.GaugeOpts{Name: "x"})
-			g.Set(mm.GetGauge().GetValue())
-			return g
+			return mm
 		}
 	}
 	t.Fatalf("no %s%v", name, labels)
 	return nil
 }
 
+func gauge(t *testing.T, reg *prometheus.Registry, name string, labels map[string]string) prometheus.Collector {
+	t.Helper()
+	g := prometheus.NewGauge(prometheus.GaugeOpts{Name: "x"})
+	g.Set(sample(t, reg, name, labels).GetGauge().GetValue())
+	return g
+}
+
 func counter(t *testing.T, reg *prometheus.Registry, name string, labels map[string]string) float64 {
 	t.Helper()
-	mfs, err := reg.Gather()
-	require.NoError(t, err)
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-	next:
-		for _, mm := range mf.GetMetric() {
-			for _, lp := range mm.GetLabel() {
-				if v, ok := labels[lp.GetName()]; ok && v != lp.GetValue() {
-					continue next
-				}
-			}
-			return mm.GetCounter().GetValue()
-		}
-	}
-	t.Fatalf("no %s%v", name, labels)
-	return 0
+	return sample(t, reg, name, labels).GetCounter().GetValue()
 }
 
 func scrape(t *testing.T, reg *prometheus.Registry) string {
