@@ -107,7 +107,7 @@ func StartEtcdCluster(ctx context.Context, o EtcdClusterOptions) (*EtcdCluster, 
 	for i := range o.Members {
 		var ports [3]int
 		for j := range ports {
-			if ports[j], err = freePort(); err != nil {
+			if ports[j], err = FreePort(); err != nil {
 				return nil, err
 			}
 		}

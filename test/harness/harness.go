@@ -179,15 +179,15 @@ func (c *ControlPlane) start(ctx context.Context) error {
 		return fmt.Errorf("write token file: %w", err)
 	}
 
-	etcdPort, err := freePort()
+	etcdPort, err := FreePort()
 	if err != nil {
 		return err
 	}
-	peerPort, err := freePort()
+	peerPort, err := FreePort()
 	if err != nil {
 		return err
 	}
-	apiPort, err := freePort()
+	apiPort, err := FreePort()
 	if err != nil {
 		return err
 	}
@@ -400,13 +400,23 @@ func sanitize(s string) string {
 	}, s)
 }
 
-func freePort() (int, error) {
+// FreePort picks a free TCP port on 127.0.0.1.
+func FreePort() (int, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return 0, fmt.Errorf("pick a free port: %w", err)
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// FreeAddr is FreePort as a 127.0.0.1:port address.
+func FreeAddr() (string, error) {
+	p, err := FreePort()
+	if err != nil {
+		return "", err
+	}
+	return "127.0.0.1:" + strconv.Itoa(p), nil
 }
 
 // process is a child process with its log file.

@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"sync"
 	"time"
+
+	"github.com/cozystack/cozy-health/test/harness"
 )
 
 // The lab daemon hosts the in-process source servers of every simulated
@@ -93,7 +95,7 @@ func (d *daemon) fault(node, fault, arg string) (string, error) {
 func (l *Lab) startDaemon(ctx context.Context) error {
 	s := l.State
 	s.ControlSocket = filepath.Join(s.Dir, "lab.sock")
-	linstorAddr, err := freeAddr()
+	linstorAddr, err := harness.FreeAddr()
 	if err != nil {
 		return err
 	}
@@ -103,16 +105,16 @@ func (l *Lab) startDaemon(ctx context.Context) error {
 		if err := os.MkdirAll(nd, 0o700); err != nil {
 			return fmt.Errorf("lab: %w", err)
 		}
-		if n.Talos, err = freeAddr(); err != nil {
+		if n.Talos, err = harness.FreeAddr(); err != nil {
 			return err
 		}
 		n.Talosconfig = filepath.Join(nd, "talosconfig")
-		metrics, err := freeAddr()
+		metrics, err := harness.FreeAddr()
 		if err != nil {
 			return err
 		}
 		n.EtcdMetrics = "http://" + metrics + "/metrics"
-		pinger, err := freeAddr()
+		pinger, err := harness.FreeAddr()
 		if err != nil {
 			return err
 		}

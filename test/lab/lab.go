@@ -332,7 +332,7 @@ func (l *Lab) aggregatorSpec(i int, files tlsutil.Files) (Aggregator, error) {
 	a := Aggregator{Name: "aggregator-" + strconv.Itoa(i)}
 	var err error
 	for _, p := range []*string{&a.GRPC, &a.HTTP, &a.Metrics} {
-		if *p, err = freeAddr(); err != nil {
+		if *p, err = harness.FreeAddr(); err != nil {
 			return a, err
 		}
 	}
