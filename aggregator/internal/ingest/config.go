@@ -159,7 +159,10 @@ func splitServiceAccount(s string) (ns, name string, err error) {
 
 // Per-connection buffer sizes of the ingest listener; see ServerOptions.
 const (
-	connReadBuffer  = 4 << 10
+	// No read buffer: the framer reads from the TLS connection, which
+	// already holds each decrypted record; a bufio layer on top would cost
+	// 4 KiB more per agent connection.
+	connReadBuffer  = 0
 	connWriteBuffer = 4 << 10
 	// The windows are credit, not memory: the handler reads each report as
 	// it arrives. Large ones make the WINDOW_UPDATE frames the aggregator
@@ -189,10 +192,9 @@ func ServerOptions(cfg Config) ([]grpc.ServerOption, error) {
 		grpc.MaxRecvMsgSize(cfg.MaxPayloadBytes + envelopeSlack),
 		// One long-lived connection per agent, a few KiB every interval: at
 		// 5,000 agents grpc-go's 32 KiB per-connection read and write
-		// buffers would cost hundreds of MiB. Small read buffers and a
-		// write buffer returned to a pool after each flush keep a
-		// connection's footprint to a few KiB; fixed windows turn BDP
-		// estimation (its pings) off.
+		// buffers would cost hundreds of MiB. No read buffer and a write
+		// buffer returned to a pool after each flush keep a connection's
+		// buffers small; fixed windows turn BDP estimation (its pings) off.
 		grpc.ReadBufferSize(connReadBuffer),
 		grpc.WriteBufferSize(connWriteBuffer),
 		grpc.SharedWriteBuffer(true),

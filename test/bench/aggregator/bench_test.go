@@ -360,12 +360,13 @@ func runBench(b *testing.B, nodes int, window time.Duration) {
 		return resp.StatusCode == http.StatusOK
 	}, time.Minute, 100*time.Millisecond, "aggregator did not start; log: %s", logPath)
 
-	// The simulated agents: by default a few connections with many streams
-	// each (COZY_HEALTH_BENCH_CONNS=5000 gives every agent its own, as in a
-	// cluster), phases spread over the interval as real agents' are.
+	// The simulated agents: by default every agent on its own TLS
+	// connection, as in a cluster (COZY_HEALTH_BENCH_CONNS=25 multiplexes
+	// them on a few, which hides the per-connection cost), phases spread
+	// over the interval as real agents' are.
 	creds, err := tlsutil.ClientConfig(tlsFiles.CAFile, "127.0.0.1")
 	require.NoError(b, err)
-	conns := min(envInt("COZY_HEALTH_BENCH_CONNS", 25), nodes)
+	conns := min(envInt("COZY_HEALTH_BENCH_CONNS", nodes), nodes)
 	clients := make([]*grpc.ClientConn, conns)
 	for i := range clients {
 		clients[i], err = grpc.NewClient(listen, grpc.WithTransportCredentials(credentials.NewTLS(creds)))
