@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"unicode/utf8"
+	"unique"
 
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -133,9 +134,12 @@ func ReportFromProto(p *pb.NodeReport) (*report.NodeReport, error) {
 		Sequence:        p.GetSequence(),
 		SentAt:          p.GetSentAt().AsTime(),
 		Interval:        p.GetInterval().AsDuration(),
-		AgentVersion:    p.GetAgentVersion(),
+		AgentVersion:    intern(p.GetAgentVersion()),
 		Observations:    make([]report.Observation, 0, len(p.GetObservations())),
 	}
+	// Most observations pin the report's own node; they share one
+	// reference.
+	var lastRef *report.ResourceRef
 	for i, po := range p.GetObservations() {
 		st, err := StatusFromProto(po.GetStatus())
 		if err != nil {
@@ -145,17 +149,48 @@ func ReportFromProto(p *pb.NodeReport) (*report.NodeReport, error) {
 			return nil, fmt.Errorf("observation %d has no component or check", i)
 		}
 		o := report.Observation{
-			Component:  po.GetComponent(),
-			Check:      po.GetCheck(),
+			Component:  intern(po.GetComponent()),
+			Check:      intern(po.GetCheck()),
 			Status:     st,
-			Reason:     po.GetReason(),
+			Reason:     intern(po.GetReason()),
 			Message:    po.GetMessage(),
-			Attributes: po.GetAttributes(),
+			Attributes: internKeys(po.GetAttributes()),
 		}
 		if r := po.GetResourceRef(); r != nil {
-			o.ResourceRef = &report.ResourceRef{Kind: r.GetKind(), Name: r.GetName(), Namespace: r.GetNamespace()}
+			if lastRef == nil || lastRef.Kind != r.GetKind() || lastRef.Name != r.GetName() || lastRef.Namespace != r.GetNamespace() {
+				name := r.GetName()
+				if name == out.NodeName {
+					name = out.NodeName
+				}
+				lastRef = &report.ResourceRef{Kind: intern(r.GetKind()), Name: name, Namespace: intern(r.GetNamespace())}
+			}
+			o.ResourceRef = lastRef
 		}
 		out.Observations = append(out.Observations, o)
 	}
 	return out, nil
+}
+
+// intern returns the one shared copy of a string of the report vocabulary
+// (component, check, reason, kind, attribute names, agent version): the
+// aggregator keeps the last report of every node, and without this each
+// of 5,000 reports holds its own copy of the same few dozen words.
+// Messages and resource names are not interned: they differ per node.
+func intern(s string) string {
+	if s == "" {
+		return ""
+	}
+	return unique.Make(s).Value()
+}
+
+// internKeys returns attrs with interned keys.
+func internKeys(attrs map[string]float64) map[string]float64 {
+	if len(attrs) == 0 {
+		return nil
+	}
+	out := make(map[string]float64, len(attrs))
+	for k, v := range attrs {
+		out[intern(k)] = v
+	}
+	return out
 }

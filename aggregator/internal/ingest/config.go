@@ -201,5 +201,9 @@ func ServerOptions(cfg Config) ([]grpc.ServerOption, error) {
 		grpc.InitialWindowSize(streamWindow),
 		grpc.InitialConnWindowSize(connWindow),
 		grpc.ForceServerCodecV2(newCodec()),
+		// A connection carries one stream, so one request header block: a
+		// dynamic HPACK table (about 1 KiB per connection once filled)
+		// would compress nothing. Size 0 tells agents not to fill it.
+		grpc.HeaderTableSize(0),
 	}, nil
 }

@@ -125,6 +125,10 @@ type nodeTable struct {
 	mu sync.RWMutex
 	// exported counts, per component index, the rows exporting a status.
 	exported [len(componentNames)]int
+	// componentLabels and statusLabels are the label pairs every row
+	// shares; only the node label is a row's own.
+	componentLabels [len(componentNames)]*dto.LabelPair
+	statusLabels    map[report.Status]*dto.LabelPair
 }
 
 // componentNames are the components with node series, by index.
@@ -182,13 +186,28 @@ func (s *lastReportSeries) Write(m *dto.Metric) error {
 }
 
 func newNodeTable() *nodeTable {
-	return &nodeTable{
+	t := &nodeTable{
 		statusDesc: prometheus.NewDesc("cozy_health_node_status",
 			"1 for a component's current published status on a node; only the current status has a series (5,000 nodes x 6 components stay at 30,000 series).",
 			[]string{"node", "component", "status"}, nil),
 		lastReportDesc: prometheus.NewDesc("cozy_health_node_last_report_timestamp_seconds",
 			"Unix time the node's last accepted report arrived.", []string{"node"}, nil),
+		statusLabels: map[report.Status]*dto.LabelPair{},
 	}
+	for i, c := range componentNames {
+		t.componentLabels[i] = labelPair("component", c)
+	}
+	for _, st := range report.Statuses {
+		t.statusLabels[st] = labelPair("status", st.String())
+	}
+	return t
+}
+
+func (t *nodeTable) statusLabel(s report.Status) *dto.LabelPair {
+	if l, ok := t.statusLabels[s]; ok {
+		return l
+	}
+	return labelPair("status", s.String())
 }
 
 func componentIndex(component string) int {
@@ -230,7 +249,7 @@ func (t *nodeTable) publish(component string, nodes map[string]report.Status) {
 		if r.series[ci] == nil || r.series[ci].status != s {
 			// Labels sorted by name, as the registry requires.
 			r.series[ci] = &statusSeries{desc: t.statusDesc, status: s, labels: []*dto.LabelPair{
-				labelPair("component", component), r.lastSeries.labels[0], labelPair("status", s.String()),
+				t.componentLabels[ci], r.lastSeries.labels[0], t.statusLabel(s),
 			}}
 		}
 	}

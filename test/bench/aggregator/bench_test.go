@@ -360,6 +360,11 @@ func runBench(b *testing.B, nodes int, window time.Duration) {
 		return resp.StatusCode == http.StatusOK
 	}, time.Minute, 100*time.Millisecond, "aggregator did not start; log: %s", logPath)
 
+	// The aggregator's own floor, before any agent: live heap and stacks
+	// after a collection.
+	base, err := liveMemory(metricsAddr)
+	require.NoError(b, err)
+
 	// The simulated agents: by default every agent on its own TLS
 	// connection, as in a cluster (COZY_HEALTH_BENCH_CONNS=25 multiplexes
 	// them on a few, which hides the per-connection cost), phases spread
@@ -397,7 +402,7 @@ func runBench(b *testing.B, nodes int, window time.Duration) {
 		h, err := hc.HealthV1alpha1().Healths(namespace).Get(ctx, report.ComponentNode, metav1.GetOptions{})
 		return err == nil && len(h.Status.Nodes) == nodes && h.Status.Overall == healthv1alpha1.StatusHealthy
 	}, 5*time.Minute, time.Second, "the node object never listed every node; log: %s", logPath)
-	b.Logf("warm-up: %d nodes in the Health objects after %s", nodes, time.Since(start).Round(time.Second))
+	fmt.Printf("    warm-up: %d nodes in the Health objects after %s\n", nodes, time.Since(start).Round(time.Second))
 	agentErrs.Range(func(k, v any) bool { b.Errorf("agent %s: %v", k, v); return true })
 
 	// Steady state.
@@ -412,7 +417,8 @@ func runBench(b *testing.B, nodes int, window time.Duration) {
 	acc0 := value(m0, "cozy_health_reports_accepted_total", nil)
 	alloc0 := value(m0, "go_memstats_alloc_bytes_total", nil)
 	// With COZY_HEALTH_BENCH_PROFILE_DIR, a CPU profile of the window's
-	// first 30 s and a heap profile at its end are written there.
+	// first 30 s, a heap profile at its end and one of the state alone (once
+	// every connection is closed) are written there.
 	pdir := os.Getenv("COZY_HEALTH_BENCH_PROFILE_DIR")
 	fetch := func(name, path string) {
 		resp, err := http.Get("http://" + metricsAddr + path)
@@ -512,6 +518,27 @@ func runBench(b *testing.B, nodes int, window time.Duration) {
 	sinceLast := unknownAt.Sub(lastReport).Seconds()
 	sinceMissed := unknownAt.Sub(lastReport.Add(interval)).Seconds()
 
+	// Where the live memory goes: measured after a collection with every
+	// agent connected, then again once every connection is closed (the
+	// nodes stay in the state until the apiserver deletes them). The
+	// difference is the connections' cost; what remains above the
+	// aggregator's empty floor is the state of 5,000 nodes.
+	withConns, err := liveMemory(metricsAddr)
+	require.NoError(b, err)
+	astop()
+	wg.Wait()
+	for _, c := range clients {
+		_ = c.Close()
+	}
+	var noConns memory
+	require.Eventually(b, func() bool {
+		noConns, err = liveMemory(metricsAddr)
+		return err == nil && noConns.goroutines < base.goroutines+50
+	}, time.Minute, time.Second, "the aggregator's connection goroutines never ended")
+	if pdir != "" {
+		fetch("heap-state.pprof", "/debug/pprof/heap")
+	}
+
 	h, err := hc.HealthV1alpha1().Healths(namespace).Get(ctx, report.ComponentNode, metav1.GetOptions{})
 	require.NoError(b, err)
 	raw, err := hc.HealthV1alpha1().RESTClient().Get().Namespace(namespace).Resource("healths").Name(report.ComponentLinstor).DoRaw(ctx)
@@ -523,20 +550,65 @@ func runBench(b *testing.B, nodes int, window time.Duration) {
 	b.ReportMetric(sinceMissed, "silent_to_unknown_s")
 	b.ReportMetric(sinceLast, "last_report_to_unknown_s")
 	b.ReportMetric(reportsPerSec, "reports/s")
-	b.Logf("aggregator with %d nodes on %d connections, %s steady-state window, environment %q:", nodes, conns, time.Duration(elapsed*float64(time.Second)).Round(time.Second), aggEnv)
-	b.Logf("  CPU                     %.1f %% of one core (target <= 30 %%); per 2 s: %s", cpuPct, strings.Join(slices, " "))
-	b.Logf("  RSS                     peak %.1f MiB, at end %.1f MiB (target <= 200 MiB); at end %s", float64(peakRSS)/(1<<20), float64(rss)/(1<<20), rssParts(pid))
-	b.Logf("  apiserver writes        %.2f /s successful (target <= 2 /s); %v failed writes in total", writesPerSec, writeErrs)
-	b.Logf("  reports accepted        %.0f /s; %v rejected in total; %d rejected acks seen by agents; %d stream reconnects", reportsPerSec, rej, rejected.Load(), reconnects.Load())
-	b.Logf("  silent -> Unknown       %.1f s after its first missed report (target <= 15 s); %.1f s after its last report (grace 3 x 5 s = 15 s)", sinceMissed, sinceLast)
-	b.Logf("  Go memory               heap in use %.1f MiB, stacks %.1f MiB, %.0f goroutines", heapInuse/(1<<20), stackInuse/(1<<20), goroutines)
-	b.Logf("                          heap held free %.1f MiB, heap goal %.1f MiB, allocating %.1f MiB/s",
+	// The report goes to standard output: the testing package keeps only
+	// ten lines of a benchmark's log.
+	say := func(format string, args ...any) { fmt.Printf("    "+format+"\n", args...) }
+	say("aggregator with %d nodes on %d connections, %s steady-state window, environment %q:", nodes, conns, time.Duration(elapsed*float64(time.Second)).Round(time.Second), aggEnv)
+	say("  CPU                     %.1f %% of one core (target <= 30 %%); per 2 s: %s", cpuPct, strings.Join(slices, " "))
+	say("  RSS                     peak %.1f MiB, at end %.1f MiB (target <= 200 MiB); at end %s", float64(peakRSS)/(1<<20), float64(rss)/(1<<20), rssParts(pid))
+	say("  apiserver writes        %.2f /s successful (target <= 2 /s); %v failed writes in total", writesPerSec, writeErrs)
+	say("  reports accepted        %.0f /s; %v rejected in total; %d rejected acks seen by agents; %d stream reconnects", reportsPerSec, rej, rejected.Load(), reconnects.Load())
+	say("  silent -> Unknown       %.1f s after its first missed report (target <= 15 s); %.1f s after its last report (grace 3 x 5 s = 15 s)", sinceMissed, sinceLast)
+	say("  Go memory               heap in use %.1f MiB, stacks %.1f MiB, %.0f goroutines", heapInuse/(1<<20), stackInuse/(1<<20), goroutines)
+	say("                          heap held free %.1f MiB, heap goal %.1f MiB, allocating %.1f MiB/s",
 		(heapIdle-heapReleased)/(1<<20), nextGC/(1<<20), (alloc1-alloc0)/elapsed/(1<<20))
-	b.Logf("  mean rollup             %.1f ms (%.0f full, %.0f retimed since start); mean status apply %.1f ms", rollupMean*1000, full, retimed, writeMean*1000)
-	b.Logf("  largest object          %s: %d nodes; linstor object %d bytes as JSON", h.Name, len(h.Status.Nodes), len(raw))
+	perConn := withConns.sub(noConns)
+	say("  live after a GC         %s with the agents connected; %s of it the aggregator's empty floor",
+		withConns, base)
+	say("                          %.1f KiB heap + %.1f KiB stack + %.1f goroutines per connection (%d connections: %.1f MiB)",
+		perConn.heap/float64(conns)/1024, perConn.stack/float64(conns)/1024, perConn.goroutines/float64(conns), conns, (perConn.heap+perConn.stack)/(1<<20))
+	state := noConns.sub(base)
+	say("                          the state of %d nodes without connections: %.1f MiB heap (%.1f KiB per node)",
+		nodes, state.heap/(1<<20), state.heap/float64(nodes)/1024)
+	b.ReportMetric(perConn.heap/float64(conns)/1024, "heap_KiB/conn")
+	b.ReportMetric(perConn.stack/float64(conns)/1024, "stack_KiB/conn")
+	b.ReportMetric(state.heap/(1<<20), "state_heap_MiB")
+	say("  mean rollup             %.1f ms (%.0f full, %.0f retimed since start); mean status apply %.1f ms", rollupMean*1000, full, retimed, writeMean*1000)
+	say("  largest object          %s: %d nodes; linstor object %d bytes as JSON", h.Name, len(h.Status.Nodes), len(raw))
 	if b.Failed() {
 		logTail(b, logPath)
 	}
+}
+
+// memory is the aggregator's live memory right after a collection.
+type memory struct{ heap, stack, goroutines float64 }
+
+func (m memory) sub(o memory) memory {
+	return memory{m.heap - o.heap, m.stack - o.stack, m.goroutines - o.goroutines}
+}
+
+func (m memory) String() string {
+	return fmt.Sprintf("heap %.1f MiB + stacks %.1f MiB (%.0f goroutines)", m.heap/(1<<20), m.stack/(1<<20), m.goroutines)
+}
+
+// liveMemory runs a collection in the aggregator (a heap profile with
+// gc=1 does) and reads its live heap, stacks and goroutines.
+func liveMemory(metricsAddr string) (memory, error) {
+	resp, err := http.Get("http://" + metricsAddr + "/debug/pprof/heap?gc=1")
+	if err != nil {
+		return memory{}, err
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	m, err := gather(metricsAddr)
+	if err != nil {
+		return memory{}, err
+	}
+	return memory{
+		heap:       value(m, "go_memstats_alloc_bytes", nil),
+		stack:      value(m, "go_memstats_stack_inuse_bytes", nil),
+		goroutines: value(m, "go_goroutines", nil),
+	}, nil
 }
 
 func logTail(b *testing.B, path string) {
