@@ -22,25 +22,11 @@ import (
 	pb "github.com/cozystack/cozy-health/proto/cozyhealth/v1"
 )
 
-// Drain-check authentication modes (DrainAuthEnv).
-const (
-	// DrainAuthEnv selects the drain check's authentication: empty or
-	// "none" serves it like /healthz (reach it through the Kubernetes API
-	// service proxy, which authorizes services/proxy); "delegated" checks
-	// every caller's bearer token with a TokenReview and a
-	// SubjectAccessReview (get on nonResourceURL /v1/drain-check). Read
-	// from the environment until the aggregator's Config grows a flag.
-	DrainAuthEnv      = "COZY_HEALTH_DRAIN_AUTH"
-	drainAuthNone     = "none"
-	drainAuthDelegate = "delegated"
-)
-
 // drainWiring builds the drain Service once, on the first hook called.
 type drainWiring struct {
-	ctx      context.Context
-	cfg      config.Config
-	rc       *rest.Config
-	authMode string
+	ctx context.Context
+	cfg config.Config
+	rc  *rest.Config
 
 	once sync.Once
 	svc  *drain.Service
@@ -52,8 +38,8 @@ type drainWiring struct {
 // /v1/drain-check on the --http-addr mux and DrainService on the gRPC
 // server. ctx bounds its Node informer and snapshot refresher; rc nil means
 // --kubeconfig / in-cluster.
-func drainHooks(ctx context.Context, cfg config.Config, rc *rest.Config, authMode string) app.Hooks {
-	w := &drainWiring{ctx: ctx, cfg: cfg, rc: rc, authMode: authMode}
+func drainHooks(ctx context.Context, cfg config.Config, rc *rest.Config) app.Hooks {
+	w := &drainWiring{ctx: ctx, cfg: cfg, rc: rc}
 	return app.Hooks{
 		HTTP: func(mux *http.ServeMux, d app.Deps) error {
 			if err := w.build(d); err != nil {
@@ -90,12 +76,14 @@ func (w *drainWiring) doBuild(d app.Deps) error {
 	if err != nil {
 		return fmt.Errorf("drain: kubernetes client: %w", err)
 	}
-	switch w.authMode {
-	case "", drainAuthNone:
-	case drainAuthDelegate:
+	switch w.cfg.DrainAuth {
+	case config.DrainAuthNone:
+	case config.DrainAuthDelegated:
 		w.auth = drain.NewAuthorizer(kube, 10*time.Second)
 	default:
-		return fmt.Errorf("$%s: want %s or %s, got %q", DrainAuthEnv, drainAuthNone, drainAuthDelegate, w.authMode)
+		// Config.Validate refuses it first; a Config built in code may not
+		// have been validated.
+		return fmt.Errorf("--drain-auth: want %s or %s, got %q", config.DrainAuthNone, config.DrainAuthDelegated, w.cfg.DrainAuth)
 	}
 
 	factory := informers.NewSharedInformerFactory(kube, 10*time.Minute)
@@ -132,6 +120,6 @@ func (w *drainWiring) doBuild(d app.Deps) error {
 	}
 	w.svc = svc
 	go svc.Run(w.ctx)
-	log.Info("drain check mounted", zap.String("path", drain.Path), zap.String("auth", w.authMode))
+	log.Info("drain check mounted", zap.String("path", drain.Path), zap.String("auth", w.cfg.DrainAuth))
 	return nil
 }

@@ -70,7 +70,7 @@ func TestDrainMountedOnAggregator(t *testing.T) {
 	require.NoError(t, cfg.Validate())
 
 	runCtx, stopRun := context.WithCancel(ctx)
-	a, err := app.New(cfg, zaptest.NewLogger(t), app.Options{RestConfig: cp.Config, Hooks: drainHooks(runCtx, cfg, cp.Config, "")})
+	a, err := app.New(cfg, zaptest.NewLogger(t), app.Options{RestConfig: cp.Config, Hooks: drainHooks(runCtx, cfg, cp.Config)})
 	require.NoError(t, err)
 	done := make(chan error, 1)
 	go func() { done <- a.Run(runCtx) }()
@@ -148,11 +148,13 @@ func TestDrainHooksRejectUnknownAuthMode(t *testing.T) {
 	cfg.Identity, cfg.WarmUp = "drain-test", 0
 	cfg.Listen, cfg.HTTPAddr, cfg.MetricsAddr = "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"
 	cfg.TLSCert, cfg.TLSKey = files.CertFile, files.KeyFile
-	require.NoError(t, cfg.Validate())
-	// No apiserver is contacted before the hooks refuse the mode.
+	cfg.DrainAuth = "basic"
+	require.ErrorContains(t, cfg.Validate(), "--drain-auth")
+	// A Config built in code and not validated: no apiserver is contacted
+	// before the hooks refuse the mode.
 	rc := &rest.Config{Host: "https://127.0.0.1:1"}
-	_, err = app.New(cfg, zaptest.NewLogger(t), app.Options{RestConfig: rc, Hooks: drainHooks(context.Background(), cfg, rc, "basic")})
-	require.ErrorContains(t, err, `$COZY_HEALTH_DRAIN_AUTH: want none or delegated, got "basic"`)
+	_, err = app.New(cfg, zaptest.NewLogger(t), app.Options{RestConfig: rc, Hooks: drainHooks(context.Background(), cfg, rc)})
+	require.ErrorContains(t, err, `--drain-auth: want none or delegated, got "basic"`)
 }
 
 // TestStateDrainNodes pins the adapter: heartbeat grace as the rollup

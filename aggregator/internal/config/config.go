@@ -84,6 +84,13 @@ type Config struct {
 	// DampUnknown is the same for Unknown.
 	DampUnknown time.Duration
 
+	// DrainAuth is the drain check's authentication (--drain-auth): "none"
+	// serves it like /healthz, to be reached through the Kubernetes API
+	// service proxy (which authorizes services/proxy); "delegated" checks
+	// every caller's bearer token with a TokenReview and a
+	// SubjectAccessReview (get on nonResourceURL /v1/drain-check).
+	DrainAuth string
+
 	// Pprof serves /debug/pprof/ on the metrics address (--pprof).
 	Pprof bool
 	// TrimStartupPages drops the executable's read-only pages from the page
@@ -93,6 +100,12 @@ type Config struct {
 	// LogLevel is the zap level (debug, info, warn, error).
 	LogLevel string
 }
+
+// Drain-check authentication modes (Config.DrainAuth).
+const (
+	DrainAuthNone      = "none"
+	DrainAuthDelegated = "delegated"
+)
 
 // Default returns the configuration with every default filled in. Identity
 // defaults to $POD_NAME, then the host name.
@@ -121,6 +134,7 @@ func Default() Config {
 		WritesPerSecond:     2,
 		WriteBurst:          6,
 		DampDegraded:        10 * time.Second,
+		DrainAuth:           DrainAuthNone,
 		TrimStartupPages:    true,
 		LogLevel:            "info",
 	}
@@ -156,6 +170,7 @@ func bind(fs *flag.FlagSet, c *Config) {
 	fs.DurationVar(&c.DampDegraded, "damp-degraded", c.DampDegraded, "a worsening to Degraded must persist this long before it is published")
 	fs.DurationVar(&c.DampDown, "damp-down", c.DampDown, "a worsening to Down must persist this long before it is published")
 	fs.DurationVar(&c.DampUnknown, "damp-unknown", c.DampUnknown, "a worsening to Unknown must persist this long before it is published")
+	fs.StringVar(&c.DrainAuth, "drain-auth", c.DrainAuth, "drain-check authentication: none (reach it through the Kubernetes API service proxy) or delegated (TokenReview and SubjectAccessReview of every caller)")
 	fs.BoolVar(&c.Pprof, "pprof", c.Pprof, "serve /debug/pprof/ on --metrics-addr")
 	fs.BoolVar(&c.TrimStartupPages, "trim-startup-pages", c.TrimStartupPages, "after the warm-up, release the executable's read-only pages only start-up used (they fault back in on use)")
 	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "log level: debug, info, warn or error")
@@ -301,6 +316,11 @@ func (c *Config) Validate() error {
 		if d.v < 0 {
 			bad(d.flag, "must be >= 0, got %s", d.v)
 		}
+	}
+	switch c.DrainAuth {
+	case DrainAuthNone, DrainAuthDelegated:
+	default:
+		bad("drain-auth", "want %s or %s, got %q", DrainAuthNone, DrainAuthDelegated, c.DrainAuth)
 	}
 	switch c.LogLevel {
 	case "debug", "info", "warn", "error":

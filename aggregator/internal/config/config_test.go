@@ -4,11 +4,13 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"sigs.k8s.io/yaml"
 )
 
 var tlsArgs = []string{"--tls-cert", "/c.pem", "--tls-key", "/k.pem", "--identity", "me"}
@@ -25,6 +27,7 @@ func TestDefaults(t *testing.T) {
 	assert.Equal(t, 10*time.Second, cfg.DampDegraded)
 	assert.Equal(t, time.Duration(0), cfg.DampDown)
 	assert.Equal(t, time.Duration(0), cfg.DampUnknown)
+	assert.Equal(t, DrainAuthNone, cfg.DrainAuth, "the drain check is reached through the service proxy by default")
 	assert.Equal(t, 30*time.Second, cfg.FreshFor())
 }
 
@@ -36,6 +39,7 @@ namespace: platform
 heartbeat-grace: 20s
 writes-per-second: 1.5
 write-burst: 3
+drain-auth: delegated
 tls-cert: /file/c.pem
 tls-key: /file/k.pem
 `), 0o600))
@@ -45,6 +49,7 @@ tls-key: /file/k.pem
 	assert.Equal(t, 20*time.Second, cfg.HeartbeatGrace)
 	assert.InDelta(t, 1.5, cfg.WritesPerSecond, 1e-9)
 	assert.Equal(t, 3, cfg.WriteBurst)
+	assert.Equal(t, DrainAuthDelegated, cfg.DrainAuth)
 	assert.Equal(t, "/file/c.pem", cfg.TLSCert)
 	assert.Equal(t, path, cfg.ConfigFile)
 }
@@ -64,6 +69,8 @@ func TestBadValuesNameTheFlag(t *testing.T) {
 		{[]string{"--renew-deadline", "20s"}, "--renew-deadline"},
 		{[]string{"--damp-degraded", "-3s"}, "--damp-degraded"},
 		{[]string{"--log-level", "loud"}, "--log-level"},
+		{[]string{"--drain-auth", "basic"}, "--drain-auth"},
+		{[]string{"--drain-auth", ""}, "--drain-auth"},
 		{[]string{"--report-interval", "10ms"}, "--report-interval"},
 	} {
 		_, err := Load(append(append([]string{}, tlsArgs...), tc.args...), io.Discard)
@@ -87,4 +94,30 @@ func TestBadFile(t *testing.T) {
 	assert.ErrorContains(t, err, `"no-such-flag"`)
 	_, err = Load(append([]string{"--config", filepath.Join(dir, "missing.yaml")}, tlsArgs...), io.Discard)
 	assert.ErrorContains(t, err, "read config file")
+}
+
+// The configuration the deployment ships loads as it is, and says what the
+// defaults say unless it means otherwise.
+func TestShippedConfigLoads(t *testing.T) {
+	data, err := os.ReadFile("../../../deploy/aggregator/deployment.yaml")
+	require.NoError(t, err)
+	var file string
+	for _, doc := range strings.Split(string(data), "\n---") {
+		var cm struct {
+			Kind string            `json:"kind"`
+			Data map[string]string `json:"data"`
+		}
+		require.NoError(t, yaml.Unmarshal([]byte(doc), &cm))
+		if cm.Kind == "ConfigMap" {
+			file = cm.Data["config.yaml"]
+		}
+	}
+	require.NotEmpty(t, file, "the deployment has no ConfigMap with config.yaml")
+	path := filepath.Join(t.TempDir(), "config.yaml")
+	require.NoError(t, os.WriteFile(path, []byte(file), 0o600))
+	cfg, err := Load(append([]string{"--config", path}, tlsArgs...), io.Discard)
+	require.NoError(t, err)
+	assert.Equal(t, DrainAuthNone, cfg.DrainAuth)
+	assert.Equal(t, "cozy-system", cfg.Namespace)
+	assert.Equal(t, 10*time.Second, cfg.DampDegraded)
 }

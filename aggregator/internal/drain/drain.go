@@ -35,7 +35,7 @@
 // aggregator's other HTTP endpoints, without its own authentication; in a
 // cluster it is reached through the Kubernetes API service proxy, where the
 // apiserver authenticates the user and authorizes get on services/proxy.
-// The optional Authorizer (COZY_HEALTH_DRAIN_AUTH=delegated in the
+// The optional Authorizer (--drain-auth=delegated in the
 // aggregator) checks a bearer token with a TokenReview and a
 // SubjectAccessReview for get on nonResourceURL /v1/drain-check; it is for
 // direct callers, since the service proxy strips the caller's token.
