@@ -23,6 +23,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -77,6 +78,7 @@ type App struct {
 	reg     *prometheus.Registry
 	metrics *metrics.Metrics
 	state   *state.State
+	nodes   labels.Selector
 	writer  *writer.Writer
 	engine  *Engine
 	ingest  *ingest.Server
@@ -111,6 +113,9 @@ func New(cfg config.Config, log *zap.Logger, opts Options) (a *App, err error) {
 	a = &App{cfg: cfg, log: log.With(zap.String("component", "aggregator")), clock: opts.Clock}
 	if a.clock == nil {
 		a.clock = clock.RealClock{}
+	}
+	if a.nodes, err = cfg.Nodes(); err != nil {
+		return nil, fmt.Errorf("--node-selector: %w", err)
 	}
 	rc := opts.RestConfig
 	if rc == nil {
@@ -271,7 +276,7 @@ func (a *App) Run(ctx context.Context) error {
 		return nil
 	})
 	g.Go(func() error { a.engine.Run(ctx, a.cfg.RollupPeriod); return nil })
-	g.Go(func() error { return watchNodes(ctx, a.kube, a.state, a.log) })
+	g.Go(func() error { return watchNodes(ctx, a.kube, a.state, a.nodes, a.clock.Now, a.log) })
 	g.Go(func() error {
 		// Warm up: every replica receives every node's stream within one
 		// interval; a leader that published before that would drop nodes.

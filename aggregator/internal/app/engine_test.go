@@ -154,7 +154,7 @@ func scrape(t *testing.T, reg *prometheus.Registry) string {
 // TestEngineRetimeEqualsRecompute runs two engines on one state through a
 // random history (reports that judge the same with new numbers in their
 // messages, reports that change a status, silences past the grace, nodes
-// deleted, Degraded holds): the engine that retimes when nothing judged
+// deleted, nodes Kubernetes lists that never reported, Degraded holds): the engine that retimes when nothing judged
 // changed publishes exactly what the engine that always recomputes does.
 func TestEngineRetimeEqualsRecompute(t *testing.T) {
 	clk := clocktesting.NewFakeClock(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
@@ -211,8 +211,17 @@ func TestEngineRetimeEqualsRecompute(t *testing.T) {
 				st.DeleteNode(n)
 			} else {
 				st.Restore(n)
-				send(n)
+				if rng.IntN(2) == 0 {
+					send(n)
+				} else {
+					// Kubernetes lists it; its agent has not reported yet.
+					st.Expect(n, clk.Now())
+				}
 			}
+		case p < 82: // a node Kubernetes lists with an agent never heard
+			st.Expect("k8s-only", clk.Now())
+		case p < 84:
+			st.Unexpect("k8s-only")
 		}
 		clk.Step(time.Duration(rng.IntN(4000)) * time.Millisecond)
 		got, want := retiming.Evaluate(), full.Evaluate()

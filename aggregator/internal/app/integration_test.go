@@ -456,3 +456,88 @@ func TestDeployRBACSuffices(t *testing.T) {
 	require.Error(t, err)
 	assert.True(t, apierrors.IsForbidden(err), "%v", err)
 }
+
+// TestNodesThatNeverReportedReadUnknown: a Kubernetes Node selected by
+// --node-selector whose agent never reached this replica is listed
+// Unknown/HeartbeatMissed, never left out (which would let the object read
+// Healthy); a Node outside the selector is not expected; deleting the Node
+// prunes it.
+func TestNodesThatNeverReportedReadUnknown(t *testing.T) {
+	cp := startPlane(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	nodes := cp.Clientset().CoreV1().Nodes()
+	noAgent := map[string]string{"health.cozystack.io/agent": "false"}
+	for name, lbl := range map[string]map[string]string{"node-a": nil, "node-silent": nil, "node-excluded": noAgent} {
+		_, err := nodes.Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: lbl}}, metav1.CreateOptions{})
+		require.NoError(t, err)
+	}
+	cfg := testConfig(t, "expect-replica")
+	cfg.NodeSelector = "health.cozystack.io/agent!=false"
+	require.NoError(t, cfg.Validate())
+	r := startReplica(t, cp.Config, cfg, zaptest.NewLogger(t, zaptest.Level(zap.ErrorLevel)))
+	f := &feeder{status: map[string]report.Status{"node-a": report.StatusHealthy}, sinks: []*App{r.app}}
+	fctx, fstop := context.WithCancel(ctx)
+	defer fstop()
+	go f.run(fctx, time.Second)
+
+	hc, err := versioned.NewForConfig(cp.Config)
+	require.NoError(t, err)
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		h, err := getHealth(ctx, hc, report.ComponentNode)
+		if !assert.NoError(c, err) {
+			return
+		}
+		assert.Equal(c, healthv1alpha1.StatusUnknown, h.Status.Overall, "a node without data is Unknown, so the object is")
+		assert.Equal(c, healthv1alpha1.StatusHealthy, h.Status.Nodes["node-a"].Status)
+		silent, ok := h.Status.Nodes["node-silent"]
+		if assert.True(c, ok, "the silent node is listed") {
+			assert.Equal(c, healthv1alpha1.StatusUnknown, silent.Status)
+			assert.Equal(c, report.ReasonHeartbeatMissed, silent.Reason)
+			assert.Contains(c, silent.Message, "no report from this node's agent")
+			assert.Nil(c, silent.LastReportAt, "never heard: no last report time")
+		}
+		assert.NotContains(c, h.Status.Nodes, "node-excluded")
+		// Only the node component lists a node nothing is known about.
+		d, err := getHealth(ctx, hc, report.ComponentDisk)
+		if assert.NoError(c, err) {
+			assert.Equal(c, healthv1alpha1.StatusHealthy, d.Status.Overall)
+			assert.NotContains(c, d.Status.Nodes, "node-silent")
+		}
+	}, time.Minute, 250*time.Millisecond)
+	metricsText := httpGet(t, "http://"+r.app.MetricsAddr()+"/metrics")
+	assert.Contains(t, metricsText, `cozy_health_node_status{component="node",node="node-silent",status="Unknown"} 1`)
+
+	// Its labels leave the selector: no longer expected, no longer listed.
+	silent, err := nodes.Get(ctx, "node-silent", metav1.GetOptions{})
+	require.NoError(t, err)
+	silent.Labels = noAgent
+	_, err = nodes.Update(ctx, silent, metav1.UpdateOptions{})
+	require.NoError(t, err)
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		h, err := getHealth(ctx, hc, report.ComponentNode)
+		if assert.NoError(c, err) {
+			assert.NotContains(c, h.Status.Nodes, "node-silent")
+			assert.Equal(c, healthv1alpha1.StatusHealthy, h.Status.Overall)
+		}
+	}, 30*time.Second, 250*time.Millisecond)
+
+	// A node that reports is listed whatever its labels; deleting it prunes it.
+	excluded, err := nodes.Get(ctx, "node-excluded", metav1.GetOptions{})
+	require.NoError(t, err)
+	f.set("node-excluded", report.StatusHealthy)
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		h, err := getHealth(ctx, hc, report.ComponentNode)
+		if assert.NoError(c, err) {
+			assert.Equal(c, healthv1alpha1.StatusHealthy, h.Status.Nodes["node-excluded"].Status)
+		}
+	}, 30*time.Second, 250*time.Millisecond)
+	f.drop("node-excluded")
+	require.NoError(t, nodes.Delete(ctx, excluded.Name, metav1.DeleteOptions{}))
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		h, err := getHealth(ctx, hc, report.ComponentNode)
+		if assert.NoError(c, err) {
+			assert.NotContains(c, h.Status.Nodes, "node-excluded")
+		}
+	}, 30*time.Second, 250*time.Millisecond)
+}

@@ -6,6 +6,7 @@ import (
 
 	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
@@ -13,16 +14,33 @@ import (
 	"github.com/cozystack/cozy-health/aggregator/internal/state"
 )
 
-// watchNodes prunes nodes deleted from Kubernetes from the state (and so
-// from the metrics and, at the next rollup, from the Health objects).
-func watchNodes(ctx context.Context, client kubernetes.Interface, st *state.State, log *zap.Logger) error {
+// watchNodes keeps the state's node set in step with Kubernetes: a Node
+// that matches selector (the nodes the agent DaemonSet runs on) is
+// expected to report, so one whose agent never reached this replica reads
+// Unknown (HeartbeatMissed) instead of being absent; a Node deleted from
+// Kubernetes is pruned from the state (and so from the metrics and, at the
+// next rollup, from the Health objects).
+func watchNodes(ctx context.Context, client kubernetes.Interface, st *state.State, selector labels.Selector, now func() time.Time, log *zap.Logger) error {
 	log = log.With(zap.String("component", "nodes"))
 	factory := informers.NewSharedInformerFactoryWithOptions(client, 10*time.Minute)
 	inf := factory.Core().V1().Nodes().Informer()
+	seen := func(n *corev1.Node) {
+		st.Restore(n.Name)
+		if selector.Matches(labels.Set(n.Labels)) {
+			st.Expect(n.Name, now())
+		} else {
+			st.Unexpect(n.Name)
+		}
+	}
 	_, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: func(obj any) {
 			if n, ok := obj.(*corev1.Node); ok {
-				st.Restore(n.Name)
+				seen(n)
+			}
+		},
+		UpdateFunc: func(_, obj any) {
+			if n, ok := obj.(*corev1.Node); ok {
+				seen(n)
 			}
 		},
 		DeleteFunc: func(obj any) {

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"k8s.io/apimachinery/pkg/labels"
 	"sigs.k8s.io/yaml"
 )
 
@@ -83,6 +84,12 @@ type Config struct {
 	DampDown time.Duration
 	// DampUnknown is the same for Unknown.
 	DampUnknown time.Duration
+
+	// NodeSelector is a label selector of the Kubernetes Nodes an agent runs
+	// on (--node-selector, as the agent DaemonSet's nodeSelector): each is
+	// expected to report, and reads Unknown until it does. Empty: every
+	// Node.
+	NodeSelector string
 
 	// DrainAuth is the drain check's authentication (--drain-auth): "none"
 	// serves it like /healthz, to be reached through the Kubernetes API
@@ -170,6 +177,7 @@ func bind(fs *flag.FlagSet, c *Config) {
 	fs.DurationVar(&c.DampDegraded, "damp-degraded", c.DampDegraded, "a worsening to Degraded must persist this long before it is published")
 	fs.DurationVar(&c.DampDown, "damp-down", c.DampDown, "a worsening to Down must persist this long before it is published")
 	fs.DurationVar(&c.DampUnknown, "damp-unknown", c.DampUnknown, "a worsening to Unknown must persist this long before it is published")
+	fs.StringVar(&c.NodeSelector, "node-selector", c.NodeSelector, "label selector of the Nodes agents run on (as the agent DaemonSet's); each is expected to report and reads Unknown until it does (empty: every Node)")
 	fs.StringVar(&c.DrainAuth, "drain-auth", c.DrainAuth, "drain-check authentication: none (reach it through the Kubernetes API service proxy) or delegated (TokenReview and SubjectAccessReview of every caller)")
 	fs.BoolVar(&c.Pprof, "pprof", c.Pprof, "serve /debug/pprof/ on --metrics-addr")
 	fs.BoolVar(&c.TrimStartupPages, "trim-startup-pages", c.TrimStartupPages, "after the warm-up, release the executable's read-only pages only start-up used (they fault back in on use)")
@@ -317,6 +325,9 @@ func (c *Config) Validate() error {
 			bad(d.flag, "must be >= 0, got %s", d.v)
 		}
 	}
+	if _, err := c.Nodes(); err != nil {
+		bad("node-selector", "%v", err)
+	}
 	switch c.DrainAuth {
 	case DrainAuthNone, DrainAuthDelegated:
 	default:
@@ -328,6 +339,11 @@ func (c *Config) Validate() error {
 		bad("log-level", "want debug, info, warn or error, got %q", c.LogLevel)
 	}
 	return errors.Join(errs...)
+}
+
+// Nodes is NodeSelector parsed.
+func (c *Config) Nodes() (labels.Selector, error) {
+	return labels.Parse(c.NodeSelector)
 }
 
 // FreshFor is how long a written status stays trustworthy.

@@ -10,7 +10,10 @@
 //     never Healthy.
 //   - A node with no accepted report within the heartbeat grace (default 3x
 //     the interval the node reports) has every entry Unknown with reason
-//     HeartbeatMissed and the time it was last heard.
+//     HeartbeatMissed and the time it was last heard. A node Kubernetes
+//     lists from which this replica accepted no report at all (an entry
+//     without a report) is such a node from the start, without a time; as
+//     nothing is known of its components, only the node component lists it.
 //   - etcd is judged on the quorum projection: with V voting members and H
 //     healthy voting members it is Healthy when H >= V, Degraded when
 //     H >= floor(V/2)+1 and Down below. Learners do not vote; a member whose
@@ -170,7 +173,7 @@ func (c Config) NextStale(nodes map[string]state.Entry, now time.Time) time.Time
 		if c.Stale(e, now) {
 			continue
 		}
-		at := e.ReceivedAt.Add(c.Grace(e.Report.Interval) + time.Nanosecond)
+		at := e.ReceivedAt.Add(c.Grace(e.Interval()) + time.Nanosecond)
 		if next.IsZero() || at.Before(next) {
 			next = at
 		}
@@ -179,8 +182,10 @@ func (c Config) NextStale(nodes map[string]state.Entry, now time.Time) time.Time
 }
 
 // Stale tells whether e's node has missed its heartbeat at now.
+// A node without an accepted report (expected from Kubernetes, never
+// heard by this replica) is stale from the start: no data is Unknown.
 func (c Config) Stale(e state.Entry, now time.Time) bool {
-	return now.Sub(e.ReceivedAt) > c.Grace(e.Report.Interval)
+	return e.Report == nil || now.Sub(e.ReceivedAt) > c.Grace(e.Report.Interval)
 }
 
 // Compute rolls the snapshot up into every node-local component's status,
@@ -328,6 +333,11 @@ var judgedAttributes = [...]string{report.AttrIsLearner, report.AttrVotingMember
 // read (a Healthy condition carries none), nor are attributes other than
 // judgedAttributes.
 func sameJudgement(a, b *report.NodeReport) bool {
+	if a == nil || b == nil {
+		// Without a report (an expected node never heard) the node is
+		// always stale; one with a report is judged on it.
+		return a == b
+	}
 	if len(a.Observations) != len(b.Observations) {
 		return false
 	}
@@ -405,7 +415,11 @@ func (c *Cache) sweep(snap state.Snapshot) {
 // factsOf folds a report's observations per component.
 func factsOf(node string, r *report.NodeReport) *reportFacts {
 	byComp := map[string][]report.Observation{}
-	for _, o := range r.Observations {
+	var obs []report.Observation
+	if r != nil {
+		obs = r.Observations
+	}
+	for _, o := range obs {
 		byComp[o.Component] = append(byComp[o.Component], o)
 	}
 	f := &reportFacts{report: r, comps: make(map[string]*componentFacts, len(byComp)+1)}
@@ -435,8 +449,15 @@ func computeComponent(comp string, names []string, facts []*reportFacts, snap st
 			continue
 		}
 		if cfg.Stale(e, now) {
-			msg := fmt.Sprintf("no valid report since %s (grace %s)", e.ReceivedAt.UTC().Format(time.RFC3339), cfg.Grace(e.Report.Interval))
-			cs.Nodes[name] = NodeState{Status: report.StatusUnknown, Reason: report.ReasonHeartbeatMissed, Message: msg, LastReportAt: e.ReceivedAt}
+			var msg string
+			var last time.Time
+			if e.Report == nil {
+				msg = fmt.Sprintf("no report from this node's agent since this aggregator learned of the node at %s", e.ReceivedAt.UTC().Format(time.RFC3339))
+			} else {
+				msg = fmt.Sprintf("no valid report since %s (grace %s)", e.ReceivedAt.UTC().Format(time.RFC3339), cfg.Grace(e.Report.Interval))
+				last = e.ReceivedAt
+			}
+			cs.Nodes[name] = NodeState{Status: report.StatusUnknown, Reason: report.ReasonHeartbeatMissed, Message: msg, LastReportAt: last}
 			cs.Conditions = append(cs.Conditions, Condition{Type: TypeHeartbeat, Severity: report.StatusUnknown, Reason: report.ReasonHeartbeatMissed, Message: msg, Node: name})
 			continue
 		}
@@ -600,7 +621,7 @@ func etcdQuorum(names []string, snap state.Snapshot, now time.Time, cfg Config) 
 	for _, name := range names {
 		e := snap[name]
 		fresh := !cfg.Stale(e, now)
-		for _, o := range e.Report.Observations {
+		for _, o := range e.Observations() {
 			if o.Component != report.ComponentEtcd {
 				continue
 			}
@@ -672,7 +693,7 @@ func worstOtherEtcdCheck(names []string, snap state.Snapshot, now time.Time, cfg
 		if cfg.Stale(e, now) {
 			continue
 		}
-		for _, o := range e.Report.Observations {
+		for _, o := range e.Observations() {
 			if o.Component != report.ComponentEtcd || o.Check == report.CheckEtcdMember || o.Check == report.CheckEtcdMembership {
 				continue
 			}

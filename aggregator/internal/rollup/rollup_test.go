@@ -149,6 +149,15 @@ func cases() []goldenCase {
 			healthyNode("a", 29*time.Second),
 			healthyNode("b", 31*time.Second),
 		)},
+		// c is a Kubernetes Node whose agent never reported to this replica:
+		// the node component lists it Unknown (no last report time), the
+		// others do not know it; as an etcd member it is one voting member
+		// on no reporting node.
+		{name: "kubernetes-node-never-reported", snap: func() state.Snapshot {
+			s := snap(healthyNode("a", time.Second), healthyNode("b", 2*time.Second))
+			s["c"] = state.Entry{ReceivedAt: t0.Add(-time.Second)}
+			return s
+		}()},
 		{name: "all-stale-is-nodata", snap: snap(healthyNode("a", time.Minute), healthyNode("b", time.Minute))},
 		{name: "drbd-fold", components: []string{report.ComponentLinstor}, snap: snap(
 			node("a", time.Second, drbd("pvc-1", H, "UpToDate"), drbd("pvc-2", G, "Outdated"), drbd("pvc-3", D, "Failed"), ob(report.ComponentLinstor, report.CheckLinstorSatellite, H, "Online")),
@@ -291,7 +300,11 @@ func TestContractInvariants(t *testing.T) {
 				if defaultCfg.Stale(tc.snap[name], t0) {
 					assert.Equal(t, U, ns.Status, "%s/%s/%s", tc.name, comp, name)
 					assert.Equal(t, report.ReasonHeartbeatMissed, ns.Reason)
-					assert.Equal(t, tc.snap[name].ReceivedAt, ns.LastReportAt)
+					if tc.snap[name].Report == nil {
+						assert.Zero(t, ns.LastReportAt, "%s/%s/%s: never heard", tc.name, comp, name)
+					} else {
+						assert.Equal(t, tc.snap[name].ReceivedAt, ns.LastReportAt)
+					}
 				}
 				if comp != report.ComponentEtcd && fresh > 0 {
 					assert.GreaterOrEqual(t, cs.Overall.Rank(), ns.Status.Rank(), "%s/%s: overall is at least its worst node", tc.name, comp)

@@ -16,6 +16,11 @@ func (s *State) DrainNodes(now time.Time, kube map[string]drain.KubeNode, grace 
 	s.mu.RLock()
 	out := make(map[string]drain.NodeInfo, max(len(s.nodes), len(kube)))
 	for name, e := range s.nodes {
+		if e.Report == nil {
+			// Expected, never heard: not fresh, nothing to judge.
+			out[name] = drain.NodeInfo{}
+			continue
+		}
 		until := e.ReceivedAt.Add(grace(e.Report.Interval))
 		out[name] = drain.NodeInfo{LastReport: e.Report, LastHeard: e.ReceivedAt, Fresh: !now.After(until), FreshUntil: until}
 	}

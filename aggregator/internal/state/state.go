@@ -14,10 +14,30 @@ import (
 
 // Entry is the latest accepted report of one node.
 type Entry struct {
-	// Report is the report as accepted; never mutated after Accept.
+	// Report is the report as accepted; never mutated after Accept. Nil for
+	// a node Kubernetes lists (Expect) from which this replica has accepted
+	// no report: the rollup reads it as a missed heartbeat, never as a
+	// node with nothing wrong.
 	Report *report.NodeReport
-	// ReceivedAt is when the aggregator accepted it (its own clock).
+	// ReceivedAt is when the aggregator accepted it (its own clock); for an
+	// expected node without a report, when this replica learned of it.
 	ReceivedAt time.Time
+}
+
+// Observations are the report's observations; none without a report.
+func (e Entry) Observations() []report.Observation {
+	if e.Report == nil {
+		return nil
+	}
+	return e.Report.Observations
+}
+
+// Interval is the report's interval; 0 (the default) without a report.
+func (e Entry) Interval() time.Duration {
+	if e.Report == nil {
+		return 0
+	}
+	return e.Report.Interval
 }
 
 // Snapshot is a point-in-time copy of the state: node name -> entry. The
@@ -76,7 +96,7 @@ func (s *State) Accept(r *report.NodeReport, receivedAt time.Time) {
 		s.mu.Unlock()
 		return
 	}
-	if prev, ok := s.nodes[r.NodeName]; ok && prev.Report.AgentInstanceID == r.AgentInstanceID && prev.Report.Sequence >= r.Sequence {
+	if prev, ok := s.nodes[r.NodeName]; ok && prev.Report != nil && prev.Report.AgentInstanceID == r.AgentInstanceID && prev.Report.Sequence >= r.Sequence {
 		s.mu.Unlock()
 		return
 	}
@@ -85,6 +105,43 @@ func (s *State) Accept(r *report.NodeReport, receivedAt time.Time) {
 	s.mu.Unlock()
 	if s.observer != nil {
 		s.observer.Accepted(r.NodeName, receivedAt)
+	}
+}
+
+// Expect records that Kubernetes lists node and an agent should report
+// for it: until one of its reports is accepted, the node is in the state
+// without a report (its heartbeat missed since at), so a node whose agent
+// never reached this replica reads Unknown instead of being absent. A node
+// already in the state, or pruned (DeleteNode) and not restored, is left
+// alone.
+func (s *State) Expect(name string, at time.Time) {
+	s.mu.Lock()
+	_, gone := s.deleted[name]
+	_, had := s.nodes[name]
+	if gone || had {
+		s.mu.Unlock()
+		return
+	}
+	s.nodes[name] = Entry{ReceivedAt: at}
+	s.version++
+	s.mu.Unlock()
+}
+
+// Unexpect undoes Expect for a node that no longer should report (its
+// labels left the expected set): it is dropped if no report of it was
+// accepted; a node that reports stays.
+func (s *State) Unexpect(name string) {
+	s.mu.Lock()
+	e, ok := s.nodes[name]
+	if !ok || e.Report != nil {
+		s.mu.Unlock()
+		return
+	}
+	delete(s.nodes, name)
+	s.version++
+	s.mu.Unlock()
+	if s.observer != nil {
+		s.observer.Removed(name)
 	}
 }
 

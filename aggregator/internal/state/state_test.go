@@ -1,0 +1,71 @@
+package state
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/cozystack/cozy-health/pkg/report"
+)
+
+type recorder struct{ accepted, removed []string }
+
+func (r *recorder) Accepted(node string, _ time.Time) { r.accepted = append(r.accepted, node) }
+func (r *recorder) Removed(node string)               { r.removed = append(r.removed, node) }
+
+func rep(node, instance string, seq uint64) *report.NodeReport {
+	return &report.NodeReport{NodeName: node, AgentInstanceID: instance, Sequence: seq, Interval: 5 * time.Second}
+}
+
+// A node Kubernetes lists is in the state without a report until one is
+// accepted; Expect never overwrites a report, and a pruned node stays
+// pruned until Kubernetes creates it again.
+func TestExpectedNodes(t *testing.T) {
+	t0 := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	obs := &recorder{}
+	s := New(obs)
+
+	s.Expect("a", t0)
+	e, ok := s.Get("a")
+	require.True(t, ok)
+	assert.Nil(t, e.Report)
+	assert.Equal(t, t0, e.ReceivedAt)
+	assert.Empty(t, e.Observations())
+	assert.Zero(t, e.Interval())
+	v := s.Version()
+
+	s.Expect("a", t0.Add(time.Minute))
+	e, _ = s.Get("a")
+	assert.Equal(t, t0, e.ReceivedAt, "a second Expect does not move the time it was learned of")
+	assert.Equal(t, v, s.Version())
+
+	r := rep("a", "i1", 1)
+	s.Accept(r, t0.Add(time.Second))
+	e, _ = s.Get("a")
+	assert.Same(t, r, e.Report)
+	s.Expect("a", t0.Add(2*time.Second))
+	e, _ = s.Get("a")
+	assert.Same(t, r, e.Report, "Expect leaves a reporting node alone")
+	s.Unexpect("a")
+	_, ok = s.Get("a")
+	assert.True(t, ok, "a reporting node stays when its labels leave the selector")
+
+	s.Expect("b", t0)
+	s.Unexpect("b")
+	_, ok = s.Get("b")
+	assert.False(t, ok)
+	assert.Equal(t, []string{"b"}, obs.removed)
+
+	s.DeleteNode("a")
+	s.Expect("a", t0)
+	_, ok = s.Get("a")
+	assert.False(t, ok, "a pruned node is not expected again before Restore")
+	s.Restore("a")
+	s.Expect("a", t0.Add(time.Hour))
+	e, ok = s.Get("a")
+	require.True(t, ok)
+	assert.Nil(t, e.Report)
+	assert.Equal(t, []string{"a"}, obs.accepted)
+}
