@@ -23,6 +23,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -75,6 +76,7 @@ type App struct {
 	log     *zap.Logger
 	clock   clock.WithTicker
 	kube    kubernetes.Interface
+	hc      versioned.Interface
 	reg     *prometheus.Registry
 	metrics *metrics.Metrics
 	state   *state.State
@@ -133,6 +135,7 @@ func New(cfg config.Config, log *zap.Logger, opts Options) (a *App, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("health client: %w", err)
 	}
+	a.hc = hc
 
 	a.reg = prometheus.NewRegistry()
 	if err := a.reg.Register(collectors.NewGoCollector()); err != nil {
@@ -275,7 +278,11 @@ func (a *App) Run(ctx context.Context) error {
 		}
 		return nil
 	})
-	g.Go(func() error { a.engine.Run(ctx, a.cfg.RollupPeriod); return nil })
+	g.Go(func() error {
+		a.seedTransitions(ctx)
+		a.engine.Run(ctx, a.cfg.RollupPeriod)
+		return nil
+	})
 	g.Go(func() error { return watchNodes(ctx, a.kube, a.state, a.nodes, a.clock.Now, a.log) })
 	g.Go(func() error {
 		// Warm up: every replica receives every node's stream within one
@@ -324,6 +331,24 @@ func (a *App) Run(ctx context.Context) error {
 	})
 	a.log.Info("aggregator running", zap.String("grpc", a.GRPCAddr()), zap.String("http", a.HTTPAddr()), zap.String("metrics", a.MetricsAddr()), zap.String("identity", a.cfg.Identity))
 	return g.Wait()
+}
+
+// seedTransitions reads the Health objects an earlier leader wrote and
+// seeds the rollup with their conditions' lastTransitionTime, valid through
+// the warm-up and two heartbeat graces (while this replica's own view
+// fills). Without the apiserver within a few seconds it goes on unseeded:
+// transitions then date from this replica's start.
+func (a *App) seedTransitions(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	list, err := a.hc.HealthV1alpha1().Healths(a.cfg.Namespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		a.log.Warn("read Health objects to keep their lastTransitionTime; transitions date from this start", zap.Error(err))
+		return
+	}
+	until := a.clock.Now().Add(a.cfg.WarmUp + 2*a.engine.cfg.Grace(0))
+	a.engine.Seed(list.Items, until)
+	a.log.Info("seeded condition transitions from the Health objects", zap.Int("objects", len(list.Items)), zap.Time("until", until))
 }
 
 func serveHTTP(s *http.Server, l net.Listener) error {

@@ -12,6 +12,7 @@ import (
 	"github.com/cozystack/cozy-health/aggregator/internal/rollup"
 	"github.com/cozystack/cozy-health/aggregator/internal/state"
 	"github.com/cozystack/cozy-health/aggregator/internal/writer"
+	healthv1alpha1 "github.com/cozystack/cozy-health/pkg/apis/health/v1alpha1"
 	"github.com/cozystack/cozy-health/pkg/report"
 )
 
@@ -46,6 +47,27 @@ func NewEngine(st *state.State, cfg rollup.Config, holds rollup.Holds, maxListed
 	}
 	return &Engine{state: st, cfg: cfg, maxListed: maxListed, metrics: m, writer: w, clock: clk, log: log.With(zap.String("component", "rollup")),
 		damper: rollup.NewDamper(holds), cache: rollup.NewCache()}
+}
+
+// Seed hands the damper the conditions the Health objects carry (see
+// rollup.Damper.Seed), so lastTransitionTime survives a new leader.
+func (e *Engine) Seed(objs []healthv1alpha1.Health, until time.Time) {
+	e.evalMu.Lock()
+	defer e.evalMu.Unlock()
+	for _, h := range objs {
+		seeds := make(map[rollup.SeedKey]rollup.Seed, len(h.Status.Conditions))
+		for _, c := range h.Status.Conditions {
+			if c.LastTransitionTime.IsZero() {
+				continue
+			}
+			k := rollup.SeedKey{Type: c.Type}
+			if r := c.ResourceRef; r != nil {
+				k.Kind, k.Name, k.Namespace = r.Kind, r.Name, r.Namespace
+			}
+			seeds[k] = rollup.Seed{Status: string(c.Status), Reason: c.Reason, LastTransition: c.LastTransitionTime.Time}
+		}
+		e.damper.Seed(h.Spec.Component, seeds, until)
+	}
 }
 
 // Evaluate rolls the state up once at the clock's now and publishes it.

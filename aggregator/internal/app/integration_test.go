@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"path/filepath"
 	"sync"
@@ -540,4 +541,62 @@ func TestNodesThatNeverReportedReadUnknown(t *testing.T) {
 			assert.NotContains(c, h.Status.Nodes, "node-excluded")
 		}
 	}, 30*time.Second, 250*time.Millisecond)
+}
+
+// TestNewLeaderKeepsLastTransitionTime: a replica started after the
+// leader published a fault takes over with the fault's lastTransitionTime
+// as the object says it, not the time of its own start.
+func TestNewLeaderKeepsLastTransitionTime(t *testing.T) {
+	cp := startPlane(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	hc, err := versioned.NewForConfig(cp.Config)
+	require.NoError(t, err)
+	log := zaptest.NewLogger(t, zaptest.Level(zap.ErrorLevel))
+	status := map[string]report.Status{"node-a": report.StatusHealthy, "node-b": report.StatusDegraded}
+	slowCondition := func(h *healthv1alpha1.Health) *healthv1alpha1.HealthCondition {
+		for i, c := range h.Status.Conditions {
+			if c.ResourceRef != nil && c.ResourceRef.Name == "node-b" && c.Status == healthv1alpha1.ConditionFalse {
+				return &h.Status.Conditions[i]
+			}
+		}
+		return nil
+	}
+
+	first := startReplica(t, cp.Config, testConfig(t, "first"), log)
+	f1 := &feeder{status: maps.Clone(status), sinks: []*App{first.app}}
+	f1ctx, f1stop := context.WithCancel(ctx)
+	go f1.run(f1ctx, time.Second)
+	var since metav1.Time
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		h, err := getHealth(ctx, hc, report.ComponentDisk)
+		if assert.NoError(c, err) {
+			cond := slowCondition(h)
+			if assert.NotNil(c, cond, "node-b's condition") {
+				since = cond.LastTransitionTime
+			}
+		}
+	}, time.Minute, 250*time.Millisecond)
+	f1stop()
+	first.stop(t)
+
+	// lastTransitionTime has a precision of one second: start the second
+	// replica well after it.
+	time.Sleep(2500 * time.Millisecond)
+	secondStart := time.Now()
+	second := startReplica(t, cp.Config, testConfig(t, "second"), log)
+	f2 := &feeder{status: maps.Clone(status), sinks: []*App{second.app}}
+	f2ctx, f2stop := context.WithCancel(ctx)
+	defer f2stop()
+	go f2.run(f2ctx, time.Second)
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		h, err := getHealth(ctx, hc, report.ComponentDisk)
+		if !assert.NoError(c, err) {
+			return
+		}
+		assert.True(c, h.Status.ObservedAt.After(secondStart), "the second replica writes")
+		if cond := slowCondition(h); assert.NotNil(c, cond) {
+			assert.True(c, since.Equal(&cond.LastTransitionTime), "lastTransitionTime %s, the first leader published %s", cond.LastTransitionTime, since)
+		}
+	}, time.Minute, 250*time.Millisecond)
 }

@@ -107,6 +107,56 @@ type Damper struct {
 	summaries map[string]map[string]*Track
 	// worsening counts, per component, the facts the last Apply held.
 	worsening map[string]int
+	// seeds are the conditions the Health objects carried when this
+	// replica started (Seed), by component; consulted until seedsUntil.
+	seeds      map[string]map[SeedKey]Seed
+	seedsUntil time.Time
+}
+
+// SeedKey names a published condition as the Health object does: its type
+// and resourceRef (empty for a component-level condition).
+type SeedKey struct{ Type, Kind, Name, Namespace string }
+
+// Seed is a condition as a Health object already carries it.
+type Seed struct {
+	// Status is the condition's status: True, False or Unknown.
+	Status         string
+	Reason         string
+	LastTransition time.Time
+}
+
+// Seed gives the damper the conditions the component's Health object
+// carries, written by an earlier leader: until `until`, a condition this
+// replica publishes for the first time, or whose status changes (its view
+// still filling during the warm-up), keeps the object's lastTransitionTime
+// when it says the same (status and reason). So a new replica taking over
+// does not restart every "since" at its own start; the damper's holds are
+// not seeded (they restart).
+func (d *Damper) Seed(component string, seeds map[SeedKey]Seed, until time.Time) {
+	if d.seeds == nil {
+		d.seeds = map[string]map[SeedKey]Seed{}
+	}
+	d.seeds[component] = seeds
+	d.seedsUntil = until
+}
+
+// seeded is the time a transition of c at now takes: the seed's, when one
+// says the same, else now.
+func (d *Damper) seeded(comp string, c *Condition, now time.Time) time.Time {
+	if d.seeds == nil {
+		return now
+	}
+	k := SeedKey{Type: c.Type}
+	switch {
+	case c.Resource != nil:
+		k.Kind, k.Name, k.Namespace = c.Resource.Kind, c.Resource.Name, c.Resource.Namespace
+	case c.Node != "":
+		k.Kind, k.Name = report.KindNode, c.Node
+	}
+	if s, ok := d.seeds[comp][k]; ok && s.Status == c.ConditionStatus() && s.Reason == c.Reason && s.LastTransition.Before(now) {
+		return s.LastTransition
+	}
+	return now
 }
 
 type condKey struct{ typ, node, resource string }
@@ -121,6 +171,9 @@ func NewDamper(h Holds) *Damper {
 // its LastTransition. Facts that are no longer present are forgotten.
 func (d *Damper) Apply(cs *ComponentStatus, now time.Time) {
 	comp := cs.Component
+	if d.seeds != nil && now.After(d.seedsUntil) {
+		d.seeds = nil
+	}
 	// Overall.
 	to, seen := d.overall[comp]
 	if !seen {
@@ -200,6 +253,9 @@ func (d *Damper) Apply(cs *ComponentStatus, now time.Time) {
 			held++
 		}
 		if pub {
+			if next.Since.Equal(now) {
+				tc.Since = d.seeded(comp, c, now)
+			}
 			tc.value = *c
 		} else {
 			*c = tc.value
@@ -259,7 +315,7 @@ func (d *Damper) Stamp(cs *ComponentStatus, now time.Time) {
 		seen[c.Type] = true
 		tr, ok := m[c.Type]
 		if !ok || tr.Published != c.Severity {
-			tr = &Track{Published: c.Severity, Since: now}
+			tr = &Track{Published: c.Severity, Since: d.seeded(cs.Component, c, now)}
 			m[c.Type] = tr
 		}
 		c.LastTransition = tr.Since

@@ -98,3 +98,64 @@ func TestStampSummaries(t *testing.T) {
 	d.Stamp(cs, t0.Add(2*time.Second))
 	assert.Equal(t, t0.Add(2*time.Second), cs.Conditions[0].LastTransition)
 }
+
+// A replica seeded with what the Health object says keeps its
+// lastTransitionTime for a condition it publishes for the first time, or
+// that its filling view moves back to the seeded status, when status and
+// reason are the same; anything else, and anything after the seed window,
+// dates from now.
+func TestDamperSeedKeepsLastTransition(t *testing.T) {
+	since := t0.Add(-72 * time.Hour)
+	d := NewDamper(Holds{})
+	d.Seed(report.ComponentEtcd, map[SeedKey]Seed{
+		{Type: "FsyncLatency", Kind: report.KindNode, Name: "a"}: {Status: "False", Reason: "LatencyHigh", LastTransition: since},
+		{Type: "FsyncLatency", Kind: report.KindNode, Name: "b"}: {Status: "False", Reason: "LatencyHigh", LastTransition: since},
+		{Type: "Quorum"}:  {Status: "True", Reason: ReasonQuorumHealthy, LastTransition: since},
+		{Type: "Summary"}: {Status: "False", Reason: "SomeNodesNotTrue", LastTransition: since},
+		{Type: "DRBDResource", Kind: report.KindResource, Name: "pvc-1"}: {Status: "False", Reason: "Outdated", LastTransition: since},
+	}, t0.Add(30*time.Second))
+	mk := func(quorum report.Status, quorumReason string) *ComponentStatus {
+		return &ComponentStatus{Component: report.ComponentEtcd, Overall: G, Conditions: []Condition{
+			{Type: "FsyncLatency", Node: "a", Severity: G, Reason: "LatencyHigh"},
+			{Type: "FsyncLatency", Node: "b", Severity: G, Reason: "LatencyVeryHigh"},
+			{Type: "Quorum", Severity: quorum, Reason: quorumReason},
+			{Type: "DRBDResource", Node: "a", Resource: &report.ResourceRef{Kind: report.KindResource, Name: "pvc-1"}, Severity: D, Reason: "Outdated"},
+			{Type: "Summary", Severity: G, Reason: "SomeNodesNotTrue"},
+		}}
+	}
+	at := func(cs *ComponentStatus, typ, node string) time.Time {
+		for _, c := range cs.Conditions {
+			if c.Type == typ && c.Node == node {
+				return c.LastTransition
+			}
+		}
+		t.Fatalf("no condition %s/%s", typ, node)
+		return time.Time{}
+	}
+	// The first rollup sees only part of the cluster: quorum at risk.
+	now := t0
+	cs := mk(G, ReasonQuorumAtRisk)
+	d.Apply(cs, now)
+	cs.Conditions[4].LastTransition = time.Time{}
+	d.Stamp(cs, now)
+	assert.Equal(t, since, at(cs, "FsyncLatency", "a"), "same status and reason: the object's time")
+	assert.Equal(t, now, at(cs, "FsyncLatency", "b"), "another reason: a transition now")
+	assert.Equal(t, now, at(cs, "Quorum", ""), "another status: a transition now")
+	assert.Equal(t, since, at(cs, "DRBDResource", "a"), "resource conditions match on their resource; Degraded and Down are both False")
+	assert.Equal(t, since, at(cs, "Summary", ""), "summaries stamped from the seed too")
+
+	// All reports in: quorum healthy again, as the object said.
+	now = t0.Add(10 * time.Second)
+	cs = mk(H, ReasonQuorumHealthy)
+	d.Apply(cs, now)
+	assert.Equal(t, since, at(cs, "Quorum", ""), "back to the seeded status within the window")
+	assert.Equal(t, since, at(cs, "FsyncLatency", "a"), "no transition, the time stays")
+
+	// After the window, a transition is a transition.
+	now = t0.Add(time.Minute)
+	d.Apply(mk(G, ReasonQuorumAtRisk), now)
+	cs = mk(H, ReasonQuorumHealthy)
+	now = now.Add(time.Second)
+	d.Apply(cs, now)
+	assert.Equal(t, now, at(cs, "Quorum", ""))
+}
