@@ -135,6 +135,7 @@ var schemaYAML = typed.YAMLObject(`types:
         map:
           elementType:
             namedType: com.github.cozystack.cozy-health.pkg.apis.health.v1alpha1.NodeState
+          elementRelationship: atomic
     - name: observedAt
       type:
         namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Time

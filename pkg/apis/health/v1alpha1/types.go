@@ -97,7 +97,11 @@ type HealthStatus struct {
 	FreshUntil *metav1.Time `json:"freshUntil,omitempty"`
 
 	// Nodes is this component's state on each node, for node-local components.
+	// Atomic for server-side apply: one writer owns the whole map, so the
+	// apiserver tracks one field instead of one per node (at 5,000 nodes
+	// that is most of the cost of every status apply).
 	// +optional
+	// +mapType=atomic
 	Nodes map[string]NodeState `json:"nodes,omitempty"`
 
 	// DegradedNodes lists, comma-separated and sorted, the nodes whose state
