@@ -102,6 +102,16 @@ type feeder struct {
 	sinks  []*App
 }
 
+// feed starts a feeder of status to apps, every second, until stop or the
+// end of the test.
+func feed(ctx context.Context, t *testing.T, status map[string]report.Status, apps ...*App) (f *feeder, stop context.CancelFunc) {
+	f = &feeder{status: status, sinks: apps}
+	fctx, stop := context.WithCancel(ctx)
+	t.Cleanup(stop)
+	go f.run(fctx, time.Second)
+	return f, stop
+}
+
 func (f *feeder) set(node string, s report.Status) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -157,10 +167,7 @@ func TestWriterAppliesHealthObjects(t *testing.T) {
 	require.NoError(t, err)
 
 	r := startReplica(t, cp.Config, testConfig(t, "replica-1"), zaptest.NewLogger(t, zaptest.Level(zap.InfoLevel)))
-	f := &feeder{status: map[string]report.Status{"node-a": report.StatusHealthy, "node-b": report.StatusHealthy, "node-c": report.StatusHealthy}, sinks: []*App{r.app}}
-	fctx, fstop := context.WithCancel(ctx)
-	defer fstop()
-	go f.run(fctx, time.Second)
+	f, _ := feed(ctx, t, map[string]report.Status{"node-a": report.StatusHealthy, "node-b": report.StatusHealthy, "node-c": report.StatusHealthy}, r.app)
 
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		for _, comp := range report.NodeComponents {
@@ -296,10 +303,7 @@ func TestLeaderFailover(t *testing.T) {
 	log := zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel))
 	r1 := startReplica(t, cp.Config, testConfig(t, "replica-1"), log)
 	r2 := startReplica(t, cp.Config, testConfig(t, "replica-2"), log)
-	f := &feeder{status: map[string]report.Status{"node-a": report.StatusHealthy, "node-b": report.StatusHealthy}, sinks: []*App{r1.app, r2.app}}
-	fctx, fstop := context.WithCancel(ctx)
-	defer fstop()
-	go f.run(fctx, time.Second)
+	f, _ := feed(ctx, t, map[string]report.Status{"node-a": report.StatusHealthy, "node-b": report.StatusHealthy}, r1.app, r2.app)
 
 	var holder string
 	require.Eventually(t, func() bool { holder = leaseHolder(ctx, cp); return holder != "" }, time.Minute, 100*time.Millisecond)
@@ -361,10 +365,7 @@ func TestAPIServerOutage(t *testing.T) {
 	hc, err := versioned.NewForConfig(cp.Config)
 	require.NoError(t, err)
 	r := startReplica(t, cp.Config, testConfig(t, "replica-1"), zaptest.NewLogger(t, zaptest.Level(zap.ErrorLevel)))
-	f := &feeder{status: map[string]report.Status{"node-a": report.StatusHealthy, "node-b": report.StatusHealthy}, sinks: []*App{r.app}}
-	fctx, fstop := context.WithCancel(ctx)
-	defer fstop()
-	go f.run(fctx, time.Second)
+	f, _ := feed(ctx, t, map[string]report.Status{"node-a": report.StatusHealthy, "node-b": report.StatusHealthy}, r.app)
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		h, err := getHealth(ctx, hc, report.ComponentDisk)
 		if assert.NoError(c, err) {
@@ -421,10 +422,7 @@ func TestDeployRBACSuffices(t *testing.T) {
 	rc, err := cp.UserConfig("system:serviceaccount:cozy-health:cozy-health-aggregator", "system:serviceaccounts", "system:serviceaccounts:cozy-health", "system:authenticated")
 	require.NoError(t, err)
 	r := startReplica(t, rc, testConfig(t, "rbac-replica"), zaptest.NewLogger(t, zaptest.Level(zap.ErrorLevel)))
-	f := &feeder{status: map[string]report.Status{"node-a": report.StatusHealthy}, sinks: []*App{r.app}}
-	fctx, fstop := context.WithCancel(ctx)
-	defer fstop()
-	go f.run(fctx, time.Second)
+	f, _ := feed(ctx, t, map[string]report.Status{"node-a": report.StatusHealthy}, r.app)
 
 	hc, err := versioned.NewForConfig(cp.Config)
 	require.NoError(t, err)
@@ -477,10 +475,7 @@ func TestNodesThatNeverReportedReadUnknown(t *testing.T) {
 	cfg.NodeSelector = "health.cozystack.io/agent!=false"
 	require.NoError(t, cfg.Validate())
 	r := startReplica(t, cp.Config, cfg, zaptest.NewLogger(t, zaptest.Level(zap.ErrorLevel)))
-	f := &feeder{status: map[string]report.Status{"node-a": report.StatusHealthy}, sinks: []*App{r.app}}
-	fctx, fstop := context.WithCancel(ctx)
-	defer fstop()
-	go f.run(fctx, time.Second)
+	f, _ := feed(ctx, t, map[string]report.Status{"node-a": report.StatusHealthy}, r.app)
 
 	hc, err := versioned.NewForConfig(cp.Config)
 	require.NoError(t, err)
@@ -564,9 +559,7 @@ func TestNewLeaderKeepsLastTransitionTime(t *testing.T) {
 	}
 
 	first := startReplica(t, cp.Config, testConfig(t, "first"), log)
-	f1 := &feeder{status: maps.Clone(status), sinks: []*App{first.app}}
-	f1ctx, f1stop := context.WithCancel(ctx)
-	go f1.run(f1ctx, time.Second)
+	_, f1stop := feed(ctx, t, maps.Clone(status), first.app)
 	var since metav1.Time
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		h, err := getHealth(ctx, hc, report.ComponentDisk)
@@ -585,10 +578,7 @@ func TestNewLeaderKeepsLastTransitionTime(t *testing.T) {
 	time.Sleep(2500 * time.Millisecond)
 	secondStart := time.Now()
 	second := startReplica(t, cp.Config, testConfig(t, "second"), log)
-	f2 := &feeder{status: maps.Clone(status), sinks: []*App{second.app}}
-	f2ctx, f2stop := context.WithCancel(ctx)
-	defer f2stop()
-	go f2.run(f2ctx, time.Second)
+	feed(ctx, t, maps.Clone(status), second.app)
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		h, err := getHealth(ctx, hc, report.ComponentDisk)
 		if !assert.NoError(c, err) {
