@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"unicode/utf8"
-	"unique"
 
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -134,11 +133,12 @@ func ReportFromProto(p *pb.NodeReport) (*report.NodeReport, error) {
 		Sequence:        p.GetSequence(),
 		SentAt:          p.GetSentAt().AsTime(),
 		Interval:        p.GetInterval().AsDuration(),
-		AgentVersion:    intern(p.GetAgentVersion()),
+		AgentVersion:    p.GetAgentVersion(),
 		Observations:    make([]report.Observation, 0, len(p.GetObservations())),
 	}
-	// Most observations pin the report's own node; they share one
-	// reference.
+	// Consecutive observations of one resource (mostly the report's own
+	// node) share one reference, and a reference to the node names it with
+	// the report's own string: the aggregator keeps every node's report.
 	var lastRef *report.ResourceRef
 	for i, po := range p.GetObservations() {
 		st, err := StatusFromProto(po.GetStatus())
@@ -149,12 +149,12 @@ func ReportFromProto(p *pb.NodeReport) (*report.NodeReport, error) {
 			return nil, fmt.Errorf("observation %d has no component or check", i)
 		}
 		o := report.Observation{
-			Component:  intern(po.GetComponent()),
-			Check:      intern(po.GetCheck()),
+			Component:  po.GetComponent(),
+			Check:      po.GetCheck(),
 			Status:     st,
-			Reason:     intern(po.GetReason()),
+			Reason:     po.GetReason(),
 			Message:    po.GetMessage(),
-			Attributes: internKeys(po.GetAttributes()),
+			Attributes: po.GetAttributes(),
 		}
 		if r := po.GetResourceRef(); r != nil {
 			if lastRef == nil || lastRef.Kind != r.GetKind() || lastRef.Name != r.GetName() || lastRef.Namespace != r.GetNamespace() {
@@ -162,35 +162,11 @@ func ReportFromProto(p *pb.NodeReport) (*report.NodeReport, error) {
 				if name == out.NodeName {
 					name = out.NodeName
 				}
-				lastRef = &report.ResourceRef{Kind: intern(r.GetKind()), Name: name, Namespace: intern(r.GetNamespace())}
+				lastRef = &report.ResourceRef{Kind: r.GetKind(), Name: name, Namespace: r.GetNamespace()}
 			}
 			o.ResourceRef = lastRef
 		}
 		out.Observations = append(out.Observations, o)
 	}
 	return out, nil
-}
-
-// intern returns the one shared copy of a string of the report vocabulary
-// (component, check, reason, kind, attribute names, agent version): the
-// aggregator keeps the last report of every node, and without this each
-// of 5,000 reports holds its own copy of the same few dozen words.
-// Messages and resource names are not interned: they differ per node.
-func intern(s string) string {
-	if s == "" {
-		return ""
-	}
-	return unique.Make(s).Value()
-}
-
-// internKeys returns attrs with interned keys.
-func internKeys(attrs map[string]float64) map[string]float64 {
-	if len(attrs) == 0 {
-		return nil
-	}
-	out := make(map[string]float64, len(attrs))
-	for k, v := range attrs {
-		out[intern(k)] = v
-	}
-	return out
 }
