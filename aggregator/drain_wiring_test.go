@@ -190,4 +190,14 @@ func TestStateDrainNodes(t *testing.T) {
 	nodes = st.DrainNodes(t0.Add(3*time.Second+time.Millisecond), nil, grace)
 	assert.False(t, nodes["node-1"].Fresh, "stale past the grace")
 	assert.False(t, nodes["node-1"].Exists)
+
+	// A Node Kubernetes lists whose agent never reported: the drain check
+	// sees a Node with no data, as for one the state never held.
+	st.Expect("silent-1", t0)
+	nodes = st.DrainNodes(t0, map[string]drain.KubeNode{"silent-1": {}}, grace)
+	s := nodes["silent-1"]
+	assert.True(t, s.Exists)
+	assert.False(t, s.Fresh)
+	assert.Nil(t, s.LastReport)
+	assert.True(t, s.LastHeard.IsZero())
 }
