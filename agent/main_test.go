@@ -28,6 +28,7 @@ type node struct {
 	cilium  *ciliumsrc.Server
 	pinger  *kubeovnsrc.Server
 	linstor *linstorsrc.Server
+	drbd    *drbdsetup.Fake
 }
 
 func startNode(t *testing.T) *node {
@@ -70,7 +71,7 @@ func startNode(t *testing.T) *node {
 	require.NoError(t, os.Mkdir(probe, 0o700))
 
 	return &node{
-		shim: srv, cilium: cil, pinger: pinger, linstor: ls,
+		shim: srv, cilium: cil, pinger: pinger, linstor: ls, drbd: fake,
 		args: []string{
 			"--node-name", "node-0",
 			"--talosconfig", talosconfig,
@@ -177,4 +178,56 @@ func TestRunOnceTextAndUsage(t *testing.T) {
 
 	code = run([]string{"frobnicate"}, &stdout, &stderr)
 	assert.Equal(t, 2, code)
+}
+
+// TestMissingOptionalInputsDoNotStopTheAgent: on a node where the LINSTOR
+// client certificate, the talosconfig and the Cilium socket are not mounted
+// (the Secrets live in other namespaces and their mounts are optional), the
+// agent still reports everything else; the checks that need them read
+// Unknown with a reason that says what to mount.
+func TestMissingOptionalInputsDoNotStopTheAgent(t *testing.T) {
+	n := startNode(t)
+	pki, err := shim.NewPKI([]string{"127.0.0.1"}, []string{"linstor-client"}, time.Hour)
+	require.NoError(t, err)
+	ls, err := linstorsrc.Start("", pki.ServerTLS())
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = ls.Close() })
+	ls.SetNode("node-0", "ONLINE")
+	require.NoError(t, n.drbd.Set([]drbdsetup.Resource{{Name: "pvc-a", Role: "Secondary",
+		Devices: []drbdsetup.Device{{Volume: 0, DiskState: "UpToDate"}}}}))
+	dir := t.TempDir()
+	missing := filepath.Join(dir, "not-mounted")
+	args := append(append([]string{}, n.args...),
+		"--linstor-url", ls.URL,
+		"--linstor-ca-file", filepath.Join(missing, "ca.crt"),
+		"--linstor-client-cert-file", filepath.Join(missing, "tls.crt"),
+		"--linstor-client-key-file", filepath.Join(missing, "tls.key"),
+		"--talosconfig", filepath.Join(missing, "config"),
+		"--cilium-socket", filepath.Join(missing, "cilium.sock"),
+	)
+	out, code, _ := runOnceJSON(t, args)
+	assert.Equal(t, exitUnknown, code, "%+v", out)
+	byCheck := map[string][]string{}
+	for _, o := range out.Observations {
+		byCheck[o.Check] = append(byCheck[o.Check], o.Status+"/"+o.Reason+": "+o.Message)
+	}
+	for _, c := range []string{report.CheckFsyncLatency, report.CheckFsyncProbe, report.CheckDiskstats, report.CheckKubeOVNPinger} {
+		require.NotEmpty(t, byCheck[c], c)
+		for _, o := range byCheck[c] {
+			assert.Contains(t, o, "Healthy/", c)
+		}
+	}
+	for c, want := range map[string]string{
+		report.CheckLinstorSatellite: "LINSTOR CA " + filepath.Join(missing, "ca.crt") + " not found",
+		report.CheckTalosServices:    "talosconfig " + filepath.Join(missing, "config") + " not found",
+		report.CheckCiliumHealth:     "Cilium agent socket " + filepath.Join(missing, "cilium.sock") + " not found",
+	} {
+		require.Len(t, byCheck[c], 1, "%s: %v", c, byCheck)
+		assert.Contains(t, byCheck[c][0], "Unknown/"+report.ReasonInputMissing+": "+want, c)
+	}
+	// DRBD state is still read locally (drbdsetup) without LINSTOR.
+	require.NotEmpty(t, byCheck[report.CheckDRBDResource])
+	for _, o := range byCheck[report.CheckDRBDResource] {
+		assert.Contains(t, o, "Healthy/DiskUpToDate: resource pvc-a on node-0: disk UpToDate (from drbdsetup)")
+	}
 }

@@ -25,9 +25,22 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-// ErrNoConfig is returned when the talosconfig file does not exist: the
-// Talos source is absent here.
+// ErrNoConfig is wrapped by the *ConfigError returned when the talosconfig
+// file does not exist (its Secret is not mounted).
 var ErrNoConfig = errors.New("talosconfig not found")
+
+// ConfigError is returned when the talosconfig file cannot be used: it is
+// missing (wrapping ErrNoConfig and fs.ErrNotExist), unreadable, malformed,
+// or names no usable context. Nothing was dialled.
+type ConfigError struct {
+	// Path is the talosconfig path.
+	Path string
+	// Err is what went wrong.
+	Err error
+}
+
+func (e *ConfigError) Error() string { return fmt.Sprintf("talosconfig %s: %v", e.Path, e.Err) }
+func (e *ConfigError) Unwrap() error { return e.Err }
 
 // Config configures a Client.
 type Config struct {
@@ -70,20 +83,21 @@ func (c *Client) current(ctx context.Context) (*client.Client, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 
+	cfgErr := func(err error) error { return &ConfigError{Path: c.cfg.ConfigFile, Err: err} }
 	st, err := os.Stat(c.cfg.ConfigFile)
 	if errors.Is(err, fs.ErrNotExist) {
 		c.closeLocked()
-		return nil, fmt.Errorf("%w: %s", ErrNoConfig, c.cfg.ConfigFile)
+		return nil, cfgErr(fmt.Errorf("%w: %w", ErrNoConfig, err))
 	}
 	if err != nil {
-		return nil, fmt.Errorf("stat talosconfig: %w", err)
+		return nil, cfgErr(err)
 	}
 	if c.c != nil && st.ModTime().Equal(c.modTime) && st.Size() == c.size {
 		return c.c, nil
 	}
 	raw, err := os.ReadFile(c.cfg.ConfigFile)
 	if err != nil {
-		return nil, fmt.Errorf("read talosconfig: %w", err)
+		return nil, cfgErr(err)
 	}
 	sum := sha256.Sum256(raw)
 	if c.c != nil && bytes.Equal(sum[:], c.sum[:]) {
@@ -92,7 +106,7 @@ func (c *Client) current(ctx context.Context) (*client.Client, error) {
 	}
 	tc, err := clientconfig.FromBytes(raw)
 	if err != nil {
-		return nil, fmt.Errorf("parse talosconfig: %w", err)
+		return nil, cfgErr(fmt.Errorf("parse: %w", err))
 	}
 	opts := []client.OptionFunc{client.WithConfig(tc)}
 	if len(c.cfg.Endpoints) > 0 {
@@ -100,7 +114,7 @@ func (c *Client) current(ctx context.Context) (*client.Client, error) {
 	}
 	nc, err := client.New(ctx, opts...)
 	if err != nil {
-		return nil, fmt.Errorf("build talos client: %w", err)
+		return nil, cfgErr(fmt.Errorf("build client: %w", err))
 	}
 	reloaded := c.c != nil
 	c.closeLocked()

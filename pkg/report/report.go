@@ -106,6 +106,14 @@ const (
 	ReasonCheckPanicked = "CheckPanicked"
 	// ReasonNoData: no source reported this component.
 	ReasonNoData = "NoData"
+	// ReasonInputMissing: a file or socket the check reads (a client
+	// certificate, the talosconfig, a unix socket) is not on the node; the
+	// message names it and what to mount. The check recovers by itself when
+	// it appears.
+	ReasonInputMissing = "InputMissing"
+	// ReasonInputUnreadable: such an input is there but cannot be read or
+	// parsed (permissions, a half-written or malformed file).
+	ReasonInputUnreadable = "InputUnreadable"
 )
 
 // ResourceRef points at the resource an observation is about.

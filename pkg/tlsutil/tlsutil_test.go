@@ -73,3 +73,36 @@ func TestServerConfigReloadsRotatedPair(t *testing.T) {
 	_, err = ServerConfig(f.CertFile, "")
 	assert.Error(t, err)
 }
+
+func TestCAFileFollowsContentsAndKeepsTheLastGoodBundle(t *testing.T) {
+	dir := t.TempDir()
+	path := dir + "/ca.crt"
+	c := NewCAFile(path)
+	p, changed, err := c.Pool()
+	assert.Nil(t, p)
+	assert.False(t, changed)
+	require.ErrorContains(t, err, "read CA file")
+
+	ca1, err := NewCA("one", time.Hour)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(path, ca1.CertPEM, 0o600))
+	p1, changed, err := c.Pool()
+	require.NoError(t, err)
+	assert.True(t, changed)
+	_, changed, err = c.Pool()
+	require.NoError(t, err)
+	assert.False(t, changed, "same contents: same pool")
+
+	require.NoError(t, os.WriteFile(path, []byte("garbage"), 0o600))
+	p, _, err = c.Pool()
+	require.ErrorContains(t, err, "holds no PEM certificate")
+	assert.Same(t, p1, p, "a broken update keeps the last good bundle")
+
+	ca2, err := NewCA("two", time.Hour)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(path, append(append([]byte{}, ca1.CertPEM...), ca2.CertPEM...), 0o600))
+	p2, changed, err := c.Pool()
+	require.NoError(t, err)
+	assert.True(t, changed)
+	assert.NotSame(t, p1, p2)
+}

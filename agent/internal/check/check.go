@@ -6,6 +6,8 @@ package check
 import (
 	"context"
 	"errors"
+	"fmt"
+	"io/fs"
 
 	"github.com/cozystack/cozy-health/pkg/report"
 )
@@ -37,3 +39,31 @@ type notApplicableError struct{ why string }
 
 func (e *notApplicableError) Error() string { return "not applicable: " + e.why }
 func (e *notApplicableError) Unwrap() error { return ErrNotApplicable }
+
+// InputError is returned (possibly wrapped) by a check whose source is
+// configured but whose local input is missing or unreadable: a client
+// certificate from an optional Secret mount, the talosconfig, a unix socket.
+// The runner reports the check Unknown with Reason and Message, so the
+// operator reads what to fix; the check keeps being run and recovers by
+// itself once the input is there.
+type InputError struct {
+	// Reason is report.ReasonInputMissing or report.ReasonInputUnreadable.
+	Reason string
+	// Message names the input and says what to fix.
+	Message string
+	// Err is the underlying error.
+	Err error
+}
+
+func (e *InputError) Error() string { return e.Message }
+func (e *InputError) Unwrap() error { return e.Err }
+
+// Input wraps err, the failure to read the input what at path, into an
+// *InputError: ReasonInputMissing when the path does not exist, otherwise
+// ReasonInputUnreadable. fix says what to do about it ("mount Secret ...").
+func Input(what, path, fix string, err error) error {
+	if errors.Is(err, fs.ErrNotExist) {
+		return &InputError{Reason: report.ReasonInputMissing, Message: fmt.Sprintf("%s %s not found: %s", what, path, fix), Err: err}
+	}
+	return &InputError{Reason: report.ReasonInputUnreadable, Message: fmt.Sprintf("%s %s unreadable (%v): %s", what, path, err, fix), Err: err}
+}

@@ -176,10 +176,24 @@ func TestTalosconfigReload(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, report.StatusHealthy, obs[0].Status)
 
-	// No talosconfig at all: the Talos source is absent here.
+	// The talosconfig gone (its Secret unmounted): talos-services, which
+	// every node runs, reads Unknown and says what to mount; the etcd checks
+	// cannot tell a control-plane node from a worker and stay out.
 	require.NoError(t, os.Remove(n.config))
 	_, err = runCheck(t, etcdmember.New(n.client, thresholds()))
 	require.ErrorIs(t, err, check.ErrNotApplicable)
+	_, err = runCheck(t, talosservices.New(n.client))
+	var ie *check.InputError
+	require.ErrorAs(t, err, &ie)
+	assert.Equal(t, report.ReasonInputMissing, ie.Reason)
+	assert.Equal(t, "talosconfig "+n.config+" not found: "+talosservices.InputFix, ie.Message)
+
+	// A malformed one is unreadable, not missing.
+	require.NoError(t, os.WriteFile(n.config, []byte("context: [\n"), 0o600))
+	_, err = runCheck(t, talosservices.New(n.client))
+	require.ErrorAs(t, err, &ie)
+	assert.Equal(t, report.ReasonInputUnreadable, ie.Reason)
+	assert.Contains(t, ie.Message, "talosconfig "+n.config+" unreadable (")
 }
 
 // TestTalosWorkerAndHang: a worker (no etcd service) makes the etcd checks

@@ -30,7 +30,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}, []string{"check"}),
 		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "cozy_health_agent_check_errors_total",
-			Help: "Check runs that yielded Unknown, by reason (CheckTimeout, CheckFailed, CheckPanicked).",
+			Help: "Check runs that yielded Unknown, by reason (CheckTimeout, CheckFailed, CheckPanicked, InputMissing, InputUnreadable).",
 		}, []string{"check", "reason"}),
 		notApplicable: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "cozy_health_agent_check_not_applicable_total",

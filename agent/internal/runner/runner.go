@@ -53,6 +53,10 @@ type Runner struct {
 	// busy[i] is true while check i's goroutine has not returned, including
 	// after the runner abandoned it; a busy check is not started again.
 	busy []atomic.Bool
+	// inputGap[i] is the message of check i's last missing or unreadable
+	// input, "" when none: a missing input is logged when it starts, changes
+	// and ends, not every interval.
+	inputGap []atomic.Pointer[string]
 }
 
 // New builds a Runner; it registers its metrics with reg.
@@ -86,6 +90,7 @@ func New(cfg Config, checks []check.Check, reg prometheus.Registerer, log *zap.L
 		instanceID: hex.EncodeToString(id[:]),
 		sem:        make(chan struct{}, cfg.Concurrency),
 		busy:       make([]atomic.Bool, len(checks)),
+		inputGap:   make([]atomic.Pointer[string], len(checks)),
 	}, nil
 }
 
@@ -206,6 +211,15 @@ func (r *Runner) runOne(ctx context.Context, i int, c check.Check) outcome {
 		r.metrics.errors.WithLabelValues(name, report.ReasonCheckPanicked).Inc()
 		log.Error("check panicked", zap.Any("panic", res.panicked), zap.ByteString("stack", res.stack))
 		return outcome{obs: []report.Observation{r.unknown(c, report.ReasonCheckPanicked, fmt.Sprintf("check panicked: %v", res.panicked))}}
+	case errors.As(res.err, new(*check.InputError)):
+		var ie *check.InputError
+		errors.As(res.err, &ie)
+		r.metrics.errors.WithLabelValues(name, ie.Reason).Inc()
+		r.metrics.applicable.WithLabelValues(name).Set(1)
+		if prev := r.inputGap[i].Swap(&ie.Message); prev == nil || *prev != ie.Message {
+			log.Warn("check input unavailable; the check reads Unknown until it appears", zap.String("reason", ie.Reason), zap.String("input", ie.Message), zap.NamedError("cause", ie.Err))
+		}
+		return outcome{obs: []report.Observation{r.unknown(c, ie.Reason, ie.Message)}}
 	case errors.Is(res.err, check.ErrNotApplicable):
 		r.metrics.notApplicable.WithLabelValues(name).Inc()
 		r.metrics.applicable.WithLabelValues(name).Set(0)
@@ -222,6 +236,9 @@ func (r *Runner) runOne(ctx context.Context, i int, c check.Check) outcome {
 		r.metrics.errors.WithLabelValues(name, reason).Inc()
 		log.Warn("check failed", zap.Error(res.err), zap.Duration("took", elapsed))
 		return outcome{obs: []report.Observation{r.unknown(c, reason, res.err.Error())}}
+	}
+	if prev := r.inputGap[i].Swap(nil); prev != nil {
+		log.Info("check input available again", zap.String("was", *prev))
 	}
 	r.metrics.applicable.WithLabelValues(name).Set(1)
 	r.metrics.lastSuccess.WithLabelValues(name).SetToCurrentTime()

@@ -13,7 +13,6 @@ import (
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
-	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/keepalive"
 
 	pb "github.com/cozystack/cozy-health/proto/cozyhealth/v1"
@@ -52,7 +51,7 @@ func (u *Uplink) runReplica(ctx context.Context, r *replica) {
 	tc := u.tls.Clone()
 	tc.ServerName = r.serverName
 	conn, err := grpc.NewClient("passthrough:///"+r.addr,
-		grpc.WithTransportCredentials(credentials.NewTLS(tc)),
+		grpc.WithTransportCredentials(newCAReloadingCreds(tc, u.ca, log)),
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: u.cfg.KeepaliveTime, Timeout: u.cfg.KeepaliveTimeout, PermitWithoutStream: true}),
 		grpc.WithConnectParams(grpc.ConnectParams{
 			Backoff:           backoff.Config{BaseDelay: u.cfg.BackoffInitial, Multiplier: 2, Jitter: 0.2, MaxDelay: u.cfg.BackoffMax},

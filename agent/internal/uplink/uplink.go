@@ -150,6 +150,7 @@ type Uplink struct {
 	signer     *signing.Signer
 	instanceID string
 	tls        *tls.Config
+	ca         *tlsutil.CAFile
 	m          *metrics
 
 	seq     atomic.Uint64
@@ -173,11 +174,14 @@ func New(cfg Config, log *zap.Logger) (*Uplink, error) {
 		log = zap.NewNop()
 	}
 	log = log.With(zap.String("component", "uplink"))
-	pool, err := tlsutil.LoadCAPool(cfg.CAFile)
-	if err != nil {
-		return nil, fmt.Errorf("uplink: %w", err)
+	// The CA bundle is read for every connection (it rotates); a bundle not
+	// mounted yet fails connections, with the reason, until it is.
+	ca := tlsutil.NewCAFile(cfg.CAFile)
+	if _, _, err := ca.Pool(); err != nil {
+		log.Warn("aggregator CA bundle not readable yet; connections fail until it is", zap.String("caFile", cfg.CAFile), zap.Error(err))
 	}
 	var signer *signing.Signer
+	var err error
 	if cfg.InsecureDevKeyFile != "" {
 		signer, err = signing.LoadKeyFile(cfg.InsecureDevKeyFile)
 		if err != nil {
@@ -197,7 +201,7 @@ func New(cfg Config, log *zap.Logger) (*Uplink, error) {
 	}
 	return &Uplink{
 		cfg: cfg, log: log, signer: signer, instanceID: hex.EncodeToString(id),
-		tls: &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: pool}, m: m,
+		tls: &tls.Config{MinVersion: tls.VersionTLS12}, ca: ca, m: m,
 		replicas: map[string]*replica{}, resolved: map[string][]target{},
 	}, nil
 }

@@ -61,6 +61,11 @@ const (
 	StateDisabled = "Disabled"
 )
 
+// InputFix says what to do when the socket is not there: the agent reaches
+// it through a hostPath mount of Cilium's run directory; connecting to a
+// unix socket needs write permission on it.
+const InputFix = "mount hostPath /var/run/cilium (Cilium's run directory) writable at the directory of --cilium-socket, and check that the Cilium agent runs on this node; on a cluster without Cilium set --cilium-socket= to disable the check"
+
 // Check is the cilium-health check.
 type Check struct {
 	socket string
@@ -94,10 +99,13 @@ func (c *Check) Run(ctx context.Context) ([]report.Observation, error) {
 	if c.socket == "" {
 		return nil, check.NotApplicable("no cilium socket configured")
 	}
-	if _, err := os.Stat(c.socket); errors.Is(err, fs.ErrNotExist) {
-		return nil, check.NotApplicable(fmt.Sprintf("cilium socket %s does not exist", c.socket))
+	if _, err := os.Stat(c.socket); err != nil {
+		return nil, check.Input("Cilium agent socket", c.socket, InputFix, err)
 	}
 	body, err := httpsource.Get(ctx, c.client, HealthzURL, nil)
+	if errors.Is(err, fs.ErrPermission) {
+		return nil, check.Input("Cilium agent socket", c.socket, InputFix, err)
+	}
 	if errors.Is(err, syscall.ECONNREFUSED) {
 		return []report.Observation{{Status: report.StatusDown, Reason: "AgentNotListening",
 			Message: fmt.Sprintf("cilium socket %s exists but nothing accepts connections: %v", c.socket, err)}}, nil

@@ -92,7 +92,10 @@ func TestCiliumAbsentOrDead(t *testing.T) {
 	require.ErrorIs(t, err, check.ErrNotApplicable)
 	sock := socketPath(t)
 	_, err = New(sock).Run(context.Background())
-	require.ErrorIs(t, err, check.ErrNotApplicable, "no socket: Cilium does not run on this node")
+	var ie *check.InputError
+	require.ErrorAs(t, err, &ie, "no socket: the mount is missing or Cilium does not run here; Unknown, never omitted")
+	assert.Equal(t, report.ReasonInputMissing, ie.Reason)
+	assert.Contains(t, ie.Message, "Cilium agent socket "+sock+" not found: mount hostPath /var/run/cilium")
 
 	// A socket file nobody accepts on: the agent is not running.
 	ln, err := net.Listen("unix", sock)

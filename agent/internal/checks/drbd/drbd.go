@@ -7,6 +7,7 @@ package drbd
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os/exec"
 	"slices"
@@ -27,7 +28,9 @@ type Check struct {
 var _ check.Check = (*Check)(nil)
 
 // New returns the check; a nil LINSTOR client and an empty or missing
-// drbdsetup make it not applicable.
+// drbdsetup make it not applicable. When the LINSTOR client's TLS files are
+// missing, the local view (drbdsetup) is reported alone; without drbdsetup
+// the check reads Unknown with the input's reason.
 func New(c *linstor.Client, drbdsetup, node string) *Check {
 	return &Check{linstor: c, drbdsetup: drbdsetup, node: node}
 }
@@ -50,8 +53,14 @@ func (c *Check) Run(ctx context.Context) ([]report.Observation, error) {
 		return nil, check.NotApplicable("no LINSTOR URL configured and no drbdsetup binary")
 	}
 	var view []linstor.ResourceWithVolumes
-	if c.linstor != nil {
+	linstorOn := c.linstor != nil
+	if linstorOn {
 		local, err := c.linstor.ResourceView(ctx, []string{c.node}, nil)
+		if errors.As(err, new(*check.InputError)) && bin != "" {
+			// The LINSTOR client's files are not mounted (linstor-satellite
+			// says so): the kernel's view still stands on its own.
+			linstorOn, local, err = false, nil, nil
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -74,7 +83,7 @@ func (c *Check) Run(ctx context.Context) ([]report.Observation, error) {
 			return nil, err
 		}
 	}
-	return Judge(c.node, view, local, c.linstor != nil), nil
+	return Judge(c.node, view, local, linstorOn), nil
 }
 
 // rank orders disk states from good to bad for picking a resource's worst

@@ -4,6 +4,7 @@
 package linstor
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -14,7 +15,9 @@ import (
 	"net/url"
 	"os"
 	"strings"
+	"sync"
 
+	"github.com/cozystack/cozy-health/agent/internal/check"
 	"github.com/cozystack/cozy-health/agent/internal/checks/httpsource"
 )
 
@@ -24,42 +27,102 @@ type ClientConfig struct {
 	CAFile, CertFile, KeyFile string
 }
 
+// InputFix says what to do when the LINSTOR TLS files are missing: Cozystack
+// keeps the client certificate in this Secret, which the agent mounts
+// optional so that a node without it still reports everything else.
+const InputFix = "mount Secret linstor-client-tls from cozy-linstor (keys ca.crt, tls.crt, tls.key) at the paths of --linstor-ca-file, --linstor-client-cert-file and --linstor-client-key-file"
+
 // Client is a minimal LINSTOR REST client.
 type Client struct {
 	base *url.URL
+	cfg  ClientConfig
+
+	// mu guards the fields below: the HTTP client built from the TLS files
+	// as they were last read.
+	mu   sync.Mutex
 	http *http.Client
+	// files are the contents http was built from (CA, cert, key).
+	files [3][]byte
 }
 
-// NewClient builds a client; TLS material is read now.
+// NewClient builds a client. The TLS files are not read here: they are read
+// before every request, and the transport is rebuilt when their contents
+// change, so a Secret mounted after the agent started or a rotated
+// certificate is picked up without a restart, and a missing file makes the
+// checks Unknown (a *check.InputError) instead of stopping the agent.
 func NewClient(cfg ClientConfig) (*Client, error) {
 	u, err := url.Parse(strings.TrimSuffix(cfg.URL, "/"))
 	if err != nil {
 		return nil, fmt.Errorf("parse linstor url: %w", err)
 	}
+	if (cfg.CertFile == "") != (cfg.KeyFile == "") {
+		return nil, errors.New("linstor client certificate and key go together")
+	}
+	c := &Client{base: u, cfg: cfg}
+	if cfg.CAFile == "" && cfg.CertFile == "" {
+		c.http = &http.Client{Transport: newTransport(nil)}
+	}
+	return c, nil
+}
+
+func newTransport(tc *tls.Config) *http.Transport {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.MaxIdleConnsPerHost = 1
-	if cfg.CAFile != "" || cfg.CertFile != "" {
-		tc := &tls.Config{MinVersion: tls.VersionTLS12}
-		if cfg.CAFile != "" {
-			pem, err := os.ReadFile(cfg.CAFile)
-			if err != nil {
-				return nil, fmt.Errorf("read linstor ca: %w", err)
-			}
-			tc.RootCAs = x509.NewCertPool()
-			if !tc.RootCAs.AppendCertsFromPEM(pem) {
-				return nil, errors.New("read linstor ca: no certificate in " + cfg.CAFile)
-			}
-		}
-		if cfg.CertFile != "" {
-			crt, err := tls.LoadX509KeyPair(cfg.CertFile, cfg.KeyFile)
-			if err != nil {
-				return nil, fmt.Errorf("load linstor client certificate: %w", err)
-			}
-			tc.Certificates = []tls.Certificate{crt}
-		}
-		tr.TLSClientConfig = tc
+	tr.TLSClientConfig = tc
+	return tr
+}
+
+// client returns the HTTP client for the TLS files as they are now.
+func (c *Client) client() (*http.Client, error) {
+	if c.cfg.CAFile == "" && c.cfg.CertFile == "" {
+		return c.http, nil
 	}
-	return &Client{base: u, http: &http.Client{Transport: tr}}, nil
+	var files [3][]byte
+	for i, f := range []struct{ what, path string }{
+		{"LINSTOR CA", c.cfg.CAFile}, {"LINSTOR client certificate", c.cfg.CertFile}, {"LINSTOR client key", c.cfg.KeyFile},
+	} {
+		if f.path == "" {
+			continue
+		}
+		b, err := os.ReadFile(f.path)
+		if err != nil {
+			return nil, check.Input(f.what, f.path, InputFix, err)
+		}
+		files[i] = b
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.http != nil && sameFiles(files, c.files) {
+		return c.http, nil
+	}
+	tc := &tls.Config{MinVersion: tls.VersionTLS12}
+	if c.cfg.CAFile != "" {
+		tc.RootCAs = x509.NewCertPool()
+		if !tc.RootCAs.AppendCertsFromPEM(files[0]) {
+			return nil, check.Input("LINSTOR CA", c.cfg.CAFile, InputFix, errors.New("no PEM certificate in it"))
+		}
+	}
+	if c.cfg.CertFile != "" {
+		crt, err := tls.X509KeyPair(files[1], files[2])
+		if err != nil {
+			return nil, check.Input("LINSTOR client certificate", c.cfg.CertFile, InputFix, err)
+		}
+		tc.Certificates = []tls.Certificate{crt}
+	}
+	if c.http != nil {
+		c.http.CloseIdleConnections()
+	}
+	c.http, c.files = &http.Client{Transport: newTransport(tc)}, files
+	return c.http, nil
+}
+
+func sameFiles(a, b [3][]byte) bool {
+	for i := range a {
+		if !bytes.Equal(a[i], b[i]) {
+			return false
+		}
+	}
+	return true
 }
 
 // Node is the part of LINSTOR's Node read here.
@@ -113,7 +176,11 @@ func (c *Client) get(ctx context.Context, path string, q url.Values, into any) e
 	u := *c.base
 	u.Path += path
 	u.RawQuery = q.Encode()
-	body, err := httpsource.Get(ctx, c.http, u.String(), http.Header{"Accept": {"application/json"}})
+	hc, err := c.client()
+	if err != nil {
+		return err
+	}
+	body, err := httpsource.Get(ctx, hc, u.String(), http.Header{"Accept": {"application/json"}})
 	if err != nil {
 		return err
 	}

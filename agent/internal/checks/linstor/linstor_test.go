@@ -88,8 +88,23 @@ func TestMutualTLS(t *testing.T) {
 	require.Error(t, err)
 	assert.NotErrorIs(t, err, check.ErrNotApplicable)
 
-	_, err = NewClient(ClientConfig{URL: srv.URL, CAFile: filepath.Join(dir, "missing")})
-	require.Error(t, err)
+	// A CA file that is not mounted: the client is built (the agent runs),
+	// the check reads Unknown and says what to mount.
+	noCA, err := NewClient(ClientConfig{URL: srv.URL, CAFile: filepath.Join(dir, "missing")})
+	require.NoError(t, err)
+	_, err = NewSatellite(noCA, "node-0").Run(context.Background())
+	var ie *check.InputError
+	require.ErrorAs(t, err, &ie)
+	assert.Equal(t, report.ReasonInputMissing, ie.Reason)
+	assert.Equal(t, "LINSTOR CA "+filepath.Join(dir, "missing")+" not found: "+InputFix, ie.Message)
+	// A CA file that holds no certificate is unreadable.
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "missing"), []byte("not PEM"), 0o600))
+	_, err = NewSatellite(noCA, "node-0").Run(context.Background())
+	require.ErrorAs(t, err, &ie)
+	assert.Equal(t, report.ReasonInputUnreadable, ie.Reason)
+
+	_, err = NewClient(ClientConfig{URL: srv.URL, CAFile: ca, CertFile: crt})
+	require.Error(t, err, "a certificate without its key")
 }
 
 func TestParseRealSample(t *testing.T) {

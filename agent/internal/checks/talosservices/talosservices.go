@@ -48,16 +48,23 @@ func (c *Check) Run(ctx context.Context) ([]report.Observation, error) {
 	return []report.Observation{Judge(svcs)}, nil
 }
 
-// ServiceList reads the services, mapping an absent talosconfig to "not
-// applicable".
+// InputFix says what to do when the talosconfig is missing or unusable.
+const InputFix = "mount Secret cozy-health-agent-talos-secrets (key config) at the directory of --talosconfig; " +
+	"Talos creates it for the talos.dev ServiceAccount of that name once the machine-config patch enabling kubernetesTalosAPIAccess " +
+	"(role os:reader, the agent's namespace) is applied on the control-plane nodes"
+
+// ServiceList reads the services. No talosconfig configured is "not
+// applicable"; one configured but missing or unusable is a
+// *check.InputError (Unknown, saying what to mount).
 func ServiceList(ctx context.Context, c *talos.Client) ([]*machine.ServiceInfo, error) {
 	if c == nil {
 		return nil, check.NotApplicable("no talosconfig configured")
 	}
 	svcs, err := c.ServiceList(ctx)
 	if err != nil {
-		if isNoConfig(err) {
-			return nil, check.NotApplicable(err.Error())
+		var ce *talos.ConfigError
+		if errors.As(err, &ce) {
+			return nil, check.Input("talosconfig", ce.Path, InputFix, ce.Err)
 		}
 		return nil, err
 	}
@@ -127,8 +134,6 @@ func Judge(svcs []*machine.ServiceInfo) report.Observation {
 	return report.Observation{Status: status, Reason: reason, Message: strings.Join(parts, "; ")}
 }
 
-func isNoConfig(err error) bool { return errors.Is(err, talos.ErrNoConfig) }
-
 // learnerUnsupported is etcd's answer (rpctypes.ErrGRPCNotSupportedForLearner)
 // when a learner is asked for something only voting members serve, such as
 // the member or alarm list; Talos passes it on in its error's message.
@@ -149,8 +154,18 @@ func LearnerNotApplicable(err error, what string) error {
 
 // RequireEtcd returns this node's etcd service, or a "not applicable" error
 // on a node without one (not a control-plane node, no talosconfig).
+//
+// A talosconfig that is configured but missing or unusable is "not
+// applicable" here too: without it nothing tells a control-plane node from
+// a worker, and an Unknown etcd member reported by every worker would count
+// as a voting member in etcd's quorum projection. The talos-services check,
+// which every node runs, carries the Unknown and what to mount.
 func RequireEtcd(ctx context.Context, c *talos.Client) (*machine.ServiceInfo, error) {
 	svcs, err := ServiceList(ctx, c)
+	var ie *check.InputError
+	if errors.As(err, &ie) {
+		return nil, check.NotApplicable("the Talos API is not reachable without the talosconfig (talos-services reads Unknown): " + ie.Message)
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -1,0 +1,162 @@
+package checks_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/zap/zaptest"
+
+	"github.com/cozystack/cozy-health/agent/internal/checks"
+	"github.com/cozystack/cozy-health/agent/internal/checks/linstor"
+	"github.com/cozystack/cozy-health/agent/internal/config"
+	"github.com/cozystack/cozy-health/agent/internal/runner"
+	"github.com/cozystack/cozy-health/pkg/report"
+	"github.com/cozystack/cozy-health/talos/shim"
+	"github.com/cozystack/cozy-health/test/harness"
+	ciliumsrc "github.com/cozystack/cozy-health/test/sources/cilium"
+	linstorsrc "github.com/cozystack/cozy-health/test/sources/linstor"
+	"github.com/cozystack/cozy-health/test/volume"
+)
+
+// TestMissingInputsRecoverWithoutRestart: one agent's checks, built once,
+// on a node where the LINSTOR client Secret, the Talos ServiceAccount Secret
+// and the Cilium socket are not there yet. Those checks read Unknown with
+// what to mount while the rest report; when the kubelet later writes the
+// Secret volumes (its atomic layout) and Cilium starts, the very same checks
+// recover on their next run; a rotated LINSTOR certificate is followed and a
+// half-broken one reads InputUnreadable.
+func TestMissingInputsRecoverWithoutRestart(t *testing.T) {
+	cluster := harness.StartEtcdClusterT(t, 1)
+	talosPKI, err := shim.NewPKI([]string{"127.0.0.1"}, []string{"os:reader"}, time.Hour)
+	require.NoError(t, err)
+	srv, err := shim.New(shim.Config{Hostname: "node-0", EtcdEndpoint: cluster.Members[0].ClientURL, TLS: talosPKI.ServerTLS()})
+	require.NoError(t, err)
+	talosAddr, err := srv.Listen("127.0.0.1:0")
+	require.NoError(t, err)
+	t.Cleanup(srv.Stop)
+
+	linstorPKI, err := shim.NewPKI([]string{"127.0.0.1"}, []string{"linstor-client"}, time.Hour)
+	require.NoError(t, err)
+	ls, err := linstorsrc.Start("", linstorPKI.ServerTLS())
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = ls.Close() })
+	ls.SetNode("node-0", "ONLINE")
+
+	dir := t.TempDir()
+	sockDir, err := os.MkdirTemp("", "cil")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = os.RemoveAll(sockDir) })
+	talosDir, linstorDir := filepath.Join(dir, "talos.dev"), filepath.Join(dir, "linstor-client")
+	probe := filepath.Join(dir, "probe")
+	require.NoError(t, os.Mkdir(probe, 0o700))
+
+	cfg := config.Default()
+	cfg.NodeName = "node-0"
+	s := &cfg.Sources
+	s.TalosConfig = filepath.Join(talosDir, "config")
+	s.EtcdMetricsURL = cluster.Members[0].MetricsURL
+	s.FsyncProbeDir = probe
+	s.ProcRoot, s.DrbdsetupPath = "", ""
+	s.CiliumSocket = filepath.Join(sockDir, "cilium.sock")
+	s.LinstorURL = ls.URL
+	s.LinstorCAFile, s.LinstorCertFile, s.LinstorKeyFile = filepath.Join(linstorDir, "ca.crt"), filepath.Join(linstorDir, "tls.crt"), filepath.Join(linstorDir, "tls.key")
+	cfg.Thresholds.FsyncProbeDegraded, cfg.Thresholds.FsyncProbeDown = 30*time.Second, time.Minute
+	require.NoError(t, cfg.Validate())
+
+	set, err := checks.Build(cfg, zaptest.NewLogger(t))
+	require.NoError(t, err, "a missing optional input never stops the agent")
+	t.Cleanup(func() { _ = set.Close() })
+	reg := prometheus.NewRegistry()
+	r, err := runner.New(runner.Config{NodeName: "node-0", Interval: 5 * time.Second, CheckDeadline: 2 * time.Second, Concurrency: 4}, set.Checks, reg, zaptest.NewLogger(t))
+	require.NoError(t, err)
+	collect := func() map[string]report.Observation {
+		out := map[string]report.Observation{}
+		for _, o := range r.Collect(context.Background(), 5*time.Second).Observations {
+			out[o.Check] = o
+		}
+		return out
+	}
+
+	obs := collect()
+	for c, want := range map[string]string{
+		report.CheckTalosServices:    "talosconfig " + s.TalosConfig + " not found: mount Secret cozy-health-agent-talos-secrets",
+		report.CheckCiliumHealth:     "Cilium agent socket " + s.CiliumSocket + " not found: mount hostPath /var/run/cilium",
+		report.CheckLinstorSatellite: "LINSTOR CA " + s.LinstorCAFile + " not found: " + linstor.InputFix,
+		// No drbdsetup on this node: without LINSTOR nothing is known.
+		report.CheckDRBDResource: "LINSTOR CA " + s.LinstorCAFile + " not found",
+	} {
+		o, ok := obs[c]
+		require.True(t, ok, "%s is reported, not left out: %v", c, obs)
+		assert.Equal(t, report.StatusUnknown, o.Status, c)
+		assert.Equal(t, report.ReasonInputMissing, o.Reason, c)
+		assert.True(t, strings.HasPrefix(o.Message, want), "%s: %q", c, o.Message)
+	}
+	for _, c := range []string{report.CheckEtcdMember, report.CheckEtcdMembership, report.CheckEtcdAlarms} {
+		assert.NotContains(t, obs, c, "without the talosconfig a worker cannot be told from a control-plane node")
+	}
+	for _, c := range []string{report.CheckFsyncLatency, report.CheckFsyncProbe} {
+		assert.Equal(t, report.StatusHealthy, obs[c].Status, "%s keeps reporting: %+v", c, obs[c])
+	}
+	assert.Equal(t, 1.0, errorsTotal(t, reg, report.CheckLinstorSatellite, report.ReasonInputMissing))
+
+	// The kubelet mounts the Secrets (they were created meanwhile) and the
+	// Cilium agent comes up.
+	talosconfig, err := talosPKI.Talosconfig([]string{talosAddr}, talosPKI.ClientCertPEM, talosPKI.ClientKeyPEM)
+	require.NoError(t, err)
+	require.NoError(t, volume.Write(talosDir, map[string][]byte{"config": talosconfig}))
+	require.NoError(t, volume.Write(linstorDir, map[string][]byte{"ca.crt": linstorPKI.CAPEM, "tls.crt": linstorPKI.ClientCertPEM, "tls.key": linstorPKI.ClientKeyPEM}))
+	cil, err := ciliumsrc.Start(s.CiliumSocket)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = cil.Close() })
+
+	obs = collect()
+	for _, c := range []string{report.CheckTalosServices, report.CheckEtcdMember, report.CheckEtcdMembership, report.CheckEtcdAlarms,
+		report.CheckCiliumHealth, report.CheckLinstorSatellite} {
+		assert.Equal(t, report.StatusHealthy, obs[c].Status, "%s recovered without a restart: %+v", c, obs[c])
+	}
+	assert.NotContains(t, obs, report.CheckDRBDResource, "no resource on this node: nothing to judge")
+
+	// A half-written rotation (certificate and key that do not match) is
+	// unreadable; the complete one is followed.
+	crt, _, err := linstorPKI.IssueClient([]string{"linstor-client"}, time.Hour)
+	require.NoError(t, err)
+	require.NoError(t, volume.Write(linstorDir, map[string][]byte{"ca.crt": linstorPKI.CAPEM, "tls.crt": crt, "tls.key": linstorPKI.ClientKeyPEM}))
+	o := collect()[report.CheckLinstorSatellite]
+	assert.Equal(t, report.StatusUnknown, o.Status)
+	assert.Equal(t, report.ReasonInputUnreadable, o.Reason)
+	assert.Contains(t, o.Message, "LINSTOR client certificate "+s.LinstorCertFile+" unreadable (tls: private key does not match public key)")
+	crt, key, err := linstorPKI.IssueClient([]string{"linstor-client"}, time.Hour)
+	require.NoError(t, err)
+	require.NoError(t, volume.Write(linstorDir, map[string][]byte{"ca.crt": linstorPKI.CAPEM, "tls.crt": crt, "tls.key": key}))
+	assert.Equal(t, report.StatusHealthy, collect()[report.CheckLinstorSatellite].Status)
+}
+
+// errorsTotal reads cozy_health_agent_check_errors_total{check, reason}.
+func errorsTotal(t *testing.T, reg *prometheus.Registry, check, reason string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	require.NoError(t, err)
+	for _, mf := range mfs {
+		if mf.GetName() != "cozy_health_agent_check_errors_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			if labels["check"] == check && labels["reason"] == reason {
+				return m.GetCounter().GetValue()
+			}
+		}
+	}
+	t.Fatalf("no cozy_health_agent_check_errors_total{check=%q,reason=%q}", check, reason)
+	return 0
+}
