@@ -45,7 +45,7 @@ func run() int {
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	a, err := app.New(cfg, log, app.Options{Hooks: drainHooks(ctx, cfg, nil)})
+	a, err := app.New(cfg, log, app.Options{})
 	if err != nil {
 		log.Error("start aggregator", zap.String("component", "main"), zap.Error(err))
 		return 1

@@ -1,7 +1,13 @@
-// Package app wires the aggregator: ingest -> state -> rollup -> {writer,
-// metrics}, the gRPC server, the probe/drain HTTP server, the metrics
-// server, the Node watcher and leader election. main builds a Config and
-// calls New and Run; tests and benchmarks do the same in process.
+// Package app is the one place the aggregator is wired: ingest -> state ->
+// rollup -> {writer, metrics, drain}, the gRPC server (ingest and
+// DrainService), the probe/drain HTTP server, the metrics server, the
+// Node informer and leader election. main builds a Config and calls New and
+// Run; tests and benchmarks do the same in process.
+//
+// New only builds: it opens the listeners but starts no goroutine. Run
+// starts everything under one errgroup and stops it all when its context
+// ends. Kubernetes is read through one client and one shared informer
+// factory (App.informers), started in Run.
 package app
 
 import (
@@ -25,12 +31,14 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/utils/clock"
 
 	"github.com/cozystack/cozy-health/aggregator/internal/config"
+	"github.com/cozystack/cozy-health/aggregator/internal/drain"
 	"github.com/cozystack/cozy-health/aggregator/internal/ingest"
 	"github.com/cozystack/cozy-health/aggregator/internal/leader"
 	"github.com/cozystack/cozy-health/aggregator/internal/metrics"
@@ -39,26 +47,10 @@ import (
 	"github.com/cozystack/cozy-health/aggregator/internal/writer"
 	"github.com/cozystack/cozy-health/pkg/client/clientset/versioned"
 	"github.com/cozystack/cozy-health/pkg/memtrim"
+	pb "github.com/cozystack/cozy-health/proto/cozyhealth/v1"
 )
 
 var _ ingest.Sink = (*state.State)(nil)
-
-// Deps are what an extension (the drain-check API) may read.
-type Deps struct {
-	State      *state.State
-	Engine     *Engine
-	Registerer prometheus.Registerer
-	Log        *zap.Logger
-}
-
-// Hooks let later parts mount themselves on the aggregator's servers
-// without changing this package: HTTP is called with the --http-addr mux
-// (add e.g. "GET /v1/drain-check"), GRPC with the --listen server before it
-// serves (register e.g. the DrainService).
-type Hooks struct {
-	HTTP func(mux *http.ServeMux, d Deps) error
-	GRPC func(g *grpc.Server, d Deps) error
-}
 
 // Options are the non-flag inputs of New.
 type Options struct {
@@ -66,28 +58,36 @@ type Options struct {
 	RestConfig *rest.Config
 	// Clock defaults to the real clock.
 	Clock clock.WithTicker
-	// Hooks mount extensions.
-	Hooks Hooks
 }
 
 // App is a wired aggregator.
 type App struct {
-	cfg     config.Config
-	log     *zap.Logger
-	clock   clock.WithTicker
-	kube    kubernetes.Interface
-	hc      versioned.Interface
-	reg     *prometheus.Registry
-	metrics *metrics.Metrics
-	state   *state.State
-	nodes   labels.Selector
-	writer  *writer.Writer
-	engine  *Engine
-	ingest  *ingest.Server
-	grpc    *grpc.Server
-	health  *health.Server
-	httpSrv *http.Server
-	metSrv  *http.Server
+	cfg   config.Config
+	log   *zap.Logger
+	clock clock.WithTicker
+	kube  kubernetes.Interface
+	hc    versioned.Interface
+	// informers is the one shared informer factory on kube: every watch of
+	// a Kubernetes object goes through it (the Node informer feeds both the
+	// state's node set and the drain check). New takes informers from it and
+	// registers handlers; Run starts it. A cluster adapter plugs in the same
+	// way: its informers come from this factory (or, for CRDs such as
+	// HelmReleases, CNPG Clusters or Kamaji control planes, from a dynamic
+	// informer factory kept beside it and started at the same place in Run),
+	// and any loop it needs runs as one more goroutine of Run's errgroup.
+	informers informers.SharedInformerFactory
+	reg       *prometheus.Registry
+	metrics   *metrics.Metrics
+	state     *state.State
+	nodes     labels.Selector
+	writer    *writer.Writer
+	engine    *Engine
+	drain     *drain.Service
+	ingest    *ingest.Server
+	grpc      *grpc.Server
+	health    *health.Server
+	httpSrv   *http.Server
+	metSrv    *http.Server
 
 	grpcLis, httpLis, metLis net.Listener
 	ready                    atomic.Bool
@@ -160,6 +160,16 @@ func New(cfg config.Config, log *zap.Logger, opts Options) (a *App, err error) {
 		rollup.Holds{Degraded: cfg.DampDegraded, Down: cfg.DampDown, Unknown: cfg.DampUnknown},
 		rollup.DefaultMaxListed, a.metrics, a.writer, a.clock, a.log)
 
+	a.informers = informers.NewSharedInformerFactory(a.kube, 10*time.Minute)
+	nodes := a.informers.Core().V1().Nodes()
+	if err := trackNodes(nodes.Informer(), a.state, a.nodes, a.clock.Now, a.log); err != nil {
+		return nil, err
+	}
+	var drainAuth *drain.Authorizer
+	if a.drain, drainAuth, err = a.newDrain(nodes, log); err != nil {
+		return nil, err
+	}
+
 	icfg := ingest.Config{
 		TokenAudience: cfg.TokenAudience, AgentServiceAccount: cfg.AgentServiceAccount,
 		DesiredInterval: cfg.ReportInterval, InsecureDevKeysDir: cfg.InsecureDevKeysDir,
@@ -195,12 +205,7 @@ func New(cfg config.Config, log *zap.Logger, opts Options) (a *App, err error) {
 	a.health = health.NewServer()
 	healthpb.RegisterHealthServer(a.grpc, a.health)
 
-	deps := Deps{State: a.state, Engine: a.engine, Registerer: a.reg, Log: log}
-	if opts.Hooks.GRPC != nil {
-		if err := opts.Hooks.GRPC(a.grpc, deps); err != nil {
-			return nil, fmt.Errorf("grpc hook: %w", err)
-		}
-	}
+	pb.RegisterDrainServiceServer(a.grpc, drain.NewGRPCServer(a.drain, drainAuth))
 	grpcMetrics.InitializeMetrics(a.grpc)
 
 	mux := http.NewServeMux()
@@ -212,11 +217,7 @@ func New(cfg config.Config, log *zap.Logger, opts Options) (a *App, err error) {
 		}
 		_, _ = w.Write([]byte("ok\n"))
 	})
-	if opts.Hooks.HTTP != nil {
-		if err := opts.Hooks.HTTP(mux, deps); err != nil {
-			return nil, fmt.Errorf("http hook: %w", err)
-		}
-	}
+	drain.NewHandler(a.drain, drainAuth).Mount(mux)
 	a.httpSrv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	metMux := http.NewServeMux()
 	metMux.Handle("GET /metrics", promhttp.HandlerFor(a.reg, promhttp.HandlerOpts{Registry: a.reg}))
@@ -267,9 +268,19 @@ func (a *App) Engine() *Engine { return a.engine }
 func (a *App) Registry() *prometheus.Registry { return a.reg }
 
 // Run serves until ctx is cancelled, then shuts down: the writer stops, a
-// held Lease is released, the servers drain.
+// held Lease is released, the servers drain. Everything the aggregator runs
+// is a goroutine of this errgroup: the first to fail stops the others.
 func (a *App) Run(ctx context.Context) error {
 	g, ctx := errgroup.WithContext(ctx)
+	g.Go(func() error {
+		// The shared informers (see App.informers): started here, stopped
+		// and waited for when ctx ends.
+		a.informers.Start(ctx.Done())
+		<-ctx.Done()
+		a.informers.Shutdown()
+		return nil
+	})
+	g.Go(func() error { a.drain.Run(ctx); return nil })
 	g.Go(func() error { return serveHTTP(a.httpSrv, a.httpLis) })
 	g.Go(func() error { return serveHTTP(a.metSrv, a.metLis) })
 	g.Go(func() error {
@@ -283,7 +294,6 @@ func (a *App) Run(ctx context.Context) error {
 		a.engine.Run(ctx, a.cfg.RollupPeriod)
 		return nil
 	})
-	g.Go(func() error { return watchNodes(ctx, a.kube, a.state, a.nodes, a.clock.Now, a.log) })
 	g.Go(func() error {
 		// Warm up: every replica receives every node's stream within one
 		// interval; a leader that published before that would drop nodes.
@@ -329,7 +339,8 @@ func (a *App) Run(ctx context.Context) error {
 		a.ingest.Stop()
 		return nil
 	})
-	a.log.Info("aggregator running", zap.String("grpc", a.GRPCAddr()), zap.String("http", a.HTTPAddr()), zap.String("metrics", a.MetricsAddr()), zap.String("identity", a.cfg.Identity))
+	a.log.Info("aggregator running", zap.String("grpc", a.GRPCAddr()), zap.String("http", a.HTTPAddr()), zap.String("metrics", a.MetricsAddr()),
+		zap.String("identity", a.cfg.Identity), zap.String("drain_check", drain.Path), zap.String("drain_auth", a.cfg.DrainAuth))
 	return g.Wait()
 }
 

@@ -1,29 +1,26 @@
 package app
 
 import (
-	"context"
+	"fmt"
 	"time"
 
 	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/client-go/informers"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/cozystack/cozy-health/aggregator/internal/state"
 )
 
-// watchNodes keeps the state's node set in step with Kubernetes: a Node
-// that matches selector (the nodes the agent DaemonSet runs on) is
-// expected to report, so one whose agent never reached this replica reads
-// Unknown (HeartbeatMissed) instead of being absent; a Node deleted from
-// Kubernetes is pruned from the state (and so from the metrics and, at the
-// next rollup, from the Health objects).
-func watchNodes(ctx context.Context, client kubernetes.Interface, st *state.State, selector labels.Selector, now func() time.Time, log *zap.Logger) error {
+// trackNodes keeps the state's node set in step with Kubernetes through
+// the shared Node informer: a Node that matches selector (the nodes the
+// agent DaemonSet runs on) is expected to report, so one whose agent never
+// reached this replica reads Unknown (HeartbeatMissed) instead of being
+// absent; a Node deleted from Kubernetes is pruned from the state (and so
+// from the metrics and, at the next rollup, from the Health objects). It
+// only registers handlers: the informer runs when Run starts the factory.
+func trackNodes(inf cache.SharedIndexInformer, st *state.State, selector labels.Selector, now func() time.Time, log *zap.Logger) error {
 	log = log.With(zap.String("component", "nodes"))
-	factory := informers.NewSharedInformerFactoryWithOptions(client, 10*time.Minute)
-	inf := factory.Core().V1().Nodes().Informer()
 	seen := func(n *corev1.Node) {
 		st.Restore(n.Name)
 		if selector.Matches(labels.Set(n.Labels)) {
@@ -54,10 +51,7 @@ func watchNodes(ctx context.Context, client kubernetes.Interface, st *state.Stat
 		},
 	})
 	if err != nil {
-		return err
+		return fmt.Errorf("node informer handler: %w", err)
 	}
-	factory.Start(ctx.Done())
-	<-ctx.Done()
-	factory.Shutdown()
 	return nil
 }

@@ -24,8 +24,8 @@ var (
 	ErrNodeNotFound = errors.New("node not found")
 )
 
-// Source returns every node's NodeInfo at now: the aggregator's state
-// adapter (state.State.DrainNodes) provides it. The Service indexes it
+// Source returns every node's NodeInfo at now: in the aggregator, StateNodes
+// over the state and the Kubernetes Nodes. The Service indexes it
 // incrementally (Indexer).
 type Source func(now time.Time) map[string]NodeInfo
 

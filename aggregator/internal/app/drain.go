@@ -1,0 +1,67 @@
+package app
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+	"k8s.io/apimachinery/pkg/labels"
+	coreinformers "k8s.io/client-go/informers/core/v1"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/cozystack/cozy-health/aggregator/internal/config"
+	"github.com/cozystack/cozy-health/aggregator/internal/drain"
+	"github.com/cozystack/cozy-health/aggregator/internal/state"
+)
+
+// newDrain builds the drain pre-check on the shared client and the shared
+// Node informer; New mounts it on the --http-addr mux and the --listen
+// gRPC server, Run keeps its snapshot warm. log is New's (the Service adds
+// its component field).
+func (a *App) newDrain(nodes coreinformers.NodeInformer, log *zap.Logger) (*drain.Service, *drain.Authorizer, error) {
+	var auth *drain.Authorizer
+	switch a.cfg.DrainAuth {
+	case config.DrainAuthNone:
+	case config.DrainAuthDelegated:
+		auth = drain.NewAuthorizer(a.kube, 10*time.Second)
+	default:
+		// Config.Validate refuses it first; a Config built in code may not
+		// have been validated.
+		return nil, nil, fmt.Errorf("--drain-auth: want %s or %s, got %q", config.DrainAuthNone, config.DrainAuthDelegated, a.cfg.DrainAuth)
+	}
+	source := drainSource(a.state, nodes, a.engine.cfg.Grace, log.With(zap.String("component", "drain")))
+	svc, err := drain.NewService(drain.Config{}, source, a.clock, log, a.reg)
+	if err != nil {
+		return nil, nil, err
+	}
+	return svc, auth, nil
+}
+
+// drainSource reads the state and the Kubernetes Nodes' cordons from the
+// Node informer's cache. The first read waits (up to 10 s) for the cache
+// to fill; a cache that never fills reads every node as "not a Kubernetes
+// Node": gone, so quorum projections err on blocked, never on safe.
+func drainSource(st *state.State, nodes coreinformers.NodeInformer, grace func(time.Duration) time.Duration, log *zap.Logger) drain.Source {
+	informer, lister := nodes.Informer(), nodes.Lister()
+	var synced sync.Once
+	return func(now time.Time) map[string]drain.NodeInfo {
+		synced.Do(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if !cache.WaitForCacheSync(ctx.Done(), informer.HasSynced) {
+				log.Error("node informer not synced; drain checks read no Kubernetes Nodes until it is")
+			}
+		})
+		list, err := lister.List(labels.Everything())
+		if err != nil {
+			log.Error("list nodes", zap.Error(err))
+		}
+		kn := make(map[string]drain.KubeNode, len(list))
+		for _, n := range list {
+			kn[n.Name] = drain.KubeNode{Cordoned: n.Spec.Unschedulable}
+		}
+		return drain.StateNodes(st, now, kn, grace)
+	}
+}
