@@ -1,0 +1,195 @@
+package rollup
+
+import (
+	"time"
+
+	"github.com/cozystack/cozy-health/aggregator/internal/state"
+	"github.com/cozystack/cozy-health/pkg/report"
+)
+
+// Cache memoizes the per-report part of the rollup. The zero value is not
+// usable; use NewCache.
+type Cache struct {
+	byNode map[string]*reportFacts
+	// computed is how many nodes the last ComputeCached judged; each of
+	// their facts carries what it used. valid once ComputeCached ran.
+	computed int
+	valid    bool
+	// gen numbers the ComputeCached calls.
+	gen uint64
+}
+
+// NewCache returns an empty Cache.
+func NewCache() *Cache {
+	return &Cache{byNode: map[string]*reportFacts{}}
+}
+
+// Unchanged tells whether ComputeCached over nodes at now would give the
+// same answer as the last call with the same cfg, except for observedAt
+// and freshUntil, which move with every report: the same nodes, each
+// judging the same (sameJudgement) and each as fresh or stale as then.
+// When it would, it also returns those new times: observed, per
+// component, the latest arrival of a fresh node's report (absent: no fresh
+// node). Reports that changed are folded on the way, so a ComputeCached
+// that follows a false answer finds them in the memo. It reads nodes in
+// place (State.Read): one lookup per node, no copy.
+func (c *Cache) Unchanged(nodes map[string]state.Entry, now time.Time, cfg Config) (observed map[string]time.Time, unchanged bool) {
+	if !c.valid || len(nodes) != c.computed {
+		return nil, false
+	}
+	var latest [maxComponents]time.Time
+	for name, e := range nodes {
+		f, ok := c.byNode[name]
+		if !ok || f.usedGen != c.gen {
+			return nil, false
+		}
+		stale := cfg.Stale(e, now)
+		if stale != f.usedStale {
+			return nil, false
+		}
+		if f.report != e.Report {
+			if !sameJudgement(f.report, e.Report) {
+				return nil, false
+			}
+			f.report = e.Report
+		}
+		if stale {
+			continue
+		}
+		for i := range latest {
+			if f.present&(1<<i) != 0 && e.ReceivedAt.After(latest[i]) {
+				latest[i] = e.ReceivedAt
+			}
+		}
+	}
+	observed = make(map[string]time.Time, len(componentIndex))
+	for comp, i := range componentIndex {
+		if !latest[i].IsZero() {
+			observed[comp] = latest[i]
+		}
+	}
+	return observed, true
+}
+
+// Retime returns the answer of ComputeCached for nodes the cache found
+// Unchanged: prev (the last answer, damped and compacted or not) with
+// observedAt and freshUntil from Unchanged's observed. Nodes and conditions
+// are shared with prev, not copied; neither is modified.
+func Retime(prev map[string]*ComponentStatus, observed map[string]time.Time, now time.Time, cfg Config) map[string]*ComponentStatus {
+	out := make(map[string]*ComponentStatus, len(prev))
+	for comp, cs := range prev {
+		next := *cs
+		at, fresh := observed[comp]
+		if !fresh {
+			at = now
+		}
+		next.ObservedAt, next.FreshUntil = at, cfg.freshUntil(at)
+		out[comp] = &next
+	}
+	return out
+}
+
+// maxComponents bounds report.NodeComponents (reportFacts.present is a
+// uint8).
+const maxComponents = 8
+
+// componentIndex numbers report.NodeComponents for reportFacts.present.
+var componentIndex = func() map[string]int {
+	if len(report.NodeComponents) > maxComponents {
+		panic("rollup: more node components than reportFacts.present holds")
+	}
+	m := make(map[string]int, len(report.NodeComponents))
+	for i, c := range report.NodeComponents {
+		m[c] = i
+	}
+	return m
+}()
+
+// judgedAttributes are the attributes the rollup reads (etcdQuorum); the
+// others are for people and drain rules.
+var judgedAttributes = [...]string{report.AttrIsLearner, report.AttrVotingMembers}
+
+// sameJudgement tells whether two reports of a node fold into the same
+// facts: the same observations in the same order, equal in everything
+// factsOf and etcdQuorum read. The message of a Healthy observation is not
+// read (a Healthy condition carries none), nor are attributes other than
+// judgedAttributes.
+func sameJudgement(a, b *report.NodeReport) bool {
+	if a == nil || b == nil {
+		// Without a report (an expected node never heard) the node is
+		// always stale; one with a report is judged on it.
+		return a == b
+	}
+	if len(a.Observations) != len(b.Observations) {
+		return false
+	}
+	for i := range a.Observations {
+		x, y := &a.Observations[i], &b.Observations[i]
+		if x.Component != y.Component || x.Check != y.Check || x.Status != y.Status || x.Reason != y.Reason {
+			return false
+		}
+		if x.Status != report.StatusHealthy && x.Message != y.Message {
+			return false
+		}
+		if (x.ResourceRef == nil) != (y.ResourceRef == nil) || (x.ResourceRef != nil && *x.ResourceRef != *y.ResourceRef) {
+			return false
+		}
+		for _, k := range judgedAttributes {
+			vx, okx := x.Attributes[k]
+			vy, oky := y.Attributes[k]
+			if okx != oky || vx != vy {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// reportFacts is what one report says, per component, about its node when
+// the node is fresh.
+type reportFacts struct {
+	report *report.NodeReport
+	comps  map[string]*componentFacts
+	// present has bit componentIndex[c] set for every c in comps.
+	present uint8
+	// usedGen and usedStale: the ComputeCached call that last judged these
+	// facts, and whether the node was stale then.
+	usedGen   uint64
+	usedStale bool
+}
+
+type componentFacts struct {
+	conds []Condition
+	state NodeState // LastReportAt is filled by the caller
+}
+
+func (c *Cache) get(node string, r *report.NodeReport) *reportFacts {
+	if c != nil {
+		if f, ok := c.byNode[node]; ok {
+			if f.report == r {
+				return f
+			}
+			if sameJudgement(f.report, r) {
+				// A new report that judges the same: same facts.
+				f.report = r
+				return f
+			}
+		}
+	}
+	f := factsOf(node, r)
+	if c != nil {
+		c.byNode[node] = f
+	}
+	return f
+}
+
+func (c *Cache) sweep(snap state.Snapshot) {
+	if c == nil || len(c.byNode) == len(snap) {
+		return
+	}
+	for n := range c.byNode {
+		if _, ok := snap[n]; !ok {
+			delete(c.byNode, n)
+		}
+	}
+}
