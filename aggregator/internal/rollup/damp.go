@@ -170,18 +170,25 @@ func NewDamper(h Holds) *Damper {
 // replaced by their previously published values, and every condition gets
 // its LastTransition. Facts that are no longer present are forgotten.
 func (d *Damper) Apply(cs *ComponentStatus, now time.Time) {
-	comp := cs.Component
 	if d.seeds != nil && now.After(d.seedsUntil) {
 		d.seeds = nil
 	}
-	// Overall.
-	to, seen := d.overall[comp]
+	// gen marks the node states and conditions this Apply sees.
+	d.gen++
+	held := d.applyOverall(cs, now)
+	held += d.applyNodes(cs, now)
+	held += d.applyConditions(cs, now)
+	d.worsening[cs.Component] = held
+}
+
+// applyOverall damps the component's overall and reason; it returns 1
+// while a worsening of it is held.
+func (d *Damper) applyOverall(cs *ComponentStatus, now time.Time) (held int) {
+	to, seen := d.overall[cs.Component]
 	if !seen {
 		to = &trackedOverall{}
-		d.overall[comp] = to
+		d.overall[cs.Component] = to
 	}
-	held := 0
-	defer func() { d.worsening[comp] = held }()
 	next, pub := Step(to.Track, seen, cs.Overall, now, d.holds)
 	to.Track = next
 	if next.Worsening {
@@ -192,14 +199,18 @@ func (d *Damper) Apply(cs *ComponentStatus, now time.Time) {
 	} else {
 		cs.Overall, cs.Reason = to.Published, to.reason
 	}
+	return held
+}
 
-	// Node states.
-	nodes := d.nodes[comp]
+// applyNodes damps every node state (a held one keeps its published
+// status, reason and message, with the current lastReportAt) and forgets
+// nodes that are gone; it returns how many worsenings it holds.
+func (d *Damper) applyNodes(cs *ComponentStatus, now time.Time) (held int) {
+	nodes := d.nodes[cs.Component]
 	if nodes == nil {
 		nodes = map[string]*trackedNode{}
-		d.nodes[comp] = nodes
+		d.nodes[cs.Component] = nodes
 	}
-	d.gen++
 	for name, ns := range cs.Nodes {
 		tn, seen := nodes[name]
 		if !seen {
@@ -227,8 +238,15 @@ func (d *Damper) Apply(cs *ComponentStatus, now time.Time) {
 			}
 		}
 	}
+	return held
+}
 
-	// Conditions.
+// applyConditions damps every condition (a held one is replaced whole by
+// the published one), stamps its LastTransition (from the seed when a new
+// fact says what the object already says) and forgets conditions that are
+// gone; it returns how many worsenings it holds.
+func (d *Damper) applyConditions(cs *ComponentStatus, now time.Time) (held int) {
+	comp := cs.Component
 	conds := d.conds[comp]
 	if conds == nil {
 		conds = map[condKey]*trackedCond{}
@@ -269,6 +287,7 @@ func (d *Damper) Apply(cs *ComponentStatus, now time.Time) {
 			}
 		}
 	}
+	return held
 }
 
 // Holding tells whether the last Apply of any component held a fact back:
