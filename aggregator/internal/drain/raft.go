@@ -5,6 +5,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cozystack/cozy-health/aggregator/internal/quorum"
 	"github.com/cozystack/cozy-health/pkg/report"
 )
 
@@ -23,9 +24,9 @@ const (
 // projection is a raft cluster after the target's member is removed.
 type projection struct {
 	voting int
-	// sizeFrom tells where voting came from.
-	sizeFrom string
-	quorum   int
+	// from tells where voting came from.
+	from   quorum.Source
+	quorum int
 	// sure counts the other voting members certainly healthy; maybe those
 	// whose health is not known (stale, never reported, Unknown).
 	sure, maybe int
@@ -65,18 +66,18 @@ func (idx *raftIndex) member(node string) (raftMember, bool) {
 // The cluster size is the largest any fresh node reports; without one, the
 // number of voting members seen in reports.
 func project(idx *raftIndex, target string, s *Snapshot, now time.Time) projection {
-	p := projection{voting: -1}
+	var p projection
+	var size quorum.Size
 	for _, sz := range idx.sizes {
-		if s.fresh(sz.node, now) && sz.size > p.voting {
-			p.voting, p.sizeFrom = sz.size, "reported cluster size"
+		if s.fresh(sz.node, now) {
+			size.Report(sz.size)
 		}
 	}
-	counted := 0
 	for _, m := range idx.members {
 		if m.learner {
 			continue
 		}
-		counted++
+		size.Seen()
 		if m.node == target {
 			continue
 		}
@@ -96,14 +97,12 @@ func project(idx *raftIndex, target string, s *Snapshot, now time.Time) projecti
 			p.others = append(p.others, fmt.Sprintf("%s %s (%s)", m.node, m.status, m.reason))
 		}
 	}
-	if p.voting < 0 {
-		p.voting, p.sizeFrom = counted, "members seen in reports"
-	}
-	if missing := p.voting - counted; missing > 0 {
+	p.voting, p.from = size.Voting()
+	if missing := size.Missing(); missing > 0 {
 		p.maybe += missing
 		p.others = append(p.others, fmt.Sprintf("%d voting member(s) on no reporting node", missing))
 	}
-	p.quorum = p.voting/2 + 1
+	p.quorum = quorum.Needed(p.voting)
 	return p
 }
 
@@ -123,7 +122,7 @@ func raftReason(rule, component, what string, ref *report.ResourceRef, idx *raft
 			return r
 		}
 		p := project(idx, target, s, now)
-		if len(idx.members) > 0 && p.sizeFrom == "reported cluster size" && p.maybe == 0 {
+		if len(idx.members) > 0 && p.from == quorum.Reported && p.maybe == 0 {
 			r.Verdict, r.Message = Safe, fmt.Sprintf("%s: %s sends no report, but all %d voting members are accounted for on other nodes", what, target, p.voting)
 			return r
 		}

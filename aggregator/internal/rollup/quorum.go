@@ -5,6 +5,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cozystack/cozy-health/aggregator/internal/quorum"
 	"github.com/cozystack/cozy-health/aggregator/internal/state"
 	"github.com/cozystack/cozy-health/pkg/report"
 )
@@ -27,7 +28,7 @@ type etcdMember struct {
 // members reports describe that are not learners.
 func etcdQuorum(names []string, snap state.Snapshot, now time.Time, cfg Config) (report.Status, []Condition) {
 	var members []etcdMember
-	voting := -1
+	var size quorum.Size
 	for _, name := range names {
 		e := snap[name]
 		fresh := !cfg.Stale(e, now)
@@ -44,20 +45,20 @@ func etcdQuorum(names []string, snap state.Snapshot, now time.Time, cfg Config) 
 				}
 				members = append(members, m)
 			case report.CheckEtcdMembership:
-				if v, ok := o.Attributes[report.AttrVotingMembers]; ok && fresh && int(v) > voting {
-					voting = int(v)
+				if v, ok := o.Attributes[report.AttrVotingMembers]; ok && fresh {
+					size.Report(int(v))
 				}
 			}
 		}
 	}
-	var healthy, counted int
+	var healthy int
 	var notHealthy []string
 	var memberConds []Condition
 	for _, m := range members {
 		if m.learner {
 			continue
 		}
-		counted++
+		size.Seen()
 		c := Condition{Type: TypeQuorumMember, Node: m.node, Severity: m.status, Reason: m.reason}
 		if m.status == report.StatusHealthy {
 			healthy++
@@ -68,9 +69,10 @@ func etcdQuorum(names []string, snap state.Snapshot, now time.Time, cfg Config) 
 		}
 		memberConds = append(memberConds, c)
 	}
+	voting, from := size.Voting()
 	source := "etcd-membership"
-	if voting < 0 {
-		voting, source = counted, "counted etcd-member observations"
+	if from == quorum.Counted {
+		source = "counted etcd-member observations"
 	}
 	q := Condition{Type: TypeQuorum}
 	switch {
@@ -78,13 +80,13 @@ func etcdQuorum(names []string, snap state.Snapshot, now time.Time, cfg Config) 
 		q.Severity, q.Reason = report.StatusUnknown, ReasonNoVotingMembers
 	case healthy >= voting:
 		q.Severity, q.Reason = report.StatusHealthy, ReasonQuorumHealthy
-	case healthy >= voting/2+1:
+	case healthy >= quorum.Needed(voting):
 		q.Severity, q.Reason = report.StatusDegraded, ReasonQuorumAtRisk
 	default:
 		q.Severity, q.Reason = report.StatusDown, ReasonQuorumLost
 	}
 	q.Message = fmt.Sprintf("%d/%d voting members healthy (voting members from %s)", healthy, voting, source)
-	if missing := voting - counted; missing > 0 {
+	if missing := size.Missing(); missing > 0 {
 		q.Message += fmt.Sprintf("; %d voting member(s) on no reporting node", missing)
 	}
 	if len(notHealthy) > 0 {
