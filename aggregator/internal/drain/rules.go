@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cozystack/cozy-health/aggregator/internal/quorum"
 	"github.com/cozystack/cozy-health/pkg/report"
 )
 
@@ -243,20 +244,20 @@ func (linstorQuorumRule) Check(node string, s *Snapshot, now time.Time) []Reason
 	for _, d := range resources {
 		res := d.resource
 		c := countReplicas(res, node, s, now)
-		quorum := c.replicas/2 + 1
-		if c.reachable >= quorum {
+		need := quorum.Needed(c.replicas)
+		if c.reachable >= need {
 			continue
 		}
 		v := Blocked
-		if c.reachable+c.reachableMaybe >= quorum {
+		if c.reachable+c.reachableMaybe >= need {
 			v = Unknown
 		}
-		attrs := map[string]float64{AttrReplicas: float64(c.replicas), AttrQuorum: float64(quorum),
+		attrs := map[string]float64{AttrReplicas: float64(c.replicas), AttrQuorum: float64(need),
 			AttrReachableAfter: float64(c.reachable), AttrUncertainReplicas: float64(c.reachableMaybe)}
-		msg := fmt.Sprintf("linstor: draining %s leaves %s with %d of %d replicas connected, quorum needs %d%s", node, res, c.reachable, c.replicas, quorum, c.with())
+		msg := fmt.Sprintf("linstor: draining %s leaves %s with %d of %d replicas connected, quorum needs %d%s", node, res, c.reachable, c.replicas, need, c.with())
 		if v == Unknown {
 			msg = fmt.Sprintf("linstor: draining %s leaves %s with %d of %d replicas certainly connected (%d if the %d uncertain are), quorum needs %d%s",
-				node, res, c.reachable, c.replicas, c.reachable+c.reachableMaybe, c.reachableMaybe, quorum, c.with())
+				node, res, c.reachable, c.replicas, c.reachable+c.reachableMaybe, c.reachableMaybe, need, c.with())
 		}
 		out = append(out, Reason{Rule: RuleLinstorQuorum, Component: report.ComponentLinstor, Verdict: v, Message: msg,
 			ResourceRef: &report.ResourceRef{Kind: report.KindResource, Name: res}, Attributes: attrs})
