@@ -53,7 +53,7 @@ func (c *ControlPlane) InstallCRDs(ctx context.Context) error {
 			conds, _, _ := unstructured.NestedSlice(got.Object, "status", "conditions")
 			for _, cnd := range conds {
 				m, _ := cnd.(map[string]any)
-				if m["type"] == "Established" && m["status"] == "True" {
+				if m["type"] == "Established" && m["status"] == string(metav1.ConditionTrue) {
 					return true, nil
 				}
 			}

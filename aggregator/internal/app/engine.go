@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/clock"
 
 	"github.com/cozystack/cozy-health/aggregator/internal/metrics"
@@ -64,7 +65,7 @@ func (e *Engine) Seed(objs []healthv1alpha1.Health, until time.Time) {
 			if r := c.ResourceRef; r != nil {
 				k.Kind, k.Name, k.Namespace = r.Kind, r.Name, r.Namespace
 			}
-			seeds[k] = rollup.Seed{Status: string(c.Status), Reason: c.Reason, LastTransition: c.LastTransitionTime.Time}
+			seeds[k] = rollup.Seed{Status: metav1.ConditionStatus(c.Status), Reason: c.Reason, LastTransition: c.LastTransitionTime.Time}
 		}
 		e.damper.Seed(h.Spec.Component, seeds, until)
 	}

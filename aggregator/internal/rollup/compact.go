@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"sort"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"github.com/cozystack/cozy-health/pkg/report"
 )
 
@@ -29,11 +31,9 @@ const DefaultMaxListed = 500
 // Compact is pure; cs is modified in place.
 func Compact(cs *ComponentStatus, maxListed int) {
 	type tally struct {
-		worst                     report.Status
-		healthy, bad, unknown     int
-		listedBad, listedUnknown  int
-		reasonBad, reasonUnknown  string
-		firstBadNode, firstUnNode string
+		worst                    report.Status
+		healthy, bad, unknown    int
+		listedBad, listedUnknown int
 	}
 	tallies := map[string]*tally{}
 	var kept, nonTrue []Condition
@@ -101,13 +101,13 @@ func Compact(cs *ComponentStatus, maxListed int) {
 	for _, ty := range types {
 		t := tallies[ty]
 		s := Condition{Type: ty, Severity: t.worst}
-		switch conditionStatus(t.worst) {
-		case "True":
-			s.Reason = "AllNodesTrue"
-		case "False":
-			s.Reason = "SomeNodesFalse"
+		switch s.ConditionStatus() {
+		case metav1.ConditionTrue:
+			s.Reason = ReasonAllNodesTrue
+		case metav1.ConditionFalse:
+			s.Reason = ReasonSomeNodesFalse
 		default:
-			s.Reason = "SomeNodesUnknown"
+			s.Reason = ReasonSomeNodesUnknown
 		}
 		total := t.healthy + t.bad + t.unknown
 		s.Message = fmt.Sprintf("%d nodes: %d True, %d False, %d Unknown", total, t.healthy, t.bad, t.unknown)
@@ -129,7 +129,7 @@ func Compact(cs *ComponentStatus, maxListed int) {
 	sort.Strings(cs.DegradedNodes)
 	cs.Issues = 0
 	for _, c := range cs.Conditions {
-		if c.ConditionStatus() == "False" {
+		if c.ConditionStatus() == metav1.ConditionFalse {
 			cs.Issues++
 		}
 	}

@@ -3,6 +3,8 @@ package rollup
 import (
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"github.com/cozystack/cozy-health/pkg/report"
 )
 
@@ -120,7 +122,7 @@ type SeedKey struct{ Type, Kind, Name, Namespace string }
 // Seed is a condition as a Health object already carries it.
 type Seed struct {
 	// Status is the condition's status: True, False or Unknown.
-	Status         string
+	Status         metav1.ConditionStatus
 	Reason         string
 	LastTransition time.Time
 }

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/assert"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/cozystack/cozy-health/pkg/report"
 )
@@ -108,11 +109,11 @@ func TestDamperSeedKeepsLastTransition(t *testing.T) {
 	since := t0.Add(-72 * time.Hour)
 	d := NewDamper(Holds{})
 	d.Seed(report.ComponentEtcd, map[SeedKey]Seed{
-		{Type: "FsyncLatency", Kind: report.KindNode, Name: "a"}: {Status: "False", Reason: "LatencyHigh", LastTransition: since},
-		{Type: "FsyncLatency", Kind: report.KindNode, Name: "b"}: {Status: "False", Reason: "LatencyHigh", LastTransition: since},
-		{Type: "Quorum"}:  {Status: "True", Reason: ReasonQuorumHealthy, LastTransition: since},
-		{Type: "Summary"}: {Status: "False", Reason: "SomeNodesNotTrue", LastTransition: since},
-		{Type: "DRBDResource", Kind: report.KindResource, Name: "pvc-1"}: {Status: "False", Reason: "Outdated", LastTransition: since},
+		{Type: "FsyncLatency", Kind: report.KindNode, Name: "a"}: {Status: metav1.ConditionFalse, Reason: "LatencyHigh", LastTransition: since},
+		{Type: "FsyncLatency", Kind: report.KindNode, Name: "b"}: {Status: metav1.ConditionFalse, Reason: "LatencyHigh", LastTransition: since},
+		{Type: "Quorum"}:  {Status: metav1.ConditionTrue, Reason: ReasonQuorumHealthy, LastTransition: since},
+		{Type: "Summary"}: {Status: metav1.ConditionFalse, Reason: "SomeNodesNotTrue", LastTransition: since},
+		{Type: "DRBDResource", Kind: report.KindResource, Name: "pvc-1"}: {Status: metav1.ConditionFalse, Reason: "Outdated", LastTransition: since},
 	}, t0.Add(30*time.Second))
 	mk := func(quorum report.Status, quorumReason string) *ComponentStatus {
 		return &ComponentStatus{Component: report.ComponentEtcd, Overall: G, Conditions: []Condition{

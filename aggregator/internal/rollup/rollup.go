@@ -17,6 +17,9 @@ import (
 	"sort"
 	"strings"
 	"time"
+	"unicode/utf8"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/cozystack/cozy-health/aggregator/internal/state"
 	"github.com/cozystack/cozy-health/pkg/report"
@@ -46,7 +49,11 @@ const (
 	ReasonCheckDegraded   = "CheckDegraded"
 	ReasonNodesHealthy    = "AllNodesHealthy"
 	ReasonNodesNotHealthy = "NodesNotHealthy"
-	ReasonNotAMember      = "NotReporting"
+	// Reasons of the summary conditions Compact adds, one per node-level
+	// condition type.
+	ReasonAllNodesTrue     = "AllNodesTrue"
+	ReasonSomeNodesFalse   = "SomeNodesFalse"
+	ReasonSomeNodesUnknown = "SomeNodesUnknown"
 )
 
 // MaxMessage is the longest message written for one condition or node state.
@@ -98,18 +105,14 @@ func (c Condition) ResourceKey() string {
 }
 
 // ConditionStatus is True (good), False (bad) or Unknown (no data).
-func (c Condition) ConditionStatus() string {
-	return conditionStatus(c.Severity)
-}
-
-func conditionStatus(s report.Status) string {
-	switch s {
+func (c Condition) ConditionStatus() metav1.ConditionStatus {
+	switch c.Severity {
 	case report.StatusHealthy:
-		return "True"
+		return metav1.ConditionTrue
 	case report.StatusUnknown:
-		return "Unknown"
+		return metav1.ConditionUnknown
 	default:
-		return "False"
+		return metav1.ConditionFalse
 	}
 }
 
@@ -297,13 +300,11 @@ func truncate(s string) string {
 		return s
 	}
 	cut := MaxMessage - 3
-	for cut > 0 && !utf8Start(s[cut]) {
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
 		cut--
 	}
 	return s[:cut] + "..."
 }
-
-func utf8Start(b byte) bool { return b&0xC0 != 0x80 }
 
 // sortConditions orders conditions: component-level first, then by type,
 // then by node.

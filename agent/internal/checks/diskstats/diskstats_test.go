@@ -2,6 +2,7 @@ package diskstats
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -54,7 +55,7 @@ func write(t *testing.T, dir string, reads, readMs, writes, writeMs, flushes, fl
 }
 
 func fmtLine(reads, readMs, writes, writeMs, flushes, flushMs int) string {
-	return sprintf(line, reads, readMs, writes, writeMs, flushes, flushMs)
+	return fmt.Sprintf(line, reads, readMs, writes, writeMs, flushes, flushMs)
 }
 
 // TestDeltaBetweenRuns: the second run judges only what happened between

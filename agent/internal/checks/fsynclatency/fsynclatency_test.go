@@ -3,6 +3,7 @@ package fsynclatency
 import (
 	"context"
 	"fmt"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -42,15 +43,15 @@ func TestParseRealEtcdSample(t *testing.T) {
 
 func TestQuantileEdges(t *testing.T) {
 	assert.Equal(t, 0.0, Histogram{}.Quantile(0.99))
-	inf := Histogram{Count: 10, Buckets: []Bucket{{0.001, 0}, {0.002, 0}, {posInf(), 10}}}
+	inf := Histogram{Count: 10, Buckets: []Bucket{{0.001, 0}, {0.002, 0}, {math.Inf(1), 10}}}
 	assert.Equal(t, 0.002, inf.Quantile(0.99), "in +Inf: the highest finite bound")
-	one := Histogram{Count: 100, Buckets: []Bucket{{0.001, 100}, {posInf(), 100}}}
+	one := Histogram{Count: 100, Buckets: []Bucket{{0.001, 100}, {math.Inf(1), 100}}}
 	assert.InDelta(t, 0.00099, one.Quantile(0.99), 1e-9)
 }
 
 func TestSubDeltaAndReset(t *testing.T) {
-	prev := Histogram{Count: 10, Buckets: []Bucket{{0.001, 10}, {1, 10}, {posInf(), 10}}}
-	cur := Histogram{Count: 20, Buckets: []Bucket{{0.001, 10}, {1, 20}, {posInf(), 20}}}
+	prev := Histogram{Count: 10, Buckets: []Bucket{{0.001, 10}, {1, 10}, {math.Inf(1), 10}}}
+	cur := Histogram{Count: 20, Buckets: []Bucket{{0.001, 10}, {1, 20}, {math.Inf(1), 20}}}
 	d := cur.Sub(prev)
 	assert.Equal(t, uint64(10), d.Count)
 	assert.InDelta(t, 0.99*0.999+0.001, d.Quantile(0.99), 0.01, "all new samples are slow")

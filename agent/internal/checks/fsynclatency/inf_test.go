@@ -1,5 +1,0 @@
-package fsynclatency
-
-import "math"
-
-func posInf() float64 { return math.Inf(1) }
