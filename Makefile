@@ -9,6 +9,9 @@ BIN := bin
 GO_TEST_FLAGS ?= -timeout 30m
 # The directory holding kube-apiserver, kubectl and etcd for tests (built once, cached).
 TESTBIN = $(shell bash hack/testbin.sh)
+# The directory holding kubelet, kube-proxy, kube-controller-manager,
+# kube-scheduler and CoreDNS for the test node (built once, cached).
+NODEBIN = $(shell bash hack/nodebin.sh)
 
 .PHONY: help
 help: ## Show this help.
@@ -26,9 +29,13 @@ build: ## Build cozy-health-agent, cozy-health-aggregator, kubectl-health and co
 testbin: ## Build (once, cached outside the repo) kube-apiserver, kubectl and etcd v1.37.2 for tests.
 	@bash hack/testbin.sh
 
+.PHONY: nodebin
+nodebin: testbin ## Build (once, cached outside the repo) kubelet, kube-proxy, kube-controller-manager, kube-scheduler v1.37.2 and CoreDNS for the test node.
+	@bash hack/nodebin.sh
+
 .PHONY: test
-test: testbin build ## Run every test: unit, integration on a real kube-apiserver + etcd, and e2e.
-	COZY_HEALTH_TESTBIN="$(TESTBIN)" COZY_HEALTH_BIN="$(CURDIR)/$(BIN)" go test $(GO_TEST_FLAGS) ./...
+test: testbin nodebin build ## Run every test: unit, integration on a real kube-apiserver + etcd, and e2e on a real kubelet node.
+	COZY_HEALTH_TESTBIN="$(TESTBIN)" COZY_HEALTH_NODEBIN="$(NODEBIN)" COZY_HEALTH_BIN="$(CURDIR)/$(BIN)" go test $(GO_TEST_FLAGS) ./...
 
 .PHONY: generate
 generate: ## Regenerate deepcopy, applyconfigurations, clientset, CRD and protobuf code.
@@ -51,6 +58,10 @@ demo: build testbin ## Start a 3-node local lab, inject faults, show Health obje
 .PHONY: lab
 lab: build testbin ## Start a 3-node local lab and leave it running (LAB_DIR=.lab by default).
 	COZY_HEALTH_TESTBIN="$(TESTBIN)" $(BIN)/cozy-health-lab up --nodes 3 --dir "$${LAB_DIR:-$(CURDIR)/.lab}"
+
+.PHONY: lab-node
+lab-node: build testbin nodebin ## Start a control plane with one real kubelet node and leave it running (root; LAB_DIR=.lab-node by default).
+	COZY_HEALTH_TESTBIN="$(TESTBIN)" COZY_HEALTH_NODEBIN="$(NODEBIN)" $(BIN)/cozy-health-lab up-node --dir "$${LAB_DIR:-$(CURDIR)/.lab-node}"
 
 .PHONY: bench-agent
 bench-agent: build ## Measure agent RSS and CPU at a 5 s interval with every check enabled.

@@ -15,6 +15,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/cozystack/cozy-health/test/harness"
 	"github.com/cozystack/cozy-health/test/lab"
 )
 
@@ -70,13 +71,37 @@ func newRootCommand() *cobra.Command {
 	up.Flags().BoolVar(&o.LearnersAsVoters, "learners-as-voters", false, "members beyond --voters join as voters instead of learners")
 	up.Flags().DurationVar(&o.Interval, "interval", 0, "agents' report interval (default 2s in the lab)")
 
+	var nodeName string
+	upNode := &cobra.Command{
+		Use:   "up-node",
+		Short: "Start a control plane with one real kubelet node (containerd, runc, kube-proxy, CoreDNS) and leave it running (root)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			s, err := lab.UpNode(cmd.Context(), lab.NodeOptions{Dir: dir, NodeName: nodeName, Log: logf})
+			if err != nil {
+				return err
+			}
+			printWhereNode(s)
+			return nil
+		},
+	}
+	upNode.Flags().StringVar(&nodeName, "node-name", "node-1", "the kubelet's node name")
+
 	down := &cobra.Command{
 		Use:   "down",
-		Short: "Stop everything the lab started, by pid",
+		Short: "Stop everything the lab started, by pid (a real-node lab also puts the host back as it was)",
 		Args:  cobra.NoArgs,
 		RunE: func(*cobra.Command, []string) error {
+			s, err := lab.LoadState(dir)
+			if err != nil {
+				return err
+			}
 			if err := lab.DownDir(dir); err != nil {
 				return err
+			}
+			if s.RealNode != "" {
+				logf("lab in %s stopped and the host restored; its logs stay in %s and %s/node", dir, dir, dir)
+				return nil
 			}
 			logf("lab in %s stopped; its logs stay in %s/logs", dir, dir)
 			return nil
@@ -158,10 +183,10 @@ member's /metrics); it does not slow the disk.`,
 	}
 	demo.Flags().IntVar(&o.Nodes, "nodes", 3, "number of simulated nodes")
 
-	for _, c := range []*cobra.Command{up, down, fault, serve, demo} {
+	for _, c := range []*cobra.Command{up, upNode, down, fault, serve, demo} {
 		_ = c.MarkPersistentFlagRequired("dir")
 	}
-	root.AddCommand(up, down, fault, kubectl, serve, demo)
+	root.AddCommand(up, upNode, down, fault, kubectl, serve, demo)
 	return root
 }
 
@@ -214,4 +239,20 @@ Try:
 Stop it:
   bin/cozy-health-lab down --dir %[1]s
 `, s.Dir)
+}
+
+func printWhereNode(s *lab.State) {
+	fmt.Printf(`
+cozy-health lab with a real node is up in %[1]s
+  state:       %[1]s/lab.json, %[1]s/node/node.json (pids, what it changed on the host)
+  kubeconfig:  %[2]s
+  node:        %[3]s (kubelet, containerd, kube-proxy, coredns logs in %[1]s/node/)
+  pod network: bridge %[4]s, pods in %[5]s, the apiserver and cluster DNS on %[6]s
+
+Try:
+  bin/cozy-health-lab kubectl --dir %[1]s get nodes -o wide
+  bin/cozy-health-lab kubectl --dir %[1]s get pods -A
+Stop it (stops every process, restores sysctls, paths, cgroups, mounts, nftables, the bridge):
+  bin/cozy-health-lab down --dir %[1]s
+`, s.Dir, s.Kubeconfig, s.RealNode, harness.NodeBridge, harness.NodePodCIDR, harness.NodeAddress)
 }

@@ -40,6 +40,19 @@ type Options struct {
 	// Detach starts the processes in their own session and without a parent
 	// death signal, so they outlive the calling process (the lab's `up`).
 	Detach bool
+	// Address is the IP kube-apiserver binds to and advertises; default
+	// 127.0.0.1. StartCluster sets its node bridge's address, which pods
+	// reach (a loopback address is not reachable from a pod).
+	Address string
+	// TalosPodSecurity enables PodSecurity admission as Talos configures it:
+	// every namespace but kube-system enforces "baseline" unless labelled
+	// otherwise, so a manifest Talos refuses is refused here too.
+	TalosPodSecurity bool
+
+	// kubelet makes the apiserver serve a real kubelet: Node authorization,
+	// NodeRestriction, a kubelet client certificate, ServiceAccount
+	// admission (pods get their token volumes).
+	kubelet bool
 }
 
 // ControlPlane is a running etcd + kube-apiserver.
@@ -57,6 +70,7 @@ type ControlPlane struct {
 
 	bin    string
 	detach bool
+	opts   Options
 	ca     *certAuthority // signs client certificates (--client-ca-file)
 
 	mu        sync.Mutex // guards the processes below
@@ -148,7 +162,7 @@ func StartControlPlane(ctx context.Context, o Options) (*ControlPlane, error) {
 	}
 	var lastErr error
 	for attempt := 0; attempt < 3; attempt++ {
-		cp := &ControlPlane{Dir: o.Dir, bin: bin, detach: o.Detach}
+		cp := &ControlPlane{Dir: o.Dir, bin: bin, detach: o.Detach, opts: o}
 		if lastErr = cp.start(ctx); lastErr == nil {
 			return cp, nil
 		}
@@ -213,23 +227,60 @@ func (c *ControlPlane) start(ctx context.Context) error {
 		return fmt.Errorf("wait for etcd: %w", err)
 	}
 
-	c.APIServerURL = "https://127.0.0.1:" + strconv.Itoa(apiPort)
+	addr := c.opts.Address
+	if addr == "" {
+		addr = "127.0.0.1"
+	}
+	c.APIServerURL = "https://" + net.JoinHostPort(addr, strconv.Itoa(apiPort))
 	c.apiArgs = []string{
 		"--etcd-servers=" + c.EtcdURL,
-		"--bind-address=127.0.0.1",
-		"--advertise-address=127.0.0.1",
-		"--endpoint-reconciler-type=none",
+		"--bind-address=" + addr,
+		"--advertise-address=" + addr,
 		"--secure-port=" + strconv.Itoa(apiPort),
 		"--cert-dir=" + filepath.Join(c.Dir, "apiserver-certs"),
 		"--service-cluster-ip-range=10.96.0.0/24",
 		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
 		"--service-account-key-file=" + filepath.Join(pki, "sa.pub"),
 		"--service-account-signing-key-file=" + filepath.Join(pki, "sa.key"),
-		"--authorization-mode=RBAC",
 		"--token-auth-file=" + tokens,
 		"--client-ca-file=" + filepath.Join(pki, "client-ca.crt"),
-		"--disable-admission-plugins=ServiceAccount",
 		"--enable-priority-and-fairness=false",
+	}
+	if ip := net.ParseIP(addr); ip != nil && ip.IsLoopback() {
+		// 1.37 refuses a loopback advertise address with the default
+		// reconciler; nothing can reach a loopback endpoint anyway.
+		c.apiArgs = append(c.apiArgs, "--endpoint-reconciler-type=none")
+	}
+	if c.opts.kubelet {
+		certPEM, keyPEM, err := ca.issueClient("kube-apiserver-kubelet-client", []string{"system:masters"})
+		if err != nil {
+			return err
+		}
+		crt, key := filepath.Join(pki, "apiserver-kubelet-client.crt"), filepath.Join(pki, "apiserver-kubelet-client.key")
+		if err := os.WriteFile(crt, certPEM, 0o600); err != nil {
+			return fmt.Errorf("write kubelet client certificate: %w", err)
+		}
+		if err := os.WriteFile(key, keyPEM, 0o600); err != nil {
+			return fmt.Errorf("write kubelet client key: %w", err)
+		}
+		c.apiArgs = append(c.apiArgs,
+			"--authorization-mode=Node,RBAC",
+			"--enable-admission-plugins=NodeRestriction",
+			"--allow-privileged=true",
+			"--kubelet-client-certificate="+crt,
+			"--kubelet-client-key="+key,
+			"--kubelet-preferred-address-types=InternalIP",
+		)
+	} else {
+		// No token controller and no kubelet: pods get no token volume.
+		c.apiArgs = append(c.apiArgs, "--authorization-mode=RBAC", "--disable-admission-plugins=ServiceAccount")
+	}
+	if c.opts.TalosPodSecurity {
+		cfg := filepath.Join(pki, "admission.yaml")
+		if err := os.WriteFile(cfg, []byte(talosAdmissionConfig), 0o600); err != nil {
+			return fmt.Errorf("write admission config: %w", err)
+		}
+		c.apiArgs = append(c.apiArgs, "--admission-control-config-file="+cfg)
 	}
 	if err := c.startAPIServer(ctx); err != nil {
 		return err
@@ -251,6 +302,28 @@ func (c *ControlPlane) start(ctx context.Context) error {
 	}
 	return nil
 }
+
+// talosAdmissionConfig is the PodSecurity configuration Talos puts in its
+// machine config by default (Talos docs, "Pod Security").
+const talosAdmissionConfig = `apiVersion: apiserver.config.k8s.io/v1
+kind: AdmissionConfiguration
+plugins:
+  - name: PodSecurity
+    configuration:
+      apiVersion: pod-security.admission.config.k8s.io/v1
+      kind: PodSecurityConfiguration
+      defaults:
+        enforce: baseline
+        enforce-version: latest
+        audit: restricted
+        audit-version: latest
+        warn: restricted
+        warn-version: latest
+      exemptions:
+        usernames: []
+        runtimeClasses: []
+        namespaces: [kube-system]
+`
 
 func (c *ControlPlane) startAPIServer(ctx context.Context) error {
 	p, err := c.spawn("kube-apiserver", c.apiArgs)

@@ -105,6 +105,10 @@ type State struct {
 	DaemonPid     int          `json:"daemonPid"`
 	Aggregators   []Aggregator `json:"aggregators"`
 	Nodes         []Node       `json:"nodes"`
+	// RealNode names the real kubelet node of a lab started by UpNode
+	// (`make lab-node`); its processes and host changes are in
+	// DIR/node/node.json.
+	RealNode string `json:"realNode,omitempty"`
 }
 
 // Node returns the node named name.
@@ -469,6 +473,12 @@ func DownDir(dir string) error {
 	s, err := LoadState(dir)
 	if err != nil {
 		return err
+	}
+	if s.RealNode != "" {
+		if err := harness.StopClusterDir(dir); err != nil {
+			return err
+		}
+		return os.Rename(statePath(dir), statePath(dir)+".down")
 	}
 	var pids []int
 	for _, n := range s.Nodes {

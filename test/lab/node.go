@@ -1,0 +1,55 @@
+package lab
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+
+	"github.com/cozystack/cozy-health/test/harness"
+)
+
+// NodeOptions configure UpNode.
+type NodeOptions struct {
+	// Dir holds everything (required).
+	Dir string
+	// NodeName is the kubelet's node name (default node-1).
+	NodeName string
+	// Log reports progress.
+	Log func(format string, args ...any)
+}
+
+// UpNode starts a control plane and one real kubelet node (containerd, runc,
+// kube-proxy, CoreDNS, kube-controller-manager, kube-scheduler) in o.Dir,
+// detached, and writes Dir/lab.json and Dir/kubeconfig. DownDir stops it and
+// puts the host back as it was.
+func UpNode(ctx context.Context, o NodeOptions) (*State, error) {
+	if o.Dir == "" {
+		return nil, fmt.Errorf("lab: --dir is required")
+	}
+	if o.Log == nil {
+		o.Log = func(string, ...any) {}
+	}
+	dir, err := filepath.Abs(o.Dir)
+	if err != nil {
+		return nil, err
+	}
+	c, err := harness.StartCluster(ctx, harness.ClusterOptions{Dir: dir, Detach: true, NodeName: o.NodeName, Logf: o.Log})
+	if err != nil {
+		return nil, err
+	}
+	etcd, api := c.Pids()
+	s := &State{
+		Dir:          dir,
+		Detached:     true,
+		Kubeconfig:   c.Kubeconfig,
+		Kubectl:      c.Binary("kubectl"),
+		APIServerPid: api,
+		EtcdPid:      etcd,
+		RealNode:     c.Node.Name(),
+	}
+	if err := s.save(); err != nil {
+		_ = harness.StopClusterDir(dir)
+		return nil, err
+	}
+	return s, nil
+}
