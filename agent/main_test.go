@@ -12,19 +12,19 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/cozystack/cozy-health/pkg/report"
-	"github.com/cozystack/cozy-health/talos/shim"
 	"github.com/cozystack/cozy-health/test/harness"
 	ciliumsrc "github.com/cozystack/cozy-health/test/sources/cilium"
 	"github.com/cozystack/cozy-health/test/sources/drbdsetup"
 	"github.com/cozystack/cozy-health/test/sources/fault"
 	kubeovnsrc "github.com/cozystack/cozy-health/test/sources/kubeovn"
 	linstorsrc "github.com/cozystack/cozy-health/test/sources/linstor"
+	"github.com/cozystack/cozy-health/test/sources/talos"
 )
 
 // node is one simulated control-plane node with every source present.
 type node struct {
 	args    []string
-	shim    *shim.Server
+	shim    *talos.Server
 	cilium  *ciliumsrc.Server
 	pinger  *kubeovnsrc.Server
 	linstor *linstorsrc.Server
@@ -34,9 +34,9 @@ type node struct {
 func startNode(t *testing.T) *node {
 	t.Helper()
 	cluster := harness.StartEtcdClusterT(t, 1)
-	pki, err := shim.NewPKI([]string{"127.0.0.1"}, []string{"os:reader"}, time.Hour)
+	pki, err := talos.NewPKI([]string{"127.0.0.1"}, []string{"os:reader"}, time.Hour)
 	require.NoError(t, err)
-	srv, err := shim.New(shim.Config{Hostname: "node-0", EtcdEndpoint: cluster.Members[0].ClientURL, TLS: pki.ServerTLS()})
+	srv, err := talos.New(talos.Config{Hostname: "node-0", EtcdEndpoint: cluster.Members[0].ClientURL, TLS: pki.ServerTLS()})
 	require.NoError(t, err)
 	addr, err := srv.Listen("127.0.0.1:0")
 	require.NoError(t, err)
@@ -187,7 +187,7 @@ func TestRunOnceTextAndUsage(t *testing.T) {
 // Unknown with a reason that says what to mount.
 func TestMissingOptionalInputsDoNotStopTheAgent(t *testing.T) {
 	n := startNode(t)
-	pki, err := shim.NewPKI([]string{"127.0.0.1"}, []string{"linstor-client"}, time.Hour)
+	pki, err := talos.NewPKI([]string{"127.0.0.1"}, []string{"linstor-client"}, time.Hour)
 	require.NoError(t, err)
 	ls, err := linstorsrc.Start("", pki.ServerTLS())
 	require.NoError(t, err)

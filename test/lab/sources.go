@@ -10,10 +10,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/cozystack/cozy-health/talos/shim"
 	"github.com/cozystack/cozy-health/test/sources/cilium"
 	"github.com/cozystack/cozy-health/test/sources/kubeovn"
 	"github.com/cozystack/cozy-health/test/sources/linstor"
+	"github.com/cozystack/cozy-health/test/sources/talos"
 )
 
 // talosRoles are the roles of the agents' Talos client certificate, as the
@@ -23,7 +23,7 @@ var talosRoles = []string{"os:reader"}
 // nodeSources are one simulated node's source servers.
 type nodeSources struct {
 	name    string
-	talos   *shim.Server
+	talos   *talos.Server
 	cilium  *cilium.Server
 	pinger  *kubeovn.Server
 	linstor *linstor.Server // shared by every node
@@ -82,7 +82,7 @@ func startSources(ctx context.Context, s *State) (d *daemon, err error) {
 		ls.SetReplica(r)
 	}
 
-	pki, err := shim.NewPKI([]string{"127.0.0.1"}, talosRoles, 30*24*time.Hour)
+	pki, err := talos.NewPKI([]string{"127.0.0.1"}, talosRoles, 30*24*time.Hour)
 	if err != nil {
 		return nil, err
 	}
@@ -91,7 +91,7 @@ func startSources(ctx context.Context, s *State) (d *daemon, err error) {
 		ns := &nodeSources{name: n.Name, linstor: ls}
 		d.nodes[n.Name] = ns
 
-		ns.talos, err = shim.New(shim.Config{Hostname: n.Name, EtcdEndpoint: n.EtcdClient, TLS: pki.ServerTLS()})
+		ns.talos, err = talos.New(talos.Config{Hostname: n.Name, EtcdEndpoint: n.EtcdClient, TLS: pki.ServerTLS()})
 		if err != nil {
 			return nil, err
 		}

@@ -18,10 +18,10 @@ import (
 	"github.com/cozystack/cozy-health/agent/internal/config"
 	"github.com/cozystack/cozy-health/agent/internal/runner"
 	"github.com/cozystack/cozy-health/pkg/report"
-	"github.com/cozystack/cozy-health/talos/shim"
 	"github.com/cozystack/cozy-health/test/harness"
 	ciliumsrc "github.com/cozystack/cozy-health/test/sources/cilium"
 	linstorsrc "github.com/cozystack/cozy-health/test/sources/linstor"
+	"github.com/cozystack/cozy-health/test/sources/talos"
 	"github.com/cozystack/cozy-health/test/volume"
 )
 
@@ -34,15 +34,15 @@ import (
 // half-broken one reads InputUnreadable.
 func TestMissingInputsRecoverWithoutRestart(t *testing.T) {
 	cluster := harness.StartEtcdClusterT(t, 1)
-	talosPKI, err := shim.NewPKI([]string{"127.0.0.1"}, []string{"os:reader"}, time.Hour)
+	talosPKI, err := talos.NewPKI([]string{"127.0.0.1"}, []string{"os:reader"}, time.Hour)
 	require.NoError(t, err)
-	srv, err := shim.New(shim.Config{Hostname: "node-0", EtcdEndpoint: cluster.Members[0].ClientURL, TLS: talosPKI.ServerTLS()})
+	srv, err := talos.New(talos.Config{Hostname: "node-0", EtcdEndpoint: cluster.Members[0].ClientURL, TLS: talosPKI.ServerTLS()})
 	require.NoError(t, err)
 	talosAddr, err := srv.Listen("127.0.0.1:0")
 	require.NoError(t, err)
 	t.Cleanup(srv.Stop)
 
-	linstorPKI, err := shim.NewPKI([]string{"127.0.0.1"}, []string{"linstor-client"}, time.Hour)
+	linstorPKI, err := talos.NewPKI([]string{"127.0.0.1"}, []string{"linstor-client"}, time.Hour)
 	require.NoError(t, err)
 	ls, err := linstorsrc.Start("", linstorPKI.ServerTLS())
 	require.NoError(t, err)

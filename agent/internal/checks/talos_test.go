@@ -20,24 +20,24 @@ import (
 	"github.com/cozystack/cozy-health/agent/internal/runner"
 	"github.com/cozystack/cozy-health/pkg/report"
 	"github.com/cozystack/cozy-health/talos"
-	"github.com/cozystack/cozy-health/talos/shim"
 	"github.com/cozystack/cozy-health/test/harness"
+	talossrc "github.com/cozystack/cozy-health/test/sources/talos"
 )
 
 // talosNode is one simulated control-plane node: a Talos shim serving its
 // real etcd member, and the agent's Talos client pointed at it.
 type talosNode struct {
-	shim   *shim.Server
+	shim   *talossrc.Server
 	client *talos.Client
 	config string
 	addr   string
 }
 
-func startTalosNodes(t *testing.T, cluster *harness.EtcdCluster, pki *shim.PKI) []*talosNode {
+func startTalosNodes(t *testing.T, cluster *harness.EtcdCluster, pki *talossrc.PKI) []*talosNode {
 	t.Helper()
 	var nodes []*talosNode
 	for i, m := range cluster.Members {
-		srv, err := shim.New(shim.Config{Hostname: m.Name, EtcdEndpoint: m.ClientURL, TLS: pki.ServerTLS()})
+		srv, err := talossrc.New(talossrc.Config{Hostname: m.Name, EtcdEndpoint: m.ClientURL, TLS: pki.ServerTLS()})
 		require.NoError(t, err)
 		addr, err := srv.Listen("127.0.0.1:0")
 		require.NoError(t, err)
@@ -70,7 +70,7 @@ func thresholds() etcdmember.Thresholds {
 // 3-member etcd cluster; stopping members must show.
 func TestTalosChecksAgainstRealEtcd(t *testing.T) {
 	cluster := harness.StartEtcdClusterT(t, 3)
-	pki, err := shim.NewPKI([]string{"127.0.0.1"}, []string{"os:reader"}, time.Hour)
+	pki, err := talossrc.NewPKI([]string{"127.0.0.1"}, []string{"os:reader"}, time.Hour)
 	require.NoError(t, err)
 	nodes := startTalosNodes(t, cluster, pki)
 
@@ -152,7 +152,7 @@ func TestTalosChecksAgainstRealEtcd(t *testing.T) {
 // next call succeed without restarting anything.
 func TestTalosconfigReload(t *testing.T) {
 	cluster := harness.StartEtcdClusterT(t, 1)
-	pki, err := shim.NewPKI([]string{"127.0.0.1"}, []string{"os:reader"}, time.Hour)
+	pki, err := talossrc.NewPKI([]string{"127.0.0.1"}, []string{"os:reader"}, time.Hour)
 	require.NoError(t, err)
 	nodes := startTalosNodes(t, cluster, pki)
 	n := nodes[0]
@@ -200,9 +200,9 @@ func TestTalosconfigReload(t *testing.T) {
 // not applicable; a hanging Talos API yields Unknown/CheckTimeout through the
 // runner within the deadline, and the other checks are unaffected.
 func TestTalosWorkerAndHang(t *testing.T) {
-	pki, err := shim.NewPKI([]string{"127.0.0.1"}, []string{"os:reader"}, time.Hour)
+	pki, err := talossrc.NewPKI([]string{"127.0.0.1"}, []string{"os:reader"}, time.Hour)
 	require.NoError(t, err)
-	srv, err := shim.New(shim.Config{Hostname: "worker-1", TLS: pki.ServerTLS()})
+	srv, err := talossrc.New(talossrc.Config{Hostname: "worker-1", TLS: pki.ServerTLS()})
 	require.NoError(t, err)
 	addr, err := srv.Listen("127.0.0.1:0")
 	require.NoError(t, err)
@@ -250,7 +250,7 @@ func TestTalosChecksOnALearner(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = cluster.Stop() })
 	require.True(t, cluster.Members[2].Learner)
-	pki, err := shim.NewPKI([]string{"127.0.0.1"}, []string{"os:reader"}, time.Hour)
+	pki, err := talossrc.NewPKI([]string{"127.0.0.1"}, []string{"os:reader"}, time.Hour)
 	require.NoError(t, err)
 	nodes := startTalosNodes(t, cluster, pki)
 

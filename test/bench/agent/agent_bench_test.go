@@ -27,12 +27,12 @@ import (
 	"github.com/prometheus/procfs"
 	"github.com/stretchr/testify/require"
 
-	"github.com/cozystack/cozy-health/talos/shim"
 	"github.com/cozystack/cozy-health/test/harness"
 	ciliumsrc "github.com/cozystack/cozy-health/test/sources/cilium"
 	"github.com/cozystack/cozy-health/test/sources/drbdsetup"
 	kubeovnsrc "github.com/cozystack/cozy-health/test/sources/kubeovn"
 	linstorsrc "github.com/cozystack/cozy-health/test/sources/linstor"
+	"github.com/cozystack/cozy-health/test/sources/talos"
 )
 
 // Targets from the issue.
@@ -73,9 +73,9 @@ func freeAddr(b *testing.B) string {
 func sources(b *testing.B) []string {
 	b.Helper()
 	cluster := harness.StartEtcdClusterT(b, 1)
-	pki, err := shim.NewPKI([]string{"127.0.0.1"}, []string{"os:reader"}, time.Hour)
+	pki, err := talos.NewPKI([]string{"127.0.0.1"}, []string{"os:reader"}, time.Hour)
 	require.NoError(b, err)
-	srv, err := shim.New(shim.Config{Hostname: "node-0", EtcdEndpoint: cluster.Members[0].ClientURL, TLS: pki.ServerTLS()})
+	srv, err := talos.New(talos.Config{Hostname: "node-0", EtcdEndpoint: cluster.Members[0].ClientURL, TLS: pki.ServerTLS()})
 	require.NoError(b, err)
 	addr, err := srv.Listen("127.0.0.1:0")
 	require.NoError(b, err)

@@ -12,9 +12,9 @@ import (
 
 	"github.com/cozystack/cozy-health/agent/internal/check"
 	"github.com/cozystack/cozy-health/pkg/report"
-	"github.com/cozystack/cozy-health/talos/shim"
 	"github.com/cozystack/cozy-health/test/sources/fault"
 	linstorsrc "github.com/cozystack/cozy-health/test/sources/linstor"
+	"github.com/cozystack/cozy-health/test/sources/talos"
 )
 
 func TestSatellite(t *testing.T) {
@@ -63,7 +63,7 @@ func TestSatellite(t *testing.T) {
 
 // TestMutualTLS: the controller behind HTTPS with client certificates.
 func TestMutualTLS(t *testing.T) {
-	pki, err := shim.NewPKI([]string{"127.0.0.1"}, []string{"linstor-client"}, time.Hour)
+	pki, err := talos.NewPKI([]string{"127.0.0.1"}, []string{"linstor-client"}, time.Hour)
 	require.NoError(t, err)
 	srv, err := linstorsrc.Start("", pki.ServerTLS())
 	require.NoError(t, err)

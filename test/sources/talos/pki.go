@@ -1,4 +1,4 @@
-package shim
+package talos
 
 import (
 	"crypto/tls"
