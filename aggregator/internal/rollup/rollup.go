@@ -93,6 +93,9 @@ type Condition struct {
 	// node (a DRBD resource, a block device) observed on Node.
 	Resource       *report.ResourceRef `json:"resource,omitempty"`
 	LastTransition time.Time           `json:"lastTransition,omitzero"`
+	// Backup carries the typed backup fields of a backup condition (cluster
+	// adapters only); nil for every other condition.
+	Backup *BackupFacts `json:"backup,omitempty"`
 }
 
 // ResourceKey names a condition's resource for keys and sorting; empty for

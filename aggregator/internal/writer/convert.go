@@ -1,6 +1,8 @@
 package writer
 
 import (
+	"time"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/cozystack/cozy-health/aggregator/internal/rollup"
@@ -20,6 +22,19 @@ func apiStatus(s report.Status) healthv1alpha1.Status {
 func specApply(namespace, component string, freshFor metav1.Duration) *ac.HealthApplyConfiguration {
 	return ac.Health(component, namespace).
 		WithSpec(ac.HealthSpec().WithComponent(component).WithSLA(ac.HealthSLA().WithFreshFor(freshFor)))
+}
+
+// adapterSpecApply is an adapter object's spec, labelled as the adapters'
+// (so a later leader prunes it when no adapter publishes it), with its
+// backup SLA when one is configured.
+func adapterSpecApply(namespace, component string, freshFor metav1.Duration, maxAge time.Duration) *ac.HealthApplyConfiguration {
+	sla := ac.HealthSLA().WithFreshFor(freshFor)
+	if maxAge > 0 {
+		sla.WithMaxAge(metav1.Duration{Duration: maxAge})
+	}
+	return ac.Health(component, namespace).
+		WithLabels(map[string]string{SourceLabel: SourceAdapters}).
+		WithSpec(ac.HealthSpec().WithComponent(component).WithSLA(sla))
 }
 
 // statusApply is the status of cs as an apply configuration.
@@ -63,6 +78,15 @@ func statusApply(namespace string, cs *rollup.ComponentStatus) *ac.HealthApplyCo
 		}
 		if c.Message != "" {
 			hc.WithMessage(c.Message)
+		}
+		if b := c.Backup; b != nil {
+			if !b.LastSuccessfulAt.IsZero() {
+				hc.WithLastSuccessfulAt(metav1.NewTime(b.LastSuccessfulAt.UTC().Truncate(time.Second)))
+				hc.WithObservedAge(metav1.Duration{Duration: b.ObservedAge.Truncate(time.Second)})
+			}
+			if b.MaxAge > 0 {
+				hc.WithMaxAge(metav1.Duration{Duration: b.MaxAge})
+			}
 		}
 		switch {
 		case c.Resource != nil:

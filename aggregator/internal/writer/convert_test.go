@@ -59,7 +59,7 @@ func TestRefreshPeriodsAreStaggered(t *testing.T) {
 	w := &Writer{cfg: Config{RefreshPeriod: 10 * time.Second}}
 	seen := map[time.Duration]bool{}
 	for _, c := range report.NodeComponents {
-		p := w.refreshPeriodOf(c)
+		p := w.refreshPeriodOf(Key{"cozy-system", c}, false)
 		assert.LessOrEqual(t, p, 10*time.Second)
 		assert.GreaterOrEqual(t, p, 7500*time.Millisecond)
 		seen[p] = true

@@ -5,6 +5,14 @@
 // into one write), bounded by a token bucket, retried with exponential
 // backoff, and repeated every refresh period so freshUntil never lapses
 // while the leader is alive.
+//
+// Node components live in the platform namespace (Update, Retimed). The
+// cluster adapters publish into any namespace (UpdateIn) and withdraw
+// objects they no longer have facts for (Remove): those objects carry the
+// label SourceLabel, and at the start of every term, once the adapters have
+// published their first answer (AdaptersReady), the leader deletes every
+// labelled object no adapter publishes, so objects left by an earlier
+// leader do not linger.
 package writer
 
 import (
@@ -33,6 +41,13 @@ import (
 	"github.com/cozystack/cozy-health/pkg/client/clientset/versioned/scheme"
 )
 
+// SourceLabel marks the Health objects the cluster adapters publish (value
+// SourceAdapters); the writer prunes labelled objects no adapter publishes.
+const SourceLabel = "health.cozystack.io/source"
+
+// SourceAdapters is SourceLabel's value on adapter objects.
+const SourceAdapters = "cluster-adapters"
+
 // FieldManager is the one field manager of every aggregator write.
 const FieldManager = "cozy-health-aggregator"
 
@@ -52,6 +67,27 @@ type Config struct {
 	WriteBurst      int
 	// BackoffBase and BackoffMax bound the per-object retry backoff.
 	BackoffBase, BackoffMax time.Duration
+	// Adapter objects (UpdateIn): AdapterFreshFor is their spec.sla.freshFor
+	// and AdapterRefreshPeriod their refresh (default: FreshFor and
+	// RefreshPeriod). Their writes have a token bucket of their own
+	// (AdapterWritesPerSecond, default WritesPerSecond; burst WriteBurst), so
+	// hundreds of tenant objects never delay a node component's write.
+	AdapterFreshFor        time.Duration
+	AdapterRefreshPeriod   time.Duration
+	AdapterWritesPerSecond float64
+}
+
+// Key names one Health object.
+type Key struct {
+	Namespace, Component string
+}
+
+func (k Key) String() string { return k.Namespace + "/" + k.Component }
+
+// Spec is what an adapter object's spec carries besides its component.
+type Spec struct {
+	// MaxAge, when positive, is written as spec.sla.maxAge.
+	MaxAge time.Duration
 }
 
 // Writer holds the latest desired status of every component and, while
@@ -68,18 +104,26 @@ type Writer struct {
 
 	// mu guards everything below.
 	mu sync.Mutex
-	// desired is the latest desired status per component, with its
+	// desired is the latest desired status per object, with its
 	// fingerprint (everything but observedAt, freshUntil and lastReportAt).
-	desired map[string]desiredEntry
-	// written is, per component, what the current term last wrote.
-	written map[string]writtenEntry
+	desired map[Key]desiredEntry
+	// written is, per object, what the current term last wrote.
+	written map[Key]writtenEntry
+	// removed are adapter objects to delete (no desired entry).
+	removed map[Key]bool
+	// adaptersReady is closed by AdaptersReady.
+	adaptersReady chan struct{}
+	readyOnce     sync.Once
 	// queue is non-nil while Run runs.
-	queue workqueue.TypedRateLimitingInterface[string]
+	queue workqueue.TypedRateLimitingInterface[Key]
 }
 
 type desiredEntry struct {
 	cs *rollup.ComponentStatus
 	fp uint64
+	// adapter marks an adapter object (labelled, its own freshness).
+	adapter bool
+	spec    Spec
 }
 
 type writtenEntry struct {
@@ -104,10 +148,68 @@ func New(cfg Config, client versioned.Interface, m *metrics.Metrics, log *zap.Lo
 	if clk == nil {
 		clk = clock.RealClock{}
 	}
+	if cfg.AdapterFreshFor <= 0 {
+		cfg.AdapterFreshFor = cfg.FreshFor
+	}
+	if cfg.AdapterRefreshPeriod <= 0 {
+		cfg.AdapterRefreshPeriod = cfg.RefreshPeriod
+	}
+	if cfg.AdapterWritesPerSecond <= 0 {
+		cfg.AdapterWritesPerSecond = cfg.WritesPerSecond
+	}
 	return &Writer{
 		cfg: cfg, client: client, metrics: m, log: log.With(zap.String("component", "writer")), clock: clk,
-		desired: map[string]desiredEntry{}, written: map[string]writtenEntry{},
+		desired: map[Key]desiredEntry{}, written: map[Key]writtenEntry{}, removed: map[Key]bool{},
+		adaptersReady: make(chan struct{}),
 	}, nil
+}
+
+// AdapterFreshFor is how long an adapter object stays fresh after its
+// observedAt (its spec.sla.freshFor).
+func (w *Writer) AdapterFreshFor() time.Duration { return w.cfg.AdapterFreshFor }
+
+// UpdateIn records the desired status of an adapter object in namespace
+// and, while leading, queues a write when it changed or when the last write
+// is older than the adapter refresh period.
+func (w *Writer) UpdateIn(namespace string, cs *rollup.ComponentStatus, spec Spec) {
+	fp := Fingerprint(cs) ^ uint64(spec.MaxAge)
+	k := Key{namespace, cs.Component}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	delete(w.removed, k)
+	w.desired[k] = desiredEntry{cs: cs, fp: fp, adapter: true, spec: spec}
+	w.enqueueLocked(k, fp)
+}
+
+// Remove withdraws an adapter object: the leader deletes it.
+func (w *Writer) Remove(namespace, component string) {
+	k := Key{namespace, component}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	d, ok := w.desired[k]
+	if ok && !d.adapter {
+		return
+	}
+	delete(w.desired, k)
+	delete(w.written, k)
+	w.removed[k] = true
+	if w.queue != nil {
+		w.queue.Add(k)
+	}
+}
+
+// AdaptersReady says the adapters have published their first complete
+// answer: from then on the leader prunes labelled objects they do not
+// publish.
+func (w *Writer) AdaptersReady() {
+	w.readyOnce.Do(func() { close(w.adaptersReady) })
+}
+
+// Desired is the desired status of one object (nil when none).
+func (w *Writer) Desired(namespace, component string) *rollup.ComponentStatus {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.desired[Key{namespace, component}].cs
 }
 
 // Update records the desired status of one component (already damped and
@@ -123,7 +225,7 @@ func (w *Writer) Update(cs *rollup.ComponentStatus) {
 // by the refresh.
 func (w *Writer) Retimed(cs *rollup.ComponentStatus) {
 	w.mu.Lock()
-	d, ok := w.desired[cs.Component]
+	d, ok := w.desired[Key{w.cfg.Namespace, cs.Component}]
 	w.mu.Unlock()
 	if !ok {
 		w.Update(cs)
@@ -133,21 +235,26 @@ func (w *Writer) Retimed(cs *rollup.ComponentStatus) {
 }
 
 func (w *Writer) update(cs *rollup.ComponentStatus, fp uint64) {
-	now := w.clock.Now()
+	k := Key{w.cfg.Namespace, cs.Component}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.desired[cs.Component] = desiredEntry{cs: cs, fp: fp}
+	w.desired[k] = desiredEntry{cs: cs, fp: fp}
+	w.enqueueLocked(k, fp)
+}
+
+// enqueueLocked queues k when it changed or its refresh is due. w.mu held.
+func (w *Writer) enqueueLocked(k Key, fp uint64) {
 	if w.queue == nil {
 		return
 	}
-	if w.queue.NumRequeues(cs.Component) > 0 {
+	if w.queue.NumRequeues(k) > 0 {
 		// A failed write is already scheduled with backoff; it will write
 		// this newest status. Adding it now would bypass the backoff.
 		return
 	}
-	last, ok := w.written[cs.Component]
-	if !ok || last.fp != fp || now.Sub(last.at) >= w.refreshPeriodOf(cs.Component) {
-		w.queue.Add(cs.Component)
+	last, ok := w.written[k]
+	if !ok || last.fp != fp || w.clock.Now().Sub(last.at) >= w.refreshPeriodOf(k, w.desired[k].adapter) {
+		w.queue.Add(k)
 	}
 }
 
@@ -157,20 +264,35 @@ func (w *Writer) Run(ctx context.Context) {
 	w.runMu.Lock()
 	defer w.runMu.Unlock()
 	q := workqueue.NewTypedRateLimitingQueueWithConfig(
-		workqueue.NewTypedItemExponentialFailureRateLimiter[string](w.cfg.BackoffBase, w.cfg.BackoffMax),
-		workqueue.TypedRateLimitingQueueConfig[string]{Name: "health-writer", Clock: w.clock},
+		workqueue.NewTypedItemExponentialFailureRateLimiter[Key](w.cfg.BackoffBase, w.cfg.BackoffMax),
+		workqueue.TypedRateLimitingQueueConfig[Key]{Name: "health-writer", Clock: w.clock},
 	)
 	w.mu.Lock()
 	w.queue = q
-	w.written = map[string]writtenEntry{}
-	for comp := range w.desired {
-		q.Add(comp)
+	w.written = map[Key]writtenEntry{}
+	for k := range w.desired {
+		q.Add(k)
+	}
+	for k := range w.removed {
+		q.Add(k)
 	}
 	w.mu.Unlock()
 	w.log.Info("writer started")
 
-	limiter := rate.NewLimiter(rate.Limit(w.cfg.WritesPerSecond), w.cfg.WriteBurst)
-	specDone := map[string]bool{}
+	limiters := limiters{
+		node:    rate.NewLimiter(rate.Limit(w.cfg.WritesPerSecond), w.cfg.WriteBurst),
+		adapter: rate.NewLimiter(rate.Limit(w.cfg.AdapterWritesPerSecond), w.cfg.WriteBurst),
+	}
+	specDone := map[Key]bool{}
+	pruneDone := make(chan struct{})
+	go func() {
+		defer close(pruneDone)
+		select {
+		case <-ctx.Done():
+		case <-w.adaptersReady:
+			w.pruneOrphans(ctx, q)
+		}
+	}()
 	done := make(chan struct{})
 	// Several workers, so a changed object is not queued behind slow
 	// refreshes of the others; the workqueue never hands one object to two
@@ -181,7 +303,7 @@ func (w *Writer) Run(ctx context.Context) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for w.processNext(ctx, q, limiter, specDone, &specMu) {
+			for w.processNext(ctx, q, limiters, specDone, &specMu) {
 			}
 		}()
 	}
@@ -192,69 +314,138 @@ func (w *Writer) Run(ctx context.Context) {
 	w.mu.Unlock()
 	q.ShutDown()
 	<-done
+	<-pruneDone
 	w.log.Info("writer stopped")
 }
 
-func (w *Writer) processNext(ctx context.Context, q workqueue.TypedRateLimitingInterface[string], limiter *rate.Limiter, specDone map[string]bool, specMu *sync.Mutex) bool {
-	comp, shutdown := q.Get()
+type limiters struct{ node, adapter *rate.Limiter }
+
+// pruneOrphans queues the deletion of every labelled object no adapter
+// publishes (left by an earlier leader, or published before a restart for
+// facts that are gone).
+func (w *Writer) pruneOrphans(ctx context.Context, q workqueue.TypedRateLimitingInterface[Key]) {
+	list, err := w.client.HealthV1alpha1().Healths(metav1.NamespaceAll).List(ctx, metav1.ListOptions{
+		LabelSelector: SourceLabel + "=" + SourceAdapters,
+	})
+	if err != nil {
+		if ctx.Err() == nil {
+			w.log.Warn("list adapter Health objects to prune those without facts", zap.Error(err))
+		}
+		return
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.queue == nil {
+		return
+	}
+	n := 0
+	for _, h := range list.Items {
+		k := Key{h.Namespace, h.Name}
+		if _, ok := w.desired[k]; ok {
+			continue
+		}
+		w.removed[k] = true
+		q.Add(k)
+		n++
+	}
+	w.log.Info("pruning adapter Health objects without facts", zap.Int("objects", n))
+}
+
+func (w *Writer) processNext(ctx context.Context, q workqueue.TypedRateLimitingInterface[Key], lim limiters, specDone map[Key]bool, specMu *sync.Mutex) bool {
+	k, shutdown := q.Get()
 	if shutdown {
 		return false
 	}
-	defer q.Done(comp)
+	defer q.Done(k)
+	w.mu.Lock()
+	d, ok := w.desired[k]
+	remove := !ok && w.removed[k]
+	w.mu.Unlock()
+	if !ok && !remove {
+		q.Forget(k)
+		return true
+	}
+	limiter := lim.node
+	if remove || d.adapter {
+		limiter = lim.adapter
+	}
 	if err := limiter.Wait(ctx); err != nil {
 		return ctx.Err() == nil
 	}
-	w.mu.Lock()
-	d, ok := w.desired[comp]
-	w.mu.Unlock()
-	if !ok {
-		q.Forget(comp)
-		return true
-	}
 	start := time.Now()
-	err := w.write(ctx, d.cs, specDone, specMu)
+	var err error
+	if remove {
+		err = w.delete(ctx, k)
+		specMu.Lock()
+		delete(specDone, k)
+		specMu.Unlock()
+	} else {
+		err = w.write(ctx, k, d, specDone, specMu)
+	}
 	took := time.Since(start)
 	if err != nil {
 		if ctx.Err() != nil {
 			return false
 		}
 		w.metrics.Write(metrics.WriteError, took)
-		w.log.Warn("write Health status", zap.String("health", comp), zap.Int("retries", q.NumRequeues(comp)), zap.Error(err))
-		q.AddRateLimited(comp)
+		w.log.Warn("write Health object", zap.Stringer("health", k), zap.Int("retries", q.NumRequeues(k)), zap.Error(err))
+		q.AddRateLimited(k)
 		return true
 	}
 	w.metrics.Write(metrics.WriteSuccess, took)
-	w.log.Debug("wrote Health status", zap.String("health", comp), zap.Duration("took", took))
-	q.Forget(comp)
+	q.Forget(k)
 	w.mu.Lock()
-	w.written[comp] = writtenEntry{fp: d.fp, at: w.clock.Now()}
+	if remove {
+		if _, back := w.desired[k]; !back {
+			delete(w.removed, k)
+		}
+		w.log.Debug("deleted Health object without facts", zap.Stringer("health", k), zap.Duration("took", took))
+	} else {
+		w.written[k] = writtenEntry{fp: d.fp, at: w.clock.Now()}
+		w.log.Debug("wrote Health status", zap.Stringer("health", k), zap.Duration("took", took))
+	}
 	w.mu.Unlock()
 	return true
 }
 
+// delete deletes an adapter object; one already gone is deleted.
+func (w *Writer) delete(ctx context.Context, k Key) error {
+	err := w.client.HealthV1alpha1().Healths(k.Namespace).Delete(ctx, k.Component, metav1.DeleteOptions{})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("delete Health %s: %w", k, err)
+	}
+	return nil
+}
+
 // write applies the object's spec (once per term, or again after the object
 // vanished) and its status.
-func (w *Writer) write(ctx context.Context, cs *rollup.ComponentStatus, specDone map[string]bool, specMu *sync.Mutex) error {
-	healths := w.client.HealthV1alpha1().Healths(w.cfg.Namespace)
+func (w *Writer) write(ctx context.Context, k Key, d desiredEntry, specDone map[Key]bool, specMu *sync.Mutex) error {
+	healths := w.client.HealthV1alpha1().Healths(k.Namespace)
 	opts := metav1.ApplyOptions{FieldManager: FieldManager, Force: true}
 	specMu.Lock()
-	done := specDone[cs.Component]
+	done := specDone[k]
 	specMu.Unlock()
 	if !done {
-		if _, err := healths.Apply(ctx, specApply(w.cfg.Namespace, cs.Component, metav1.Duration{Duration: w.cfg.FreshFor}), opts); err != nil {
-			return fmt.Errorf("apply Health %s/%s spec: %w", w.cfg.Namespace, cs.Component, err)
+		var spec *ac.HealthApplyConfiguration
+		if d.adapter {
+			spec = adapterSpecApply(k.Namespace, k.Component, metav1.Duration{Duration: w.cfg.AdapterFreshFor}, d.spec.MaxAge)
+		} else {
+			spec = specApply(k.Namespace, k.Component, metav1.Duration{Duration: w.cfg.FreshFor})
+		}
+		if _, err := healths.Apply(ctx, spec, opts); err != nil {
+			return fmt.Errorf("apply Health %s spec: %w", k, err)
 		}
 		specMu.Lock()
-		specDone[cs.Component] = true
+		specDone[k] = true
 		specMu.Unlock()
 	}
-	if err := w.applyStatus(ctx, statusApply(w.cfg.Namespace, cs), opts); err != nil {
+	if err := w.applyStatus(ctx, statusApply(k.Namespace, d.cs), opts); err != nil {
 		if apierrors.IsNotFound(err) {
 			specMu.Lock()
-			delete(specDone, cs.Component)
+			delete(specDone, k)
 			specMu.Unlock()
 		}
-		return fmt.Errorf("apply Health %s/%s status: %w", w.cfg.Namespace, cs.Component, err)
+		return fmt.Errorf("apply Health %s status: %w", k, err)
 	}
 	return nil
 }
@@ -294,6 +485,10 @@ func Fingerprint(cs *rollup.ComponentStatus) uint64 {
 	}
 	for _, c := range cs.Conditions {
 		put(c.Type, c.Severity.String(), c.Reason, c.Message, c.Node, c.ResourceKey(), strconv.FormatInt(c.LastTransition.Unix(), 10))
+		if b := c.Backup; b != nil {
+			// observedAge moves with observedAt and is refreshed with it.
+			put(strconv.FormatInt(b.LastSuccessfulAt.Unix(), 10), b.MaxAge.String())
+		}
 	}
 	sum := h.Sum64()
 	for n, ns := range cs.Nodes {
@@ -307,8 +502,13 @@ func Fingerprint(cs *rollup.ComponentStatus) uint64 {
 // refreshPeriodOf staggers the refresh periods of the objects (between 75 %
 // and 100 % of the configured period, by name) so refreshes drift apart
 // instead of arriving at the apiserver together.
-func (w *Writer) refreshPeriodOf(component string) time.Duration {
+func (w *Writer) refreshPeriodOf(k Key, adapter bool) time.Duration {
 	h := fnv.New32a()
-	_, _ = io.WriteString(h, component)
-	return w.cfg.RefreshPeriod - time.Duration(h.Sum32()%256)*w.cfg.RefreshPeriod/1024
+	_, _ = io.WriteString(h, k.Namespace)
+	_, _ = io.WriteString(h, k.Component)
+	p := w.cfg.RefreshPeriod
+	if adapter {
+		p = w.cfg.AdapterRefreshPeriod
+	}
+	return p - time.Duration(h.Sum32()%256)*p/1024
 }

@@ -1,0 +1,162 @@
+package adapter
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/robfig/cron/v3"
+
+	"github.com/cozystack/cozy-health/aggregator/internal/rollup"
+	"github.com/cozystack/cozy-health/pkg/report"
+)
+
+// TypeBackup is the condition of one backed-up thing (a CNPG Cluster, a
+// Cozystack backup Plan, a velero Schedule).
+const TypeBackup = "Backup"
+
+// Backup reasons.
+const (
+	ReasonBackupRecent         = "BackupRecent"
+	ReasonBackupStale          = "BackupStale"
+	ReasonBackupFailed         = "BackupFailed"
+	ReasonBackupNeverSucceeded = "BackupNeverSucceeded"
+	ReasonAwaitingFirstBackup  = "AwaitingFirstBackup"
+	ReasonScheduleInvalid      = "ScheduleInvalid"
+)
+
+// BackupHistory is what the backup adapters know of one backed-up thing.
+type BackupHistory struct {
+	// Schedule is the cron schedule its backups run on ("" when none).
+	// Five fields, or six with seconds first (CNPG's format).
+	Schedule string
+	// Suspended schedules expect no run.
+	Suspended bool
+	// Since is when backups were first expected to start: the schedule's
+	// (or the backed-up thing's) creation.
+	Since time.Time
+	// LastSuccess is when the last successful backup ended (zero: never).
+	LastSuccess time.Time
+	// LastFailure is when the last failed attempt ended or was seen; a
+	// failure is current when it is later than LastSuccess.
+	LastFailure time.Time
+	// FailureMessage says why the last attempt failed.
+	FailureMessage string
+	// Failing forces the last attempt to count as failed (a source that
+	// says so without a time, such as CNPG's LastBackupSucceeded=False).
+	Failing bool
+}
+
+var cronParser = cron.NewParser(cron.SecondOptional | cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow | cron.Descriptor)
+
+// ScheduleInterval is the longest gap between consecutive runs of a cron
+// schedule over its next 16 runs from now.
+func ScheduleInterval(schedule string, now time.Time) (time.Duration, cron.Schedule, error) {
+	s, err := cronParser.Parse(schedule)
+	if err != nil {
+		return 0, nil, fmt.Errorf("parse schedule %q: %w", schedule, err)
+	}
+	var longest time.Duration
+	t := s.Next(now)
+	if t.IsZero() {
+		return 0, nil, fmt.Errorf("schedule %q never runs", schedule)
+	}
+	for range 16 {
+		n := s.Next(t)
+		if n.IsZero() {
+			break
+		}
+		longest = max(longest, n.Sub(t))
+		t = n
+	}
+	return longest, s, nil
+}
+
+// JudgeBackup applies the backup rules (see the rollup documentation,
+// "Backups") to one backed-up thing:
+//
+//   - maxAge is the scope's SLA (spec.sla.maxAge, from the aggregator's
+//     --backup-max-age) when set, else 1.5x the schedule's interval, else
+//     none (no staleness judgement);
+//   - a last attempt that failed after the last success: Degraded,
+//     BackupFailed;
+//   - never succeeded: Down, BackupNeverSucceeded, once the first expected
+//     run (the schedule's first run after Since) is half an interval past
+//     (without a schedule: once maxAge has passed since Since); before
+//     that Unknown, AwaitingFirstBackup — absence of a backup is never
+//     read as good;
+//   - older than maxAge: Degraded, BackupStale;
+//   - else Healthy, BackupRecent.
+//
+// Down wins over Degraded; the typed fields are always filled.
+func JudgeBackup(now time.Time, sla time.Duration, h BackupHistory) rollup.Condition {
+	c := rollup.Condition{Type: TypeBackup}
+	facts := &rollup.BackupFacts{LastSuccessfulAt: h.LastSuccess}
+	c.Backup = facts
+	if !h.LastSuccess.IsZero() {
+		facts.ObservedAge = max(now.Sub(h.LastSuccess), 0)
+	}
+	var interval time.Duration
+	var sched cron.Schedule
+	if h.Schedule != "" && !h.Suspended {
+		var err error
+		interval, sched, err = ScheduleInterval(h.Schedule, now)
+		if err != nil {
+			c.Severity, c.Reason, c.Message = report.StatusDegraded, ReasonScheduleInvalid, Truncate(err.Error())
+			facts.MaxAge = sla
+			return c
+		}
+	}
+	facts.MaxAge = sla
+	if facts.MaxAge <= 0 && interval > 0 {
+		facts.MaxAge = interval + interval/2
+	}
+	failed := h.Failing || (!h.LastFailure.IsZero() && h.LastFailure.After(h.LastSuccess))
+	failMsg := "last backup failed"
+	if h.FailureMessage != "" {
+		failMsg += ": " + h.FailureMessage
+	}
+	if h.LastSuccess.IsZero() {
+		var deadline time.Time
+		switch {
+		case sched != nil:
+			deadline = sched.Next(h.Since).Add(interval / 2)
+		case facts.MaxAge > 0:
+			deadline = h.Since.Add(facts.MaxAge)
+		}
+		if !deadline.IsZero() && !now.Before(deadline) {
+			c.Severity, c.Reason = report.StatusDown, ReasonBackupNeverSucceeded
+			c.Message = fmt.Sprintf("no backup has succeeded since %s (first one expected by %s)", h.Since.UTC().Format(time.RFC3339), deadline.UTC().Format(time.RFC3339))
+			if failed {
+				c.Message += "; " + failMsg
+			}
+			c.Message = Truncate(c.Message)
+			return c
+		}
+		if failed {
+			c.Severity, c.Reason, c.Message = report.StatusDegraded, ReasonBackupFailed, Truncate(failMsg)
+			return c
+		}
+		c.Severity, c.Reason = report.StatusUnknown, ReasonAwaitingFirstBackup
+		c.Message = "no backup has succeeded yet"
+		if !deadline.IsZero() {
+			c.Message += fmt.Sprintf("; the first one is expected by %s", deadline.UTC().Format(time.RFC3339))
+		}
+		return c
+	}
+	if failed {
+		c.Severity, c.Reason, c.Message = report.StatusDegraded, ReasonBackupFailed, Truncate(failMsg)
+		return c
+	}
+	age := facts.ObservedAge.Round(time.Second)
+	if facts.MaxAge > 0 && facts.ObservedAge > facts.MaxAge {
+		c.Severity, c.Reason = report.StatusDegraded, ReasonBackupStale
+		c.Message = fmt.Sprintf("last successful backup is %s old, older than its maxAge %s", age, facts.MaxAge)
+		return c
+	}
+	c.Severity, c.Reason = report.StatusHealthy, ReasonBackupRecent
+	c.Message = fmt.Sprintf("last successful backup is %s old", age)
+	if facts.MaxAge > 0 {
+		c.Message += fmt.Sprintf(" (maxAge %s)", facts.MaxAge)
+	}
+	return c
+}

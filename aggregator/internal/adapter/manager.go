@@ -1,0 +1,621 @@
+package adapter
+
+import (
+	"context"
+	"fmt"
+	"runtime/debug"
+	"sort"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/dynamic/dynamicinformer"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/utils/clock"
+
+	"github.com/cozystack/cozy-health/aggregator/internal/rollup"
+	"github.com/cozystack/cozy-health/aggregator/internal/writer"
+	"github.com/cozystack/cozy-health/pkg/report"
+)
+
+var (
+	crdGVR       = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
+	namespaceGVR = schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}
+)
+
+// Publisher receives the Health objects the adapters have facts for (the
+// writer; it writes only while leading).
+type Publisher interface {
+	UpdateIn(namespace string, cs *rollup.ComponentStatus, spec writer.Spec)
+	Remove(namespace, component string)
+	AdaptersReady()
+}
+
+// Config configures the Manager.
+type Config struct {
+	// Namespace is the platform namespace.
+	Namespace string
+	// FreshFor: freshUntil = observedAt + FreshFor.
+	FreshFor time.Duration
+	// Period: every adapter is judged again this often (backups age without
+	// any event); changes are judged after Debounce.
+	Period   time.Duration
+	Debounce time.Duration
+	// SyncTimeout: an informer not synced this long after it started makes
+	// its adapter Unknown.
+	SyncTimeout time.Duration
+	// JudgeTimeout is the deadline of one Judge.
+	JudgeTimeout time.Duration
+	// BackupMaxAge is the backup SLA per scope namespace ("*": every other
+	// scope); written as spec.sla.maxAge of the scope's backups object.
+	BackupMaxAge map[string]time.Duration
+}
+
+func (c *Config) defaults() {
+	if c.Period <= 0 {
+		c.Period = 10 * time.Second
+	}
+	if c.Debounce <= 0 {
+		c.Debounce = 200 * time.Millisecond
+	}
+	if c.SyncTimeout <= 0 {
+		c.SyncTimeout = 30 * time.Second
+	}
+	if c.JudgeTimeout <= 0 {
+		c.JudgeTimeout = 5 * time.Second
+	}
+	if c.FreshFor <= 0 {
+		c.FreshFor = 10 * time.Minute
+	}
+}
+
+// Manager watches the adapters' sources and publishes their findings.
+type Manager struct {
+	cfg      Config
+	dyn      dynamic.Interface
+	adapters []Adapter
+	pub      Publisher
+	log      *zap.Logger
+	clock    clock.WithTicker
+
+	crds, namespaces cache.SharedIndexInformer
+	wake             chan struct{}
+
+	// mu guards everything below.
+	mu sync.Mutex
+	// watches are the running informers, by resource.
+	watches map[schema.GroupVersionResource]*watch
+	// states are per adapter (same index as adapters).
+	states []*adapterState
+	// published are the objects published last, by key.
+	published map[writer.Key]bool
+	// transitions remember each condition's last transition.
+	transitions map[transitionKey]transition
+	ready       bool
+}
+
+type watch struct {
+	inf     cache.SharedIndexInformer
+	stop    chan struct{}
+	started time.Time
+	users   int
+}
+
+type adapterState struct {
+	applicable bool
+	dirty      bool
+	findings   []Finding
+	// judging is set while a Judge runs (one at a time per adapter).
+	judging bool
+	// settled: synced (and judged) or past the sync timeout once.
+	settled bool
+}
+
+type transitionKey struct {
+	ns, comp, typ, ref string
+}
+
+type transition struct {
+	status, reason string
+	at             time.Time
+}
+
+// NewManager builds a Manager; it watches nothing until Run.
+func NewManager(cfg Config, dyn dynamic.Interface, adapters []Adapter, pub Publisher, log *zap.Logger, clk clock.WithTicker) *Manager {
+	cfg.defaults()
+	if clk == nil {
+		clk = clock.RealClock{}
+	}
+	m := &Manager{cfg: cfg, dyn: dyn, adapters: adapters, pub: pub, log: log.With(zap.String("component", "adapters")), clock: clk,
+		wake: make(chan struct{}, 1), watches: map[schema.GroupVersionResource]*watch{},
+		published: map[writer.Key]bool{}, transitions: map[transitionKey]transition{}}
+	for range adapters {
+		m.states = append(m.states, &adapterState{})
+	}
+	return m
+}
+
+// crdInfo is the projection of a CustomResourceDefinition.
+type crdInfo struct {
+	established bool
+	served      []string
+}
+
+func projectCRD(u *unstructured.Unstructured) any {
+	info := crdInfo{}
+	if c := Find(Conditions(u), "Established"); c != nil && c.Status == "True" {
+		info.established = true
+	}
+	vs, _, _ := unstructured.NestedSlice(u.Object, "spec", "versions")
+	for _, v := range vs {
+		m, _ := v.(map[string]any)
+		if served, _ := m["served"].(bool); served {
+			info.served = append(info.served, str(m["name"]))
+		}
+	}
+	if u.GetDeletionTimestamp() != nil {
+		info.established = false
+	}
+	return info
+}
+
+func projectNamespace(u *unstructured.Unstructured) any {
+	return IsTenantNamespace(u.GetName(), u.GetLabels())
+}
+
+// Seed hands the Manager the conditions of the adapter objects an earlier
+// leader wrote, so a condition published as it was keeps its
+// lastTransitionTime across failovers.
+func (m *Manager) Seed(namespace, component string, conds []SeedCondition) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, c := range conds {
+		m.transitions[transitionKey{namespace, component, c.Type, c.Ref}] = transition{status: c.Status, reason: c.Reason, at: c.At}
+	}
+}
+
+// SeedCondition is a written condition (Ref as rollup.Condition.ResourceKey).
+type SeedCondition struct {
+	Type, Ref, Status, Reason string
+	At                        time.Time
+}
+
+// Run watches and publishes until ctx is cancelled.
+func (m *Manager) Run(ctx context.Context) error {
+	m.crds = m.informer(crdGVR, projectCRD)
+	m.namespaces = m.informer(namespaceGVR, projectNamespace)
+	// A new or removed API, or a namespace becoming a tenant's, may change
+	// every adapter's answer.
+	handler := cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { m.markAll() },
+		UpdateFunc: func(any, any) { m.markAll() },
+		DeleteFunc: func(any) { m.markAll() },
+	}
+	if _, err := m.crds.AddEventHandler(handler); err != nil {
+		return fmt.Errorf("watch CustomResourceDefinitions: %w", err)
+	}
+	if _, err := m.namespaces.AddEventHandler(handler); err != nil {
+		return fmt.Errorf("watch Namespaces: %w", err)
+	}
+	go m.crds.RunWithContext(ctx)
+	go m.namespaces.RunWithContext(ctx)
+	defer m.stopAll()
+	if !cache.WaitForCacheSync(ctx.Done(), m.crds.HasSynced, m.namespaces.HasSynced) {
+		return nil
+	}
+	m.log.Info("watching CustomResourceDefinitions and Namespaces", zap.Int("adapters", len(m.adapters)))
+	tick := m.clock.NewTicker(m.cfg.Debounce)
+	defer tick.Stop()
+	var lastFull time.Time
+	for {
+		m.reconcileWatches()
+		now := m.clock.Now()
+		full := now.Sub(lastFull) >= m.cfg.Period
+		if full {
+			lastFull = now
+		}
+		m.evaluate(ctx, full)
+		// At most one evaluation per Debounce: changes arriving meanwhile
+		// are judged together.
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C():
+		}
+		for !m.anyDirty() && m.clock.Since(lastFull) < m.cfg.Period {
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-m.wake:
+			case <-tick.C():
+			}
+		}
+	}
+}
+
+func (m *Manager) anyDirty() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, st := range m.states {
+		if st.dirty {
+			return true
+		}
+	}
+	return false
+}
+
+func (m *Manager) markAll() {
+	m.mu.Lock()
+	for _, st := range m.states {
+		st.dirty = true
+	}
+	m.mu.Unlock()
+	m.poke()
+}
+
+// poke marks that something changed (coalesced).
+func (m *Manager) poke() {
+	select {
+	case m.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (m *Manager) informer(gvr schema.GroupVersionResource, project func(*unstructured.Unstructured) any) cache.SharedIndexInformer {
+	inf := dynamicinformer.NewFilteredDynamicInformer(m.dyn, gvr, metav1.NamespaceAll, 0, cache.Indexers{}, nil).Informer()
+	_ = inf.SetTransform(func(obj any) (any, error) {
+		u, ok := obj.(*unstructured.Unstructured)
+		if !ok {
+			return obj, nil
+		}
+		return Compact(u, project), nil
+	})
+	return inf
+}
+
+// served says whether gvr is served by an established CRD.
+func (m *Manager) served(gvr schema.GroupVersionResource) bool {
+	it, ok, _ := m.crds.GetStore().GetByKey(gvr.Resource + "." + gvr.Group)
+	if !ok {
+		return false
+	}
+	info, _ := it.(*Object).Data.(crdInfo)
+	if !info.established {
+		return false
+	}
+	for _, v := range info.served {
+		if v == gvr.Version {
+			return true
+		}
+	}
+	return false
+}
+
+// reconcileWatches starts the informers of adapters that became applicable
+// and stops those whose API went away.
+func (m *Manager) reconcileWatches() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	want := map[schema.GroupVersionResource]func(*unstructured.Unstructured) any{}
+	for i, a := range m.adapters {
+		st := m.states[i]
+		applicable := true
+		for _, s := range a.Sources() {
+			if !s.Optional && !m.served(s.GVR) {
+				applicable = false
+			}
+		}
+		if applicable != st.applicable {
+			m.log.Info("adapter applicability changed", zap.String("adapter", a.Name()), zap.Bool("applicable", applicable))
+			st.applicable, st.dirty, st.settled = applicable, true, false
+			if !applicable {
+				st.findings = nil
+			}
+		}
+		if !applicable {
+			continue
+		}
+		for _, s := range a.Sources() {
+			if m.served(s.GVR) {
+				want[s.GVR] = s.Project
+			}
+		}
+	}
+	for gvr, w := range m.watches {
+		if _, ok := want[gvr]; !ok {
+			close(w.stop)
+			delete(m.watches, gvr)
+			m.markUsers(gvr)
+			m.log.Info("stopped watching", zap.Stringer("resource", gvr))
+		}
+	}
+	for gvr, project := range want {
+		if _, ok := m.watches[gvr]; ok {
+			continue
+		}
+		inf := m.informer(gvr, project)
+		_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+			AddFunc:    func(any) { m.markDirty(gvr) },
+			UpdateFunc: func(any, any) { m.markDirty(gvr) },
+			DeleteFunc: func(any) { m.markDirty(gvr) },
+		})
+		w := &watch{inf: inf, stop: make(chan struct{}), started: m.clock.Now()}
+		m.watches[gvr] = w
+		go inf.Run(w.stop)
+		m.markUsers(gvr)
+		m.log.Info("watching", zap.Stringer("resource", gvr))
+	}
+}
+
+// markUsers marks every adapter reading gvr dirty. m.mu held.
+func (m *Manager) markUsers(gvr schema.GroupVersionResource) {
+	for i, a := range m.adapters {
+		for _, s := range a.Sources() {
+			if s.GVR == gvr {
+				m.states[i].dirty = true
+			}
+		}
+	}
+}
+
+func (m *Manager) markDirty(gvr schema.GroupVersionResource) {
+	m.mu.Lock()
+	m.markUsers(gvr)
+	m.mu.Unlock()
+	m.poke()
+}
+
+func (m *Manager) stopAll() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for gvr, w := range m.watches {
+		close(w.stop)
+		delete(m.watches, gvr)
+	}
+}
+
+// evaluate judges the dirty adapters (all when full) and publishes.
+func (m *Manager) evaluate(ctx context.Context, full bool) {
+	now := m.clock.Now()
+	type job struct {
+		i      int
+		a      Adapter
+		stores map[schema.GroupVersionResource]cache.Store
+	}
+	var jobs []job
+	m.mu.Lock()
+	for i, a := range m.adapters {
+		st := m.states[i]
+		if !st.applicable || st.judging || (!st.dirty && !full) {
+			continue
+		}
+		st.dirty = false
+		stores := map[schema.GroupVersionResource]cache.Store{}
+		var unsynced []Source
+		var since time.Time
+		for _, s := range a.Sources() {
+			w := m.watches[s.GVR]
+			if w == nil {
+				continue // an optional source that is not served
+			}
+			if !w.inf.HasSynced() {
+				unsynced = append(unsynced, s)
+				if since.IsZero() || w.started.Before(since) {
+					since = w.started
+				}
+				continue
+			}
+			stores[s.GVR] = w.inf.GetStore()
+		}
+		if len(unsynced) > 0 {
+			if now.Sub(since) < m.cfg.SyncTimeout {
+				st.dirty = true // look again at the next tick
+				continue
+			}
+			st.findings = m.unknownFindings(i, now, ReasonSourceNotSynced, unsyncedMessage(unsynced, now.Sub(since)), unsynced[0])
+			st.settled = true
+			continue
+		}
+		st.judging = true
+		jobs = append(jobs, job{i, a, stores})
+	}
+	m.mu.Unlock()
+
+	in := func(stores map[schema.GroupVersionResource]cache.Store) *Input {
+		return NewInput(now, m.cfg.Namespace, stores, m.isTenant, m.maxAge)
+	}
+	var wg sync.WaitGroup
+	for _, j := range jobs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			findings, err := m.judge(ctx, j.a, in(j.stores))
+			m.mu.Lock()
+			defer m.mu.Unlock()
+			st := m.states[j.i]
+			st.judging = false
+			if !st.applicable {
+				return // went away while judging
+			}
+			st.settled = true
+			if err != nil {
+				m.log.Warn("adapter failed", zap.String("adapter", j.a.Name()), zap.Error(err))
+				st.findings = m.unknownFindings(j.i, now, ReasonJudgeFailed, Truncate(err.Error()), j.a.Sources()[0])
+				return
+			}
+			st.findings = findings
+		}()
+	}
+	wg.Wait()
+	m.publish(now)
+}
+
+// judge runs one Judge under the deadline, recovering a panic. A Judge
+// past its deadline is abandoned (it holds no locks and writes nothing).
+func (m *Manager) judge(ctx context.Context, a Adapter, in *Input) ([]Finding, error) {
+	type result struct {
+		f   []Finding
+		err error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		defer func() {
+			if r := recover(); r != nil {
+				m.log.Error("adapter panicked", zap.String("adapter", a.Name()), zap.Any("panic", r), zap.ByteString("stack", debug.Stack()))
+				ch <- result{err: fmt.Errorf("judge panicked: %v", r)}
+			}
+		}()
+		ch <- result{f: a.Judge(in)}
+	}()
+	t := m.clock.NewTimer(m.cfg.JudgeTimeout)
+	defer t.Stop()
+	select {
+	case r := <-ch:
+		return r.f, r.err
+	case <-t.C():
+		return nil, fmt.Errorf("judge did not finish within %s", m.cfg.JudgeTimeout)
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+func unsyncedMessage(srcs []Source, d time.Duration) string {
+	names := make([]string, len(srcs))
+	for i, s := range srcs {
+		names[i] = s.CRDName()
+	}
+	return Truncate(fmt.Sprintf("cannot list and watch %v for %s", names, d.Round(time.Second)))
+}
+
+// unknownFindings are the findings of an adapter that has no trustworthy
+// answer: Source Unknown in the platform namespace and in every scope it
+// published before. m.mu held.
+func (m *Manager) unknownFindings(i int, now time.Time, reason, msg string, src Source) []Finding {
+	a := m.adapters[i]
+	c := rollup.Condition{Type: TypeSource, Severity: report.StatusUnknown, Reason: reason, Message: msg,
+		Resource: &report.ResourceRef{Kind: crdKind, Name: src.CRDName()}}
+	out := []Finding{{Namespace: m.cfg.Namespace, Component: a.Component(), Condition: c}}
+	seen := map[writer.Key]bool{{Namespace: m.cfg.Namespace, Component: a.Component()}: true}
+	for _, f := range m.states[i].findings {
+		k := writer.Key{Namespace: f.Namespace, Component: f.Component}
+		if !seen[k] {
+			seen[k] = true
+			out = append(out, Finding{Namespace: f.Namespace, Component: f.Component, Condition: c})
+		}
+	}
+	return out
+}
+
+func (m *Manager) isTenant(ns string) bool {
+	it, ok, _ := m.namespaces.GetStore().GetByKey(ns)
+	if !ok {
+		return false
+	}
+	t, _ := it.(*Object).Data.(bool)
+	return t
+}
+
+func (m *Manager) maxAge(scope string) time.Duration {
+	if d, ok := m.cfg.BackupMaxAge[scope]; ok {
+		return d
+	}
+	return m.cfg.BackupMaxAge["*"]
+}
+
+// publish merges every adapter's findings into Health objects and hands
+// them to the publisher; objects without findings are removed.
+func (m *Manager) publish(now time.Time) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	groups := map[writer.Key][]rollup.Condition{}
+	for _, st := range m.states {
+		if !st.applicable {
+			continue
+		}
+		for _, f := range st.findings {
+			k := writer.Key{Namespace: f.Namespace, Component: f.Component}
+			groups[k] = append(groups[k], f.Condition)
+		}
+	}
+	next := map[writer.Key]bool{}
+	live := map[transitionKey]bool{}
+	for k, conds := range groups {
+		cs := m.status(k, conds, now, live)
+		spec := writer.Spec{}
+		if k.Component == ComponentBackups {
+			spec.MaxAge = m.maxAge(k.Namespace)
+		}
+		m.pub.UpdateIn(k.Namespace, cs, spec)
+		next[k] = true
+	}
+	for k := range m.published {
+		if !next[k] {
+			m.pub.Remove(k.Namespace, k.Component)
+		}
+	}
+	m.published = next
+	for tk := range m.transitions {
+		if !live[tk] && m.ready {
+			delete(m.transitions, tk)
+		}
+	}
+	if !m.ready {
+		settled := true
+		for _, st := range m.states {
+			if st.applicable && !st.settled {
+				settled = false
+			}
+		}
+		if settled {
+			m.ready = true
+			m.pub.AdaptersReady()
+			m.log.Info("adapters published their first answer", zap.Int("objects", len(next)))
+		}
+	}
+}
+
+// status builds one object's status: worst condition wins, conditions
+// sorted (worst first, then by type and resource), at most
+// maxConditionsPerObject listed. m.mu held.
+func (m *Manager) status(k writer.Key, conds []rollup.Condition, now time.Time, live map[transitionKey]bool) *rollup.ComponentStatus {
+	cs := &rollup.ComponentStatus{Component: k.Component, Overall: report.StatusHealthy, ObservedAt: now, FreshUntil: now.Add(m.cfg.FreshFor)}
+	for i := range conds {
+		c := &conds[i]
+		cs.Overall = report.Worse(cs.Overall, c.Severity)
+		tk := transitionKey{k.Namespace, k.Component, c.Type, c.ResourceKey()}
+		live[tk] = true
+		st := c.ConditionStatus()
+		if t, ok := m.transitions[tk]; ok && t.status == st && t.reason == c.Reason {
+			c.LastTransition = t.at
+		} else {
+			c.LastTransition = now.UTC().Truncate(time.Second)
+			m.transitions[tk] = transition{status: st, reason: c.Reason, at: c.LastTransition}
+		}
+		if c.Backup != nil && !c.Backup.LastSuccessfulAt.IsZero() {
+			c.Backup.ObservedAge = max(now.Sub(c.Backup.LastSuccessfulAt), 0)
+		}
+	}
+	sort.SliceStable(conds, func(i, j int) bool {
+		if ri, rj := conds[i].Severity.Rank(), conds[j].Severity.Rank(); ri != rj {
+			return ri > rj
+		}
+		if conds[i].Type != conds[j].Type {
+			return conds[i].Type < conds[j].Type
+		}
+		return conds[i].ResourceKey() < conds[j].ResourceKey()
+	})
+	if len(conds) > maxConditionsPerObject {
+		conds = conds[:maxConditionsPerObject]
+	}
+	for _, c := range conds {
+		if c.ConditionStatus() == "False" {
+			cs.Issues++
+		}
+	}
+	cs.Conditions = conds
+	return cs
+}

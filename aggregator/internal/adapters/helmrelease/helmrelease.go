@@ -1,0 +1,473 @@
+// Package helmrelease judges Flux HelmReleases (helm.toolkit.fluxcd.io/v2)
+// and collapses chains of releases waiting on their dependencies into
+// their root causes.
+//
+// A release is judged from its conditions (helm-controller's Ready copies
+// the status, reason and message of its first failing summary condition):
+//
+//   - Ready=True and status.observedGeneration >= metadata.generation:
+//     ready (no condition of its own, counted in the summary).
+//   - Ready=True with an older observedGeneration: Unknown,
+//     GenerationNotObserved (its spec changed; no verdict on it yet).
+//   - Stalled=True, or Ready=False for any reason other than
+//     DependencyNotReady, or Reconciling=True with ProgressingWithRetry:
+//     failing, Degraded, with the release's own reason (UpgradeFailed,
+//     InstallFailed, ArtifactFailed, ...). A failing release is a root
+//     cause.
+//   - Ready=False with DependencyNotReady: waiting. spec.dependsOn is walked
+//     (namespace defaults to the release's own) to the first releases up
+//     the chain that are not waiting: failing ones, missing ones
+//     (DependencyMissing) and cycles (DependencyCycle) are root causes and
+//     make the waiting release Degraded; progressing ones leave it Unknown.
+//   - Ready=Unknown or absent (installing, upgrading): Unknown, Progressing.
+//
+// Every release that is not ready gets a Release condition pinned to it;
+// the object's Releases condition summarises the scope: "91 of 98 ready;
+// 1 root cause: cozy-system/x (UpgradeFailed: ...), 7 waiting on it".
+// Releases in a Cozystack tenant namespace land in that tenant's apps
+// object, all others in the platform namespace's platform object.
+package helmrelease
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/cozystack/cozy-health/aggregator/internal/adapter"
+	"github.com/cozystack/cozy-health/aggregator/internal/rollup"
+	"github.com/cozystack/cozy-health/pkg/report"
+)
+
+// Source is the watched resource.
+var Source = adapter.Source{
+	GVR:     schema.GroupVersionResource{Group: "helm.toolkit.fluxcd.io", Version: "v2", Resource: "helmreleases"},
+	Kind:    "HelmRelease",
+	Project: project,
+}
+
+// Condition types and reasons.
+const (
+	TypeRelease  = "Release"
+	TypeReleases = "Releases"
+
+	ReasonDependencyNotReady    = "DependencyNotReady"
+	ReasonDependencyMissing     = "DependencyMissing"
+	ReasonDependencyCycle       = "DependencyCycle"
+	ReasonProgressing           = "Progressing"
+	ReasonGenerationNotObserved = "GenerationNotObserved"
+	ReasonNoStatus              = "NoStatus"
+	ReasonAllReady              = "AllReleasesReady"
+	ReasonNotReady              = "ReleasesNotReady"
+)
+
+// Adapter is the HelmRelease adapter.
+type Adapter struct{}
+
+var _ adapter.Adapter = Adapter{}
+
+// New returns the adapter.
+func New() Adapter { return Adapter{} }
+
+// Name implements adapter.Adapter.
+func (Adapter) Name() string { return "helmrelease" }
+
+// Component implements adapter.Adapter.
+func (Adapter) Component() string { return adapter.ComponentPlatform }
+
+// Sources implements adapter.Adapter.
+func (Adapter) Sources() []adapter.Source { return []adapter.Source{Source} }
+
+// release is what is kept of a HelmRelease.
+type release struct {
+	deps                []string // namespace/name
+	ready               *adapter.Cond
+	stalled             *adapter.Cond
+	retrying            bool
+	observedGen, gen    int64
+	suspended           bool
+	hasObservedGenField bool
+}
+
+func project(u *unstructured.Unstructured) any {
+	r := &release{gen: u.GetGeneration()}
+	for _, c := range adapter.Conditions(u) {
+		switch c.Type {
+		case "Ready":
+			r.ready = &c
+		case "Stalled":
+			if c.Status == "True" {
+				r.stalled = &c
+			}
+		case "Reconciling":
+			r.retrying = c.Status == "True" && c.Reason == "ProgressingWithRetry"
+		}
+	}
+	if _, ok, _ := unstructured.NestedFieldNoCopy(u.Object, "status", "observedGeneration"); ok {
+		r.hasObservedGenField = true
+		r.observedGen = adapter.Int(u, "status", "observedGeneration")
+	}
+	r.suspended, _ = adapter.Bool(u, "spec", "suspend")
+	deps, _, _ := unstructured.NestedSlice(u.Object, "spec", "dependsOn")
+	for _, d := range deps {
+		m, _ := d.(map[string]any)
+		name, _ := m["name"].(string)
+		if name == "" {
+			continue
+		}
+		ns, _ := m["namespace"].(string)
+		if ns == "" {
+			ns = u.GetNamespace()
+		}
+		r.deps = append(r.deps, ns+"/"+name)
+	}
+	return r
+}
+
+type state int
+
+const (
+	stateReady state = iota
+	stateStale
+	stateProgressing
+	stateFailing
+	stateWaiting
+)
+
+type node struct {
+	key   string
+	obj   *adapter.Object
+	r     *release
+	state state
+	// roots of a waiting release (resolved lazily).
+	roots    []*root
+	resolved bool
+	visiting bool
+}
+
+// root is one root cause.
+type root struct {
+	key    string // the release, the missing dependency, or the cycle
+	kind   string // failing, missing, cycle, progressing
+	reason string
+	detail string
+}
+
+func (rt *root) describe() string {
+	switch rt.kind {
+	case "missing":
+		return rt.key + " (missing)"
+	case "cycle":
+		return "cycle " + rt.detail
+	}
+	if rt.detail == "" {
+		return fmt.Sprintf("%s (%s)", rt.key, rt.reason)
+	}
+	return fmt.Sprintf("%s (%s: %s)", rt.key, rt.reason, rt.detail)
+}
+
+func classify(o *adapter.Object, r *release) state {
+	switch {
+	case r.stalled != nil:
+		return stateFailing
+	case r.ready == nil:
+		return stateProgressing
+	case r.ready.Status == "True":
+		if r.hasObservedGenField && r.observedGen < r.gen {
+			return stateStale
+		}
+		return stateReady
+	case r.ready.Status == "False" && r.ready.Reason == ReasonDependencyNotReady:
+		return stateWaiting
+	case r.ready.Status == "False":
+		return stateFailing
+	case r.retrying:
+		return stateFailing
+	}
+	return stateProgressing
+}
+
+// Judge implements adapter.Adapter.
+func (Adapter) Judge(in *adapter.Input) []adapter.Finding {
+	objs := in.List(Source.GVR)
+	nodes := make(map[string]*node, len(objs))
+	order := make([]*node, 0, len(objs))
+	for _, o := range objs {
+		r, ok := o.Data.(*release)
+		if !ok {
+			continue
+		}
+		n := &node{key: o.Namespace + "/" + o.Name, obj: o, r: r}
+		n.state = classify(o, r)
+		nodes[n.key] = n
+		order = append(order, n)
+	}
+	var stack []string
+	var resolve func(n *node) []*root
+	resolve = func(n *node) []*root {
+		if n.resolved {
+			return n.roots
+		}
+		if n.visiting {
+			return nil // the caller that closes the cycle reports it
+		}
+		n.visiting = true
+		stack = append(stack, n.key)
+		seen := map[string]bool{}
+		add := func(rt *root) {
+			if !seen[rt.kind+rt.key] {
+				seen[rt.kind+rt.key] = true
+				n.roots = append(n.roots, rt)
+			}
+		}
+		for _, dk := range n.r.deps {
+			d := nodes[dk]
+			switch {
+			case d == nil:
+				add(&root{key: dk, kind: "missing", reason: ReasonDependencyMissing})
+			case d.visiting:
+				cyc := canonicalCycle(stack[indexOf(stack, dk):])
+				add(&root{key: cyc[0], kind: "cycle", reason: ReasonDependencyCycle, detail: strings.Join(append(cyc, cyc[0]), " -> ")})
+			case d.state == stateFailing:
+				add(&root{key: dk, kind: "failing", reason: d.r.failReason(), detail: d.r.failMessage()})
+			case d.state == stateWaiting:
+				for _, rt := range resolve(d) {
+					add(rt)
+				}
+			case d.state == stateProgressing || d.state == stateStale:
+				add(&root{key: dk, kind: "progressing", reason: ReasonProgressing})
+			}
+		}
+		stack = stack[:len(stack)-1]
+		n.visiting = false
+		n.resolved = true
+		return n.roots
+	}
+	waitingOn := map[*root]int{}
+	rootsByKey := map[string]*root{}
+	canon := func(rt *root) *root {
+		k := rt.kind + "\x00" + rt.key + "\x00" + rt.detail
+		if c, ok := rootsByKey[k]; ok {
+			return c
+		}
+		rootsByKey[k] = rt
+		return rt
+	}
+	type scopeTally struct {
+		total, ready int
+		worst        report.Status
+		roots        map[*root]int
+		failing      []*root
+	}
+	scopes := map[string]*scopeTally{}
+	component := map[string]string{}
+	var out []adapter.Finding
+	for _, n := range order {
+		scope, tenant := in.Scope(n.obj.Namespace)
+		comp := adapter.ComponentPlatform
+		if tenant {
+			comp = adapter.ComponentApps
+		}
+		component[scope] = comp
+		t := scopes[scope]
+		if t == nil {
+			t = &scopeTally{worst: report.StatusHealthy, roots: map[*root]int{}}
+			scopes[scope] = t
+		}
+		t.total++
+		ref := adapter.Ref(Source, n.obj.Namespace, n.obj.Name)
+		c := rollup.Condition{Type: TypeRelease, Resource: ref}
+		switch n.state {
+		case stateReady:
+			t.ready++
+			continue
+		case stateStale:
+			c.Severity, c.Reason = report.StatusUnknown, ReasonGenerationNotObserved
+			c.Message = fmt.Sprintf("generation %d not yet observed (status is of generation %d)", n.r.gen, n.r.observedGen)
+		case stateProgressing:
+			c.Severity, c.Reason, c.Message = report.StatusUnknown, ReasonProgressing, "no verdict yet"
+			if n.r.ready != nil {
+				c.Message = n.r.ready.Message
+				if n.r.ready.Reason != "" {
+					c.Reason = n.r.ready.Reason
+				}
+			} else {
+				c.Reason = ReasonNoStatus
+			}
+		case stateFailing:
+			c.Severity, c.Reason, c.Message = report.StatusDegraded, n.r.failReason(), n.r.failMessage()
+			t.failing = append(t.failing, &root{key: n.key, kind: "failing", reason: c.Reason, detail: c.Message})
+		case stateWaiting:
+			roots := resolve(n)
+			c.Severity, c.Reason = report.StatusUnknown, ReasonDependencyNotReady
+			var named []string
+			for _, rt := range roots {
+				rt = canon(rt)
+				waitingOn[rt]++
+				t.roots[rt]++
+				named = append(named, rt.describe())
+				if rt.kind != "progressing" {
+					c.Severity = report.StatusDegraded
+				}
+				if rt.kind == "missing" && c.Reason == ReasonDependencyNotReady {
+					c.Reason = ReasonDependencyMissing
+				}
+				if rt.kind == "cycle" && onCycle(rt, n.key) {
+					c.Reason = ReasonDependencyCycle
+				}
+			}
+			switch {
+			case len(roots) == 0:
+				c.Message = "its dependencies are ready; waiting for its next reconciliation"
+			case c.Reason == ReasonDependencyCycle:
+				c.Message = "dependency cycle: " + cycleOf(roots)
+			default:
+				c.Message = "waiting on root cause " + strings.Join(named, ", ")
+			}
+		}
+		if n.r.suspended {
+			c.Message += " (suspended)"
+		}
+		c.Message = adapter.Truncate(c.Message)
+		t.worst = report.Worse(t.worst, c.Severity)
+		out = append(out, adapter.Finding{Namespace: scope, Component: comp, Condition: c})
+	}
+	// A failing release others wait on says how many.
+	for i := range out {
+		f := &out[i]
+		if f.Condition.Severity != report.StatusDegraded || f.Condition.Reason == ReasonDependencyNotReady {
+			continue
+		}
+		key := f.Condition.Resource.Namespace + "/" + f.Condition.Resource.Name
+		for rt, k := range waitingOn {
+			if rt.kind == "failing" && rt.key == key {
+				f.Condition.Message = adapter.Truncate(fmt.Sprintf("%s (%d waiting on it)", f.Condition.Message, k))
+			}
+		}
+	}
+	for scope, t := range scopes {
+		c := rollup.Condition{Type: TypeReleases, Severity: t.worst}
+		if t.ready == t.total {
+			c.Reason, c.Message = ReasonAllReady, fmt.Sprintf("%d of %d ready", t.ready, t.total)
+		} else {
+			c.Reason = ReasonNotReady
+			c.Message = adapter.Truncate(summary(t.ready, t.total, t.roots, t.failing))
+		}
+		out = append(out, adapter.Finding{Namespace: scope, Component: component[scope], Condition: c})
+	}
+	return out
+}
+
+// summary is "91 of 98 ready; 1 root cause: X (UpgradeFailed: ...), 7
+// waiting on it". Failing releases nobody waits on are root causes too.
+func summary(ready, total int, waiting map[*root]int, failing []*root) string {
+	type entry struct {
+		desc string
+		n    int
+	}
+	var entries []entry
+	named := map[string]bool{}
+	for rt, n := range waiting {
+		entries = append(entries, entry{rt.describe(), n})
+		if rt.kind == "failing" {
+			named[rt.key] = true
+		}
+	}
+	for _, rt := range failing {
+		if !named[rt.key] {
+			entries = append(entries, entry{rt.describe(), 0})
+		}
+	}
+	sort.Slice(entries, func(i, j int) bool {
+		if entries[i].n != entries[j].n {
+			return entries[i].n > entries[j].n
+		}
+		return entries[i].desc < entries[j].desc
+	})
+	var b strings.Builder
+	fmt.Fprintf(&b, "%d of %d ready", ready, total)
+	if len(entries) == 0 {
+		return b.String()
+	}
+	fmt.Fprintf(&b, "; %s: ", adapter.Plural(len(entries), "root cause", "root causes"))
+	for i, e := range entries {
+		if i > 0 {
+			b.WriteString("; ")
+		}
+		b.WriteString(e.desc)
+		if e.n > 0 {
+			fmt.Fprintf(&b, ", %d waiting on it", e.n)
+		}
+	}
+	return b.String()
+}
+
+func cycleOf(roots []*root) string {
+	for _, rt := range roots {
+		if rt.kind == "cycle" {
+			return rt.detail
+		}
+	}
+	return ""
+}
+
+// canonicalCycle rotates a cycle to start at its smallest key, so one
+// cycle reads the same from wherever it was entered.
+func canonicalCycle(path []string) []string {
+	first := 0
+	for i, k := range path {
+		if k < path[first] {
+			first = i
+		}
+	}
+	return append(append([]string{}, path[first:]...), path[:first]...)
+}
+
+func onCycle(rt *root, key string) bool {
+	for _, k := range strings.Split(rt.detail, " -> ") {
+		if k == key {
+			return true
+		}
+	}
+	return false
+}
+
+// failReason is Ready's reason when Ready=False (helm-controller copies the
+// failing action's there: UpgradeFailed, InstallFailed...), else Stalled's.
+func (r *release) failReason() string {
+	if r.ready != nil && r.ready.Status == "False" && r.ready.Reason != "" {
+		return r.ready.Reason
+	}
+	if r.stalled != nil && r.stalled.Reason != "" {
+		return r.stalled.Reason
+	}
+	if r.ready != nil && r.ready.Reason != "" {
+		return r.ready.Reason
+	}
+	return "ReconciliationFailed"
+}
+
+func (r *release) failMessage() string {
+	var parts []string
+	if r.ready != nil && r.ready.Status == "False" && r.ready.Message != "" {
+		parts = append(parts, r.ready.Message)
+	}
+	if r.stalled != nil && r.stalled.Message != "" {
+		parts = append(parts, "stalled: "+r.stalled.Message)
+	}
+	if len(parts) == 0 && r.ready != nil {
+		parts = append(parts, r.ready.Message)
+	}
+	return strings.Join(parts, "; ")
+}
+
+func indexOf(s []string, v string) int {
+	for i, x := range s {
+		if x == v {
+			return i
+		}
+	}
+	return 0
+}
