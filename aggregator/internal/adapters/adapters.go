@@ -1,0 +1,27 @@
+// Package adapters lists every cluster adapter in one table. Adding an
+// adapter is one line here plus its package under adapters/; the runner
+// around them (aggregator/internal/adapter) owns informers, deadlines,
+// applicability and publishing.
+package adapters
+
+import (
+	"github.com/cozystack/cozy-health/aggregator/internal/adapter"
+	"github.com/cozystack/cozy-health/aggregator/internal/adapters/cnpg"
+	"github.com/cozystack/cozy-health/aggregator/internal/adapters/cozybackup"
+	"github.com/cozystack/cozy-health/aggregator/internal/adapters/helmrelease"
+	"github.com/cozystack/cozy-health/aggregator/internal/adapters/kamaji"
+	"github.com/cozystack/cozy-health/aggregator/internal/adapters/velero"
+	"github.com/cozystack/cozy-health/aggregator/internal/adapters/workloadmonitor"
+)
+
+// All returns every adapter, in the order their findings are merged.
+func All() []adapter.Adapter {
+	return []adapter.Adapter{
+		helmrelease.New(),     // platform / apps: Flux HelmReleases and their root causes
+		workloadmonitor.New(), // platform / apps: Cozystack WorkloadMonitors
+		cnpg.New(),            // backups: CNPG Clusters, Backups, ScheduledBackups, barman-cloud ObjectStores
+		cozybackup.New(),      // backups: backups.cozystack.io Plans and BackupJobs
+		velero.New(),          // backups: velero Schedules and Backups
+		kamaji.New(),          // control-plane: TenantControlPlanes, DataStores, their etcd
+	}
+}

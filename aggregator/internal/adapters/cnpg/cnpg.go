@@ -1,0 +1,278 @@
+// Package cnpg judges CloudNativePG backups (postgresql.cnpg.io/v1) and,
+// where the Barman Cloud plugin is installed, its ObjectStores
+// (barmancloud.cnpg.io/v1), one Backup condition per backed-up Cluster.
+//
+// A Cluster is backed up when it has spec.backup, a backup plugin, a
+// ScheduledBackup or a Backup. Its history:
+//
+//   - schedule: the ScheduledBackups naming it (spec.cluster.name), the
+//     most frequent that is not suspended; six-field cron (seconds first);
+//   - last success: the latest of status.lastSuccessfulBackup (not set for
+//     plugin backups), the stoppedAt of its completed Backups and the
+//     plugin's ObjectStore status.serverRecoveryWindow[server]
+//     .lastSuccessfulBackupTime;
+//   - last failure: the latest of status.lastFailedBackup, its failed
+//     Backups (phase failed or walArchivingFailing) and the ObjectStore's
+//     lastFailedBackupTime; the condition LastBackupSucceeded=False with
+//     reason LastBackupFailed says the last attempt failed.
+//
+// The rules are adapter.JudgeBackup's. A Cluster whose
+// ContinuousArchiving condition is False also gets an Archiving condition
+// (Degraded): point-in-time recovery is not possible past the last WAL
+// archived.
+package cnpg
+
+import (
+	"time"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/cozystack/cozy-health/aggregator/internal/adapter"
+	"github.com/cozystack/cozy-health/aggregator/internal/rollup"
+	"github.com/cozystack/cozy-health/pkg/report"
+)
+
+const group = "postgresql.cnpg.io"
+
+// Sources.
+var (
+	Clusters = adapter.Source{
+		GVR: schema.GroupVersionResource{Group: group, Version: "v1", Resource: "clusters"}, Kind: "Cluster", Project: projectCluster,
+	}
+	Backups = adapter.Source{
+		GVR: schema.GroupVersionResource{Group: group, Version: "v1", Resource: "backups"}, Kind: "Backup", Optional: true, Project: projectBackup,
+	}
+	ScheduledBackups = adapter.Source{
+		GVR: schema.GroupVersionResource{Group: group, Version: "v1", Resource: "scheduledbackups"}, Kind: "ScheduledBackup", Optional: true, Project: projectScheduled,
+	}
+	ObjectStores = adapter.Source{
+		GVR: schema.GroupVersionResource{Group: "barmancloud.cnpg.io", Version: "v1", Resource: "objectstores"}, Kind: "ObjectStore", Optional: true, Project: projectObjectStore,
+	}
+)
+
+// Condition types and reasons beyond adapter's backup ones.
+const (
+	TypeArchiving             = "Archiving"
+	ReasonArchivingFailing    = "ContinuousArchivingFailing"
+	barmanPlugin              = "barman-cloud.cloudnative-pg.io"
+	conditionLastBackup       = "LastBackupSucceeded"
+	conditionArchiving        = "ContinuousArchiving"
+	reasonLastBackupFailed    = "LastBackupFailed"
+	phaseCompleted            = "completed"
+	phaseFailed               = "failed"
+	phaseWALArchivingFailing  = "walArchivingFailing"
+	defaultObjectStoreMissing = ""
+)
+
+// Adapter is the CNPG adapter.
+type Adapter struct{}
+
+var _ adapter.Adapter = Adapter{}
+
+// New returns the adapter.
+func New() Adapter { return Adapter{} }
+
+// Name implements adapter.Adapter.
+func (Adapter) Name() string { return "cnpg" }
+
+// Component implements adapter.Adapter.
+func (Adapter) Component() string { return adapter.ComponentBackups }
+
+// Sources implements adapter.Adapter.
+func (Adapter) Sources() []adapter.Source {
+	return []adapter.Source{Clusters, Backups, ScheduledBackups, ObjectStores}
+}
+
+type cluster struct {
+	configured            bool // spec.backup or a backup plugin
+	objectStore, server   string
+	lastSuccess, lastFail time.Time
+	lastBackup, archiving *adapter.Cond
+}
+
+type backup struct {
+	cluster, phase, err string
+	at                  time.Time // stoppedAt, else startedAt
+}
+
+type scheduled struct {
+	cluster, schedule string
+	suspend           bool
+}
+
+type objectStore struct {
+	windows map[string][2]time.Time // server -> last success, last failure
+}
+
+func projectCluster(u *unstructured.Unstructured) any {
+	c := &cluster{server: u.GetName()}
+	if _, ok, _ := unstructured.NestedMap(u.Object, "spec", "backup"); ok {
+		c.configured = true
+		if n := adapter.String(u, "spec", "backup", "barmanObjectStore", "serverName"); n != "" {
+			c.server = n
+		}
+	}
+	plugins, _, _ := unstructured.NestedSlice(u.Object, "spec", "plugins")
+	for _, p := range plugins {
+		m, _ := p.(map[string]any)
+		if name, _ := m["name"].(string); name != barmanPlugin {
+			continue
+		}
+		c.configured = true
+		params, _ := m["parameters"].(map[string]any)
+		if s, _ := params["barmanObjectName"].(string); s != "" {
+			c.objectStore = s
+		}
+		if s, _ := params["serverName"].(string); s != "" {
+			c.server = s
+		}
+	}
+	c.lastSuccess = adapter.Time(u, "status", "lastSuccessfulBackup")
+	c.lastFail = adapter.Time(u, "status", "lastFailedBackup")
+	conds := adapter.Conditions(u)
+	c.lastBackup = adapter.Find(conds, conditionLastBackup)
+	c.archiving = adapter.Find(conds, conditionArchiving)
+	return c
+}
+
+func projectBackup(u *unstructured.Unstructured) any {
+	b := &backup{cluster: adapter.String(u, "spec", "cluster", "name"), phase: adapter.String(u, "status", "phase"),
+		err: adapter.Truncate(adapter.String(u, "status", "error"))}
+	b.at = adapter.Time(u, "status", "stoppedAt")
+	if b.at.IsZero() {
+		b.at = adapter.Time(u, "status", "startedAt")
+	}
+	if b.at.IsZero() {
+		b.at = u.GetCreationTimestamp().Time
+	}
+	return b
+}
+
+func projectScheduled(u *unstructured.Unstructured) any {
+	s := &scheduled{cluster: adapter.String(u, "spec", "cluster", "name"), schedule: adapter.String(u, "spec", "schedule")}
+	s.suspend, _ = adapter.Bool(u, "spec", "suspend")
+	return s
+}
+
+func projectObjectStore(u *unstructured.Unstructured) any {
+	o := &objectStore{windows: map[string][2]time.Time{}}
+	w, _, _ := unstructured.NestedMap(u.Object, "status", "serverRecoveryWindow")
+	for server, v := range w {
+		m, _ := v.(map[string]any)
+		ok, _ := m["lastSuccessfulBackupTime"].(string)
+		bad, _ := m["lastFailedBackupTime"].(string)
+		o.windows[server] = [2]time.Time{adapter.ParseTime(ok), adapter.ParseTime(bad)}
+	}
+	return o
+}
+
+// Judge implements adapter.Adapter.
+func (Adapter) Judge(in *adapter.Input) []adapter.Finding {
+	type hist struct {
+		obj      *adapter.Object
+		c        *cluster
+		h        adapter.BackupHistory
+		interval time.Duration
+		tracked  bool
+	}
+	byKey := map[string]*hist{}
+	var order []*hist
+	for _, o := range in.List(Clusters.GVR) {
+		c, ok := o.Data.(*cluster)
+		if !ok {
+			continue
+		}
+		h := &hist{obj: o, c: c, tracked: c.configured}
+		h.h.Since = o.CreationTimestamp.Time
+		h.h.LastSuccess, h.h.LastFailure = c.lastSuccess, c.lastFail
+		if lb := c.lastBackup; lb != nil && lb.Status == "False" && lb.Reason == reasonLastBackupFailed {
+			h.h.Failing = true
+			h.h.FailureMessage = lb.Message
+		}
+		byKey[adapter.Key(o.Namespace, o.Name)] = h
+		order = append(order, h)
+	}
+	for _, o := range in.List(ScheduledBackups.GVR) {
+		s, ok := o.Data.(*scheduled)
+		h := byKey[adapter.Key(o.Namespace, s.cluster)]
+		if !ok || h == nil {
+			continue
+		}
+		h.tracked = true
+		if s.suspend {
+			if h.h.Schedule == "" {
+				h.h.Suspended = true
+			}
+			continue
+		}
+		iv, _, err := adapter.ScheduleInterval(s.schedule, in.Now)
+		if err != nil && h.h.Schedule == "" {
+			h.h.Schedule, h.h.Suspended = s.schedule, false // judged ScheduleInvalid
+			continue
+		}
+		if h.h.Schedule == "" || h.h.Suspended || (err == nil && iv < h.interval) {
+			h.h.Schedule, h.h.Suspended, h.interval = s.schedule, false, iv
+			h.h.Since = o.CreationTimestamp.Time
+		}
+	}
+	for _, o := range in.List(Backups.GVR) {
+		b, ok := o.Data.(*backup)
+		h := byKey[adapter.Key(o.Namespace, b.cluster)]
+		if !ok || h == nil {
+			continue
+		}
+		h.tracked = true
+		switch b.phase {
+		case phaseCompleted:
+			if b.at.After(h.h.LastSuccess) {
+				h.h.LastSuccess = b.at
+			}
+		case phaseFailed, phaseWALArchivingFailing:
+			if !b.at.Before(h.h.LastFailure) {
+				h.h.LastFailure = b.at
+				if b.err != "" {
+					h.h.FailureMessage = b.err
+				} else {
+					h.h.FailureMessage = "Backup " + o.Name + " " + b.phase
+				}
+			}
+		}
+	}
+	for _, h := range order {
+		if h.c.objectStore == defaultObjectStoreMissing {
+			continue
+		}
+		o := in.Get(ObjectStores.GVR, h.obj.Namespace, h.c.objectStore)
+		if o == nil {
+			continue
+		}
+		w, ok := o.Data.(*objectStore).windows[h.c.server]
+		if !ok {
+			continue
+		}
+		if w[0].After(h.h.LastSuccess) {
+			h.h.LastSuccess = w[0]
+		}
+		if w[1].After(h.h.LastFailure) {
+			h.h.LastFailure = w[1]
+		}
+	}
+	var out []adapter.Finding
+	for _, h := range order {
+		if !h.tracked {
+			continue
+		}
+		scope, _ := in.Scope(h.obj.Namespace)
+		ref := adapter.Ref(Clusters, h.obj.Namespace, h.obj.Name)
+		c := adapter.JudgeBackup(in.Now, in.MaxAge(scope), h.h)
+		c.Resource = ref
+		out = append(out, adapter.Finding{Namespace: scope, Component: adapter.ComponentBackups, Condition: c})
+		if a := h.c.archiving; a != nil && a.Status == "False" {
+			out = append(out, adapter.Finding{Namespace: scope, Component: adapter.ComponentBackups, Condition: rollup.Condition{
+				Type: TypeArchiving, Severity: report.StatusDegraded, Reason: ReasonArchivingFailing, Message: a.Message, Resource: ref,
+			}})
+		}
+	}
+	return out
+}

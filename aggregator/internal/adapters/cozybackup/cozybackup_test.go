@@ -1,0 +1,9 @@
+package cozybackup
+
+import (
+	"testing"
+
+	"github.com/cozystack/cozy-health/aggregator/internal/adapter/adaptertest"
+)
+
+func TestGolden(t *testing.T) { adaptertest.Run(t, New(), "testdata") }

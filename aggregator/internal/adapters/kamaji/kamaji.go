@@ -1,0 +1,301 @@
+// Package kamaji judges Kamaji tenant control planes
+// (kamaji.clastix.io/v1alpha1 TenantControlPlane), the DataStore each one
+// uses and, where Cozystack runs that datastore as an etcd-operator
+// EtcdCluster (etcd.aenix.io/v1alpha1) in a namespace, that etcd's own
+// health. Facts land in the control-plane object of the TCP's scope.
+//
+// Per TenantControlPlane, each condition pinned to the object it is about:
+//
+//   - ControlPlane (the TCP): status.kubernetesResources.version.status —
+//     Ready and Sleeping are Healthy, NotReady is Down, WriteLimited is
+//     Degraded, Provisioning, Upgrading, Migrating and
+//     CertificateAuthorityRotating are Unknown (no verdict while Kamaji
+//     moves it), no status is Unknown;
+//   - Deployment (the TCP): the control plane Deployment's readyReplicas
+//     against its replicas: none ready Down, some Degraded, all Healthy;
+//   - DataStore (the DataStore named by status.storage.dataStoreName, else
+//     spec.dataStore): missing Down (DataStoreMissing), status.ready false
+//     Down (DataStoreNotReady), ready Healthy; the message names the driver
+//     and endpoints;
+//   - DataStoreEtcd (the EtcdCluster serving an etcd DataStore, found from
+//     the namespace of its endpoints' service names): Ready=True Healthy,
+//     Ready=False Degraded (its reason: StatefulSetNotReady,
+//     WaitingForFirstQuorum), Error=True Down (Splitbrain).
+package kamaji
+
+import (
+	"fmt"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/cozystack/cozy-health/aggregator/internal/adapter"
+	"github.com/cozystack/cozy-health/aggregator/internal/rollup"
+	"github.com/cozystack/cozy-health/pkg/report"
+)
+
+// Sources.
+var (
+	TenantControlPlanes = adapter.Source{
+		GVR:  schema.GroupVersionResource{Group: "kamaji.clastix.io", Version: "v1alpha1", Resource: "tenantcontrolplanes"},
+		Kind: "TenantControlPlane", Project: projectTCP,
+	}
+	DataStores = adapter.Source{
+		GVR:  schema.GroupVersionResource{Group: "kamaji.clastix.io", Version: "v1alpha1", Resource: "datastores"},
+		Kind: "DataStore", Project: projectDataStore,
+	}
+	EtcdClusters = adapter.Source{
+		GVR:  schema.GroupVersionResource{Group: "etcd.aenix.io", Version: "v1alpha1", Resource: "etcdclusters"},
+		Kind: "EtcdCluster", Optional: true, Project: projectEtcd,
+	}
+)
+
+// Condition types and reasons.
+const (
+	TypeControlPlane  = "ControlPlane"
+	TypeDeployment    = "Deployment"
+	TypeDataStore     = "DataStore"
+	TypeDataStoreEtcd = "DataStoreEtcd"
+
+	ReasonNoStatus          = "NoStatus"
+	ReasonReplicasReady     = "ReplicasReady"
+	ReasonReplicasNotReady  = "ReplicasNotReady"
+	ReasonNoReplicasReady   = "NoReplicasReady"
+	ReasonDataStoreReady    = "DataStoreReady"
+	ReasonDataStoreNotReady = "DataStoreNotReady"
+	ReasonDataStoreMissing  = "DataStoreMissing"
+	ReasonNoDataStore       = "NoDataStore"
+)
+
+// Adapter is the Kamaji adapter.
+type Adapter struct{}
+
+var _ adapter.Adapter = Adapter{}
+
+// New returns the adapter.
+func New() Adapter { return Adapter{} }
+
+// Name implements adapter.Adapter.
+func (Adapter) Name() string { return "kamaji" }
+
+// Component implements adapter.Adapter.
+func (Adapter) Component() string { return adapter.ComponentControlPlane }
+
+// Sources implements adapter.Adapter.
+func (Adapter) Sources() []adapter.Source {
+	return []adapter.Source{TenantControlPlanes, DataStores, EtcdClusters}
+}
+
+type tcp struct {
+	version, versionStatus, endpoint string
+	dataStore, driver                string
+	hasDeployment                    bool
+	replicas, ready                  int64
+}
+
+type dataStore struct {
+	driver    string
+	endpoints []string
+	ready     bool
+	message   string
+}
+
+type etcd struct {
+	ready, errCond *adapter.Cond
+}
+
+func projectTCP(u *unstructured.Unstructured) any {
+	t := &tcp{
+		version:       adapter.String(u, "status", "kubernetesResources", "version", "version"),
+		versionStatus: adapter.String(u, "status", "kubernetesResources", "version", "status"),
+		endpoint:      adapter.String(u, "status", "controlPlaneEndpoint"),
+		dataStore:     adapter.String(u, "status", "storage", "dataStoreName"),
+		driver:        adapter.String(u, "status", "storage", "driver"),
+	}
+	if t.dataStore == "" {
+		t.dataStore = adapter.String(u, "spec", "dataStore")
+	}
+	if _, ok, _ := unstructured.NestedMap(u.Object, "status", "kubernetesResources", "deployment"); ok {
+		t.hasDeployment = true
+		t.replicas = adapter.Int(u, "status", "kubernetesResources", "deployment", "replicas")
+		t.ready = adapter.Int(u, "status", "kubernetesResources", "deployment", "readyReplicas")
+	}
+	return t
+}
+
+func projectDataStore(u *unstructured.Unstructured) any {
+	d := &dataStore{driver: adapter.String(u, "spec", "driver")}
+	d.endpoints, _, _ = unstructured.NestedStringSlice(u.Object, "spec", "endpoints")
+	d.ready, _ = adapter.Bool(u, "status", "ready")
+	for _, c := range adapter.Conditions(u) {
+		if c.Status == "False" && c.Message != "" {
+			d.message = c.Message
+		}
+	}
+	return d
+}
+
+func projectEtcd(u *unstructured.Unstructured) any {
+	conds := adapter.Conditions(u)
+	e := &etcd{ready: adapter.Find(conds, "Ready")}
+	if c := adapter.Find(conds, "Error"); c != nil && c.Status == "True" {
+		e.errCond = c
+	}
+	return e
+}
+
+// Judge implements adapter.Adapter.
+func (Adapter) Judge(in *adapter.Input) []adapter.Finding {
+	var out []adapter.Finding
+	// Control planes sharing a DataStore share its conditions.
+	seen := map[string]bool{}
+	for _, o := range in.List(TenantControlPlanes.GVR) {
+		t, ok := o.Data.(*tcp)
+		if !ok {
+			continue
+		}
+		scope, _ := in.Scope(o.Namespace)
+		add := func(c rollup.Condition) {
+			if c.Type == TypeDataStore || c.Type == TypeDataStoreEtcd {
+				k := scope + "\x00" + c.Type + "\x00" + c.ResourceKey()
+				if seen[k] {
+					return
+				}
+				seen[k] = true
+			}
+			c.Message = adapter.Truncate(c.Message)
+			out = append(out, adapter.Finding{Namespace: scope, Component: adapter.ComponentControlPlane, Condition: c})
+		}
+		ref := adapter.Ref(TenantControlPlanes, o.Namespace, o.Name)
+		add(controlPlane(t, ref))
+		if t.versionStatus != "Sleeping" {
+			add(deployment(t, ref))
+		}
+		for _, c := range storage(in, t) {
+			add(c)
+		}
+	}
+	return out
+}
+
+func controlPlane(t *tcp, ref *report.ResourceRef) rollup.Condition {
+	c := rollup.Condition{Type: TypeControlPlane, Resource: ref, Reason: t.versionStatus}
+	switch t.versionStatus {
+	case "Ready", "Sleeping":
+		c.Severity = report.StatusHealthy
+	case "NotReady":
+		c.Severity = report.StatusDown
+	case "WriteLimited":
+		c.Severity = report.StatusDegraded
+	case "":
+		c.Severity, c.Reason = report.StatusUnknown, ReasonNoStatus
+		c.Message = "Kamaji has not reported the control plane's version status"
+		return c
+	default: // Provisioning, Upgrading, Migrating, CertificateAuthorityRotating, Unknown
+		c.Severity = report.StatusUnknown
+	}
+	c.Message = fmt.Sprintf("Kubernetes %s %s", orDash(t.version), t.versionStatus)
+	if t.endpoint != "" {
+		c.Message += ", endpoint " + t.endpoint
+	}
+	return c
+}
+
+func deployment(t *tcp, ref *report.ResourceRef) rollup.Condition {
+	c := rollup.Condition{Type: TypeDeployment, Resource: ref}
+	switch {
+	case !t.hasDeployment:
+		c.Severity, c.Reason, c.Message = report.StatusUnknown, ReasonNoStatus, "Kamaji has not reported the control plane Deployment"
+	case t.replicas > 0 && t.ready == 0:
+		c.Severity, c.Reason = report.StatusDown, ReasonNoReplicasReady
+	case t.ready < t.replicas:
+		c.Severity, c.Reason = report.StatusDegraded, ReasonReplicasNotReady
+	default:
+		c.Severity, c.Reason = report.StatusHealthy, ReasonReplicasReady
+	}
+	if t.hasDeployment {
+		c.Message = fmt.Sprintf("%d of %d control plane replicas ready", t.ready, t.replicas)
+	}
+	return c
+}
+
+func storage(in *adapter.Input, t *tcp) []rollup.Condition {
+	if t.dataStore == "" {
+		return []rollup.Condition{{Type: TypeDataStore, Severity: report.StatusUnknown, Reason: ReasonNoDataStore,
+			Message: "the control plane names no DataStore yet (status.storage.dataStoreName)"}}
+	}
+	ref := adapter.Ref(DataStores, "", t.dataStore)
+	o := in.Get(DataStores.GVR, "", t.dataStore)
+	if o == nil {
+		return []rollup.Condition{{Type: TypeDataStore, Resource: ref, Severity: report.StatusDown, Reason: ReasonDataStoreMissing,
+			Message: fmt.Sprintf("DataStore %s does not exist", t.dataStore)}}
+	}
+	d, _ := o.Data.(*dataStore)
+	desc := fmt.Sprintf("driver %s, endpoints %s", orDash(d.driver), orDash(strings.Join(d.endpoints, ",")))
+	c := rollup.Condition{Type: TypeDataStore, Resource: ref, Severity: report.StatusHealthy, Reason: ReasonDataStoreReady, Message: desc}
+	if !d.ready {
+		c.Severity, c.Reason = report.StatusDown, ReasonDataStoreNotReady
+		c.Message = "not ready: " + desc
+		if d.message != "" {
+			c.Message += ": " + d.message
+		}
+	}
+	out := []rollup.Condition{c}
+	if d.driver == "etcd" && in.Has(EtcdClusters.GVR) {
+		if ec, ok := etcdOf(in, d); ok {
+			out = append(out, ec)
+		}
+	}
+	return out
+}
+
+// etcdOf finds the EtcdCluster behind an etcd DataStore: the namespace is
+// the label before "svc" in its endpoints' host names
+// (etcd.tenant-foo.svc:2379, etcd-0.etcd-headless.tenant-foo.svc...), the
+// cluster the one there whose name prefixes the host.
+func etcdOf(in *adapter.Input, d *dataStore) (rollup.Condition, bool) {
+	for _, ep := range d.endpoints {
+		host := ep
+		if i := strings.LastIndexByte(host, ':'); i > 0 {
+			host = host[:i]
+		}
+		labels := strings.Split(host, ".")
+		ns := ""
+		for i := 1; i < len(labels); i++ {
+			if labels[i] == "svc" {
+				ns = labels[i-1]
+				break
+			}
+		}
+		if ns == "" {
+			continue
+		}
+		for _, o := range in.List(EtcdClusters.GVR) {
+			if o.Namespace != ns || !strings.HasPrefix(labels[0], o.Name) {
+				continue
+			}
+			e, _ := o.Data.(*etcd)
+			c := rollup.Condition{Type: TypeDataStoreEtcd, Resource: adapter.Ref(EtcdClusters, o.Namespace, o.Name)}
+			switch {
+			case e.errCond != nil:
+				c.Severity, c.Reason, c.Message = report.StatusDown, e.errCond.Reason, e.errCond.Message
+			case e.ready == nil:
+				c.Severity, c.Reason, c.Message = report.StatusUnknown, ReasonNoStatus, "etcd-operator has not reported the cluster's readiness"
+			case e.ready.Status == "True":
+				c.Severity, c.Reason, c.Message = report.StatusHealthy, e.ready.Reason, e.ready.Message
+			default:
+				c.Severity, c.Reason, c.Message = report.StatusDegraded, e.ready.Reason, e.ready.Message
+			}
+			return c, true
+		}
+	}
+	return rollup.Condition{}, false
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}

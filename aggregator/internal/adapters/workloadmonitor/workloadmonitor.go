@@ -1,0 +1,124 @@
+// Package workloadmonitor judges Cozystack's per-application readiness,
+// WorkloadMonitors (cozystack.io/v1alpha1): status.operational false (fewer
+// available replicas than spec.minReplicas) is Down, operational with
+// fewer available than spec.replicas is Degraded, no status is Unknown.
+// Each monitor that is not fully available gets a Workload condition
+// pinned to it; the object's Workloads condition counts them. Monitors in
+// a tenant namespace land in its apps object, others in platform.
+package workloadmonitor
+
+import (
+	"fmt"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/cozystack/cozy-health/aggregator/internal/adapter"
+	"github.com/cozystack/cozy-health/aggregator/internal/rollup"
+	"github.com/cozystack/cozy-health/pkg/report"
+)
+
+// Source is the watched resource.
+var Source = adapter.Source{
+	GVR:  schema.GroupVersionResource{Group: "cozystack.io", Version: "v1alpha1", Resource: "workloadmonitors"},
+	Kind: "WorkloadMonitor", Project: project,
+}
+
+// Condition types and reasons.
+const (
+	TypeWorkload      = "Workload"
+	TypeWorkloads     = "Workloads"
+	ReasonOperational = "Operational"
+	ReasonNotOp       = "NotOperational"
+	ReasonReduced     = "ReplicasUnavailable"
+	ReasonNoStatus    = "NoStatus"
+	ReasonAll         = "AllOperational"
+	ReasonSome        = "WorkloadsNotOperational"
+)
+
+// Adapter is the WorkloadMonitor adapter.
+type Adapter struct{}
+
+var _ adapter.Adapter = Adapter{}
+
+// New returns the adapter.
+func New() Adapter { return Adapter{} }
+
+// Name implements adapter.Adapter.
+func (Adapter) Name() string { return "workloadmonitor" }
+
+// Component implements adapter.Adapter.
+func (Adapter) Component() string { return adapter.ComponentPlatform }
+
+// Sources implements adapter.Adapter.
+func (Adapter) Sources() []adapter.Source { return []adapter.Source{Source} }
+
+type monitor struct {
+	kind                         string
+	operational, hasOperational  bool
+	available, replicas, minimum int64
+}
+
+func project(u *unstructured.Unstructured) any {
+	m := &monitor{kind: adapter.String(u, "spec", "kind")}
+	m.operational, m.hasOperational = adapter.Bool(u, "status", "operational")
+	m.available = adapter.Int(u, "status", "availableReplicas")
+	m.replicas = adapter.Int(u, "spec", "replicas")
+	m.minimum = adapter.Int(u, "spec", "minReplicas")
+	if m.replicas == 0 {
+		m.replicas = adapter.Int(u, "status", "observedReplicas")
+	}
+	return m
+}
+
+// Judge implements adapter.Adapter.
+func (Adapter) Judge(in *adapter.Input) []adapter.Finding {
+	type tally struct {
+		total, ok int
+		worst     report.Status
+		comp      string
+	}
+	tallies := map[string]*tally{}
+	var out []adapter.Finding
+	for _, o := range in.List(Source.GVR) {
+		m, ok := o.Data.(*monitor)
+		if !ok {
+			continue
+		}
+		scope, tenant := in.Scope(o.Namespace)
+		comp := adapter.ComponentPlatform
+		if tenant {
+			comp = adapter.ComponentApps
+		}
+		t := tallies[scope]
+		if t == nil {
+			t = &tally{worst: report.StatusHealthy, comp: comp}
+			tallies[scope] = t
+		}
+		t.total++
+		c := rollup.Condition{Type: TypeWorkload, Resource: adapter.Ref(Source, o.Namespace, o.Name),
+			Message: fmt.Sprintf("%d of %d replicas available (minimum %d)", m.available, m.replicas, m.minimum)}
+		switch {
+		case !m.hasOperational:
+			c.Severity, c.Reason, c.Message = report.StatusUnknown, ReasonNoStatus, "the monitor has not reported yet"
+		case !m.operational:
+			c.Severity, c.Reason = report.StatusDown, ReasonNotOp
+		case m.available < m.replicas:
+			c.Severity, c.Reason = report.StatusDegraded, ReasonReduced
+		default:
+			t.ok++
+			continue
+		}
+		t.worst = report.Worse(t.worst, c.Severity)
+		out = append(out, adapter.Finding{Namespace: scope, Component: comp, Condition: c})
+	}
+	for scope, t := range tallies {
+		c := rollup.Condition{Type: TypeWorkloads, Severity: t.worst, Reason: ReasonAll,
+			Message: fmt.Sprintf("%d of %d workloads fully available", t.ok, t.total)}
+		if t.ok < t.total {
+			c.Reason = ReasonSome
+		}
+		out = append(out, adapter.Finding{Namespace: scope, Component: t.comp, Condition: c})
+	}
+	return out
+}
