@@ -1,0 +1,474 @@
+package adapter_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/zap/zaptest"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/yaml"
+
+	"github.com/cozystack/cozy-health/aggregator/internal/adapter"
+	"github.com/cozystack/cozy-health/aggregator/internal/adapters"
+	"github.com/cozystack/cozy-health/aggregator/internal/adapters/cnpg"
+	"github.com/cozystack/cozy-health/aggregator/internal/adapters/helmrelease"
+	"github.com/cozystack/cozy-health/aggregator/internal/adapters/kamaji"
+	"github.com/cozystack/cozy-health/aggregator/internal/metrics"
+	"github.com/cozystack/cozy-health/aggregator/internal/writer"
+	healthv1alpha1 "github.com/cozystack/cozy-health/pkg/apis/health/v1alpha1"
+	"github.com/cozystack/cozy-health/pkg/client/clientset/versioned"
+	"github.com/cozystack/cozy-health/test/harness"
+)
+
+const platformNS = "cozy-system"
+
+type env struct {
+	t   *testing.T
+	cp  *harness.ControlPlane
+	dyn dynamic.Interface
+	hc  versioned.Interface
+}
+
+// start brings up a control plane with the Health CRD, the platform and
+// tenant namespaces, and a leading writer fed by a Manager whose dynamic
+// client is the one setup returns (the admin's when nil).
+func start(t *testing.T, cfg adapter.Config, setup func(e *env) *rest.Config) *env {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	cp := harness.Start(t)
+	require.NoError(t, cp.InstallCRDs(ctx))
+	e := &env{t: t, cp: cp}
+	var err error
+	e.dyn, err = dynamic.NewForConfig(cp.Config)
+	require.NoError(t, err)
+	e.hc, err = versioned.NewForConfig(cp.Config)
+	require.NoError(t, err)
+	require.NoError(t, cp.EnsureNamespace(ctx, platformNS))
+	for _, ns := range []string{"tenant-foo", "tenant-bar"} {
+		_, err := cp.Clientset().CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns,
+			Labels: map[string]string{"tenant.cozystack.io/tenant-root": "", "tenant.cozystack.io/" + ns: ""}}}, metav1.CreateOptions{})
+		require.NoError(t, err)
+	}
+	var rc *rest.Config
+	if setup != nil {
+		rc = setup(e)
+	}
+	m, err := metrics.New(prometheus.NewRegistry(), platformNS)
+	require.NoError(t, err)
+	log := zaptest.NewLogger(t)
+	w, err := writer.New(writer.Config{Namespace: platformNS, FreshFor: time.Minute, RefreshPeriod: 20 * time.Second,
+		WritesPerSecond: 50, WriteBurst: 50}, e.hc, m, log, nil)
+	require.NoError(t, err)
+	if rc == nil {
+		rc = cp.Config
+	}
+	mdyn, err := dynamic.NewForConfig(rc)
+	require.NoError(t, err)
+	cfg.Namespace = platformNS
+	cfg.Debounce = 100 * time.Millisecond
+	if cfg.Period == 0 {
+		cfg.Period = 2 * time.Second
+	}
+	mgr := adapter.NewManager(cfg, mdyn, adapters.All(), w, log, nil)
+	done := make(chan struct{}, 2)
+	go func() { _ = mgr.Run(ctx); done <- struct{}{} }()
+	go func() { w.Run(ctx); done <- struct{}{} }()
+	t.Cleanup(func() { cancel(); <-done; <-done })
+	return e
+}
+
+// create creates obj (YAML) and, when it has a status, moves the status in
+// through the status subresource as its controller would.
+func (e *env) create(gvr schema.GroupVersionResource, doc string) {
+	e.t.Helper()
+	ctx := context.Background()
+	u := &unstructured.Unstructured{}
+	require.NoError(e.t, yaml.Unmarshal([]byte(doc), &u.Object))
+	status, hasStatus := u.Object["status"]
+	delete(u.Object, "status")
+	ri := e.dyn.Resource(gvr).Namespace(u.GetNamespace())
+	got, err := ri.Create(ctx, u, metav1.CreateOptions{})
+	require.NoError(e.t, err, "create %s %s/%s", gvr.Resource, u.GetNamespace(), u.GetName())
+	if hasStatus {
+		got.Object["status"] = status
+		_, err = ri.UpdateStatus(ctx, got, metav1.UpdateOptions{})
+		require.NoError(e.t, err, "update status of %s %s/%s", gvr.Resource, u.GetNamespace(), u.GetName())
+	}
+}
+
+// setStatus replaces an object's status through the status subresource.
+func (e *env) setStatus(gvr schema.GroupVersionResource, ns, name, statusYAML string) {
+	e.t.Helper()
+	ctx := context.Background()
+	var status map[string]any
+	require.NoError(e.t, yaml.Unmarshal([]byte(statusYAML), &status))
+	ri := e.dyn.Resource(gvr).Namespace(ns)
+	got, err := ri.Get(ctx, name, metav1.GetOptions{})
+	require.NoError(e.t, err)
+	got.Object["status"] = status
+	_, err = ri.UpdateStatus(ctx, got, metav1.UpdateOptions{})
+	require.NoError(e.t, err)
+}
+
+// health waits until the Health object ns/name satisfies ok.
+func (e *env) health(ns, name string, ok func(h *healthv1alpha1.Health) bool) *healthv1alpha1.Health {
+	e.t.Helper()
+	var last *healthv1alpha1.Health
+	require.Eventually(e.t, func() bool {
+		h, err := e.hc.HealthV1alpha1().Healths(ns).Get(context.Background(), name, metav1.GetOptions{})
+		if err != nil {
+			return false
+		}
+		last = h
+		return ok(h)
+	}, 30*time.Second, 100*time.Millisecond, "Health %s/%s never matched; last: %s", ns, name, dump(last))
+	return last
+}
+
+// gone waits until the Health object ns/name does not exist.
+func (e *env) gone(ns, name string) {
+	e.t.Helper()
+	require.Eventually(e.t, func() bool {
+		_, err := e.hc.HealthV1alpha1().Healths(ns).Get(context.Background(), name, metav1.GetOptions{})
+		return apierrors.IsNotFound(err)
+	}, 30*time.Second, 100*time.Millisecond, "Health %s/%s still exists", ns, name)
+}
+
+func dump(h *healthv1alpha1.Health) string {
+	if h == nil {
+		return "none"
+	}
+	b, _ := yaml.Marshal(h.Status)
+	return string(b)
+}
+
+func cond(h *healthv1alpha1.Health, typ, name string) *healthv1alpha1.HealthCondition {
+	for i, c := range h.Status.Conditions {
+		if c.Type == typ && (name == "" || (c.ResourceRef != nil && c.ResourceRef.Name == name)) {
+			return &h.Status.Conditions[i]
+		}
+	}
+	return nil
+}
+
+func helmRelease(ns, name string, deps ...string) string {
+	s := fmt.Sprintf(`apiVersion: helm.toolkit.fluxcd.io/v2
+kind: HelmRelease
+metadata:
+  name: %s
+  namespace: %s
+spec:
+  interval: 5m
+  chart:
+    spec:
+      chart: %s
+      sourceRef:
+        kind: HelmRepository
+        name: cozystack-system
+        namespace: cozy-system
+`, name, ns, name)
+	if len(deps) > 0 {
+		s += "  dependsOn:\n"
+		for _, d := range deps {
+			s += "  - name: " + d + "\n"
+		}
+	}
+	return s
+}
+
+func releaseStatus(ready, reason, msg string) string {
+	return fmt.Sprintf(`observedGeneration: 1
+conditions:
+- type: Ready
+  status: "%s"
+  reason: %s
+  message: %q
+  observedGeneration: 1
+  lastTransitionTime: "2026-12-01T09:00:00Z"
+`, ready, reason, msg)
+}
+
+// TestAdaptersOnTheRealAPIServer installs the sources' CRDs while the
+// aggregator runs (as Cozystack does), creates objects in their real shapes,
+// moves their status through the status subresource and reads the Health
+// objects the leader writes: root causes, a cycle, a stale and a failed
+// CNPG backup, a Kamaji control plane whose DataStore is not ready, and a
+// CRD removed at runtime.
+func TestAdaptersOnTheRealAPIServer(t *testing.T) {
+	ctx := context.Background()
+	e := start(t, adapter.Config{BackupMaxAge: map[string]time.Duration{"tenant-foo": 24 * time.Hour}}, nil)
+	hr := helmrelease.Source.GVR
+
+	// Nothing installed: nothing to say, no object.
+	time.Sleep(time.Second)
+	_, err := e.hc.HealthV1alpha1().Healths(platformNS).Get(ctx, "platform", metav1.GetOptions{})
+	require.True(t, apierrors.IsNotFound(err), "platform written without any HelmRelease API: %v", err)
+
+	require.NoError(t, e.cp.InstallAdapterCRDs(ctx, "helm.toolkit.fluxcd.io_helmreleases"))
+	t.Run("failing release with 3 dependents is one root cause", func(t *testing.T) {
+		e.t = t
+		e.create(hr, helmRelease(platformNS, "cilium"))
+		e.setStatus(hr, platformNS, "cilium", releaseStatus("True", "InstallSucceeded", "Helm install succeeded"))
+		e.create(hr, helmRelease(platformNS, "kubeovn", "cilium"))
+		e.setStatus(hr, platformNS, "kubeovn", releaseStatus("False", "UpgradeFailed", "Helm upgrade failed for release cozy-system/kubeovn with chart kubeovn@0.30.1: context deadline exceeded"))
+		for _, r := range []struct{ name, dep string }{{"cozystack-api", "kubeovn"}, {"dashboard", "cozystack-api"}, {"linstor", "kubeovn"}} {
+			e.create(hr, helmRelease(platformNS, r.name, r.dep))
+			e.setStatus(hr, platformNS, r.name, releaseStatus("False", "DependencyNotReady", fmt.Sprintf("dependency 'cozy-system/%s' is not ready", r.dep)))
+		}
+		h := e.health(platformNS, "platform", func(h *healthv1alpha1.Health) bool {
+			c := cond(h, helmrelease.TypeReleases, "")
+			return c != nil && strings.Contains(c.Message, "3 waiting on it")
+		})
+		assert.Equal(t, healthv1alpha1.StatusDegraded, h.Status.Overall)
+		sum := cond(h, helmrelease.TypeReleases, "")
+		assert.Equal(t, "1 of 5 ready; 1 root cause: cozy-system/kubeovn (UpgradeFailed: Helm upgrade failed for release cozy-system/kubeovn with chart kubeovn@0.30.1: context deadline exceeded), 3 waiting on it", sum.Message)
+		root := cond(h, helmrelease.TypeRelease, "kubeovn")
+		require.NotNil(t, root)
+		assert.Equal(t, "UpgradeFailed", root.Reason)
+		assert.Equal(t, "HelmRelease.helm.toolkit.fluxcd.io", root.ResourceRef.Kind)
+		for _, n := range []string{"cozystack-api", "dashboard", "linstor"} {
+			c := cond(h, helmrelease.TypeRelease, n)
+			require.NotNil(t, c, n)
+			assert.Equal(t, healthv1alpha1.ConditionFalse, c.Status)
+			assert.Contains(t, c.Message, "waiting on root cause cozy-system/kubeovn (UpgradeFailed")
+		}
+		assert.Nil(t, cond(h, helmrelease.TypeRelease, "cilium"), "a ready release has no condition of its own")
+		assert.Equal(t, writer.SourceAdapters, h.Labels[writer.SourceLabel])
+
+		// The fix: kubeovn upgrades, its dependents follow.
+		e.setStatus(hr, platformNS, "kubeovn", releaseStatus("True", "UpgradeSucceeded", "Helm upgrade succeeded"))
+		for _, n := range []string{"cozystack-api", "dashboard", "linstor"} {
+			e.setStatus(hr, platformNS, n, releaseStatus("True", "InstallSucceeded", "Helm install succeeded"))
+		}
+		h = e.health(platformNS, "platform", func(h *healthv1alpha1.Health) bool { return h.Status.Overall == healthv1alpha1.StatusHealthy })
+		assert.Equal(t, "5 of 5 ready", cond(h, helmrelease.TypeReleases, "").Message)
+	})
+	t.Run("dependency cycle in a tenant", func(t *testing.T) {
+		e.t = t
+		e.create(hr, helmRelease("tenant-foo", "a", "b"))
+		e.create(hr, helmRelease("tenant-foo", "b", "a"))
+		e.setStatus(hr, "tenant-foo", "a", releaseStatus("False", "DependencyNotReady", "dependency 'tenant-foo/b' is not ready"))
+		e.setStatus(hr, "tenant-foo", "b", releaseStatus("False", "DependencyNotReady", "dependency 'tenant-foo/a' is not ready"))
+		h := e.health("tenant-foo", "apps", func(h *healthv1alpha1.Health) bool {
+			c := cond(h, helmrelease.TypeRelease, "a")
+			return c != nil && c.Reason == helmrelease.ReasonDependencyCycle
+		})
+		assert.Equal(t, "dependency cycle: tenant-foo/a -> tenant-foo/b -> tenant-foo/a", cond(h, helmrelease.TypeRelease, "b").Message)
+		assert.Equal(t, healthv1alpha1.StatusDegraded, h.Status.Overall)
+	})
+
+	require.NoError(t, e.cp.InstallAdapterCRDs(ctx, "postgresql.cnpg.io_clusters", "postgresql.cnpg.io_backups", "postgresql.cnpg.io_scheduledbackups"))
+	t.Run("CNPG backup older than its SLA, then a failed backup", func(t *testing.T) {
+		e.t = t
+		now := time.Now().UTC()
+		e.create(cnpg.Clusters.GVR, `apiVersion: postgresql.cnpg.io/v1
+kind: Cluster
+metadata:
+  name: postgres-db
+  namespace: tenant-foo
+spec:
+  instances: 2
+  storage:
+    size: 10Gi
+  backup:
+    barmanObjectStore:
+      destinationPath: s3://backups/
+      s3Credentials:
+        accessKeyId: {name: backup-creds, key: AWS_ACCESS_KEY_ID}
+        secretAccessKey: {name: backup-creds, key: AWS_SECRET_ACCESS_KEY}
+`)
+		e.create(cnpg.ScheduledBackups.GVR, `apiVersion: postgresql.cnpg.io/v1
+kind: ScheduledBackup
+metadata:
+  name: postgres-db-daily
+  namespace: tenant-foo
+spec:
+  schedule: "0 0 0 * * *"
+  cluster:
+    name: postgres-db
+`)
+		last := now.Add(-50 * time.Hour).Truncate(time.Second)
+		e.setStatus(cnpg.Clusters.GVR, "tenant-foo", "postgres-db", fmt.Sprintf(`phase: Cluster in healthy state
+instances: 2
+readyInstances: 2
+lastSuccessfulBackup: %q
+conditions:
+- type: LastBackupSucceeded
+  status: "True"
+  reason: LastBackupSucceeded
+  message: Backup was successful
+  lastTransitionTime: %q
+`, last.Format(time.RFC3339), last.Format(time.RFC3339)))
+		h := e.health("tenant-foo", "backups", func(h *healthv1alpha1.Health) bool {
+			c := cond(h, "Backup", "postgres-db")
+			return c != nil && c.Reason == adapter.ReasonBackupStale
+		})
+		c := cond(h, "Backup", "postgres-db")
+		assert.Equal(t, healthv1alpha1.StatusDegraded, h.Status.Overall)
+		assert.Equal(t, "Cluster.postgresql.cnpg.io", c.ResourceRef.Kind)
+		require.NotNil(t, c.LastSuccessfulAt)
+		assert.True(t, c.LastSuccessfulAt.Time.Equal(last), "lastSuccessfulAt %s, want %s", c.LastSuccessfulAt, last)
+		require.NotNil(t, c.MaxAge)
+		assert.Equal(t, 24*time.Hour, c.MaxAge.Duration, "the namespace's SLA, not the schedule's 36h")
+		require.NotNil(t, c.ObservedAge)
+		assert.InDelta(t, (50 * time.Hour).Seconds(), c.ObservedAge.Seconds(), 120)
+		require.NotNil(t, h.Spec.SLA)
+		require.NotNil(t, h.Spec.SLA.MaxAge)
+		assert.Equal(t, 24*time.Hour, h.Spec.SLA.MaxAge.Duration)
+
+		started := now.Add(-10 * time.Minute).Truncate(time.Second)
+		e.create(cnpg.Backups.GVR, fmt.Sprintf(`apiVersion: postgresql.cnpg.io/v1
+kind: Backup
+metadata:
+  name: postgres-db-daily-now
+  namespace: tenant-foo
+spec:
+  cluster:
+    name: postgres-db
+status:
+  phase: failed
+  method: barmanObjectStore
+  startedAt: %q
+  stoppedAt: %q
+  error: "can't upload base backup: AccessDenied"
+`, started.Format(time.RFC3339), started.Add(time.Minute).Format(time.RFC3339)))
+		h = e.health("tenant-foo", "backups", func(h *healthv1alpha1.Health) bool {
+			c := cond(h, "Backup", "postgres-db")
+			return c != nil && c.Reason == adapter.ReasonBackupFailed
+		})
+		assert.Contains(t, cond(h, "Backup", "postgres-db").Message, "AccessDenied")
+	})
+
+	require.NoError(t, e.cp.InstallAdapterCRDs(ctx, "kamaji.clastix.io_datastores", "kamaji.clastix.io_tenantcontrolplanes"))
+	t.Run("Kamaji control plane whose DataStore is not ready", func(t *testing.T) {
+		e.t = t
+		e.create(kamaji.DataStores.GVR, `apiVersion: kamaji.clastix.io/v1alpha1
+kind: DataStore
+metadata:
+  name: tenant-bar
+spec:
+  driver: etcd
+  endpoints:
+  - etcd.tenant-bar.svc:2379
+  tlsConfig:
+    certificateAuthority:
+      certificate:
+        secretReference: {name: etcd-ca-tls, namespace: tenant-bar, keyPath: tls.crt}
+      privateKey:
+        secretReference: {name: etcd-ca-tls, namespace: tenant-bar, keyPath: tls.key}
+    clientCertificate:
+      certificate:
+        secretReference: {name: etcd-client-tls, namespace: tenant-bar, keyPath: tls.crt}
+      privateKey:
+        secretReference: {name: etcd-client-tls, namespace: tenant-bar, keyPath: tls.key}
+status:
+  ready: false
+`)
+		e.create(kamaji.TenantControlPlanes.GVR, `apiVersion: kamaji.clastix.io/v1alpha1
+kind: TenantControlPlane
+metadata:
+  name: kubernetes-bar
+  namespace: tenant-bar
+spec:
+  dataStore: tenant-bar
+  controlPlane:
+    deployment:
+      replicas: 2
+    service:
+      serviceType: ClusterIP
+  kubernetes:
+    version: v1.30.1
+    kubelet:
+      cgroupfs: systemd
+status:
+  controlPlaneEndpoint: 10.96.12.7:6443
+  storage:
+    driver: etcd
+    dataStoreName: tenant-bar
+  kubernetesResources:
+    version:
+      version: v1.30.1
+      status: NotReady
+    deployment:
+      name: kubernetes-bar
+      namespace: tenant-bar
+      replicas: 2
+      readyReplicas: 0
+      selector: kamaji.clastix.io/name=kubernetes-bar
+`)
+		h := e.health("tenant-bar", "control-plane", func(h *healthv1alpha1.Health) bool { return cond(h, kamaji.TypeDataStore, "tenant-bar") != nil })
+		ds := cond(h, kamaji.TypeDataStore, "tenant-bar")
+		assert.Equal(t, kamaji.ReasonDataStoreNotReady, ds.Reason)
+		assert.Equal(t, "DataStore.kamaji.clastix.io", ds.ResourceRef.Kind)
+		assert.Equal(t, healthv1alpha1.StatusDown, h.Status.Overall)
+		tcp := cond(h, kamaji.TypeControlPlane, "kubernetes-bar")
+		require.NotNil(t, tcp)
+		assert.Equal(t, "tenant-bar", tcp.ResourceRef.Namespace)
+	})
+
+	t.Run("a CRD removed at runtime withdraws its objects", func(t *testing.T) {
+		e.t = t
+		require.NoError(t, e.cp.DeleteCRD(ctx, "helmreleases.helm.toolkit.fluxcd.io"))
+		e.gone(platformNS, "platform")
+		e.gone("tenant-foo", "apps")
+		// The other adapters go on.
+		e.health("tenant-foo", "backups", func(h *healthv1alpha1.Health) bool { return cond(h, "Backup", "postgres-db") != nil })
+		// And it comes back when the CRD does.
+		require.NoError(t, e.cp.InstallAdapterCRDs(ctx, "helm.toolkit.fluxcd.io_helmreleases"))
+		e.create(hr, helmRelease(platformNS, "cilium"))
+		e.health(platformNS, "platform", func(h *healthv1alpha1.Health) bool { return cond(h, helmrelease.TypeRelease, "cilium") != nil })
+	})
+}
+
+// TestAdapterSourceNotSynced gives the adapters a credential that may not
+// list velero Backups: the velero adapter's informer never syncs, so its
+// component reads Unknown (SourceNotSynced), never Healthy, while the other
+// adapters publish.
+func TestAdapterSourceNotSynced(t *testing.T) {
+	ctx := context.Background()
+	e := start(t, adapter.Config{SyncTimeout: 2 * time.Second}, func(e *env) *rest.Config {
+		require.NoError(t, e.cp.InstallAdapterCRDs(ctx, "velero.io_schedules", "velero.io_backups", "helm.toolkit.fluxcd.io_helmreleases"))
+		_, err := e.cp.Clientset().RbacV1().ClusterRoles().Create(ctx, &rbacv1.ClusterRole{
+			ObjectMeta: metav1.ObjectMeta{Name: "adapters-without-velero-backups"},
+			Rules: []rbacv1.PolicyRule{
+				{APIGroups: []string{"apiextensions.k8s.io"}, Resources: []string{"customresourcedefinitions"}, Verbs: []string{"get", "list", "watch"}},
+				{APIGroups: []string{""}, Resources: []string{"namespaces"}, Verbs: []string{"get", "list", "watch"}},
+				{APIGroups: []string{"velero.io"}, Resources: []string{"schedules"}, Verbs: []string{"get", "list", "watch"}},
+				{APIGroups: []string{"helm.toolkit.fluxcd.io"}, Resources: []string{"helmreleases"}, Verbs: []string{"get", "list", "watch"}},
+			},
+		}, metav1.CreateOptions{})
+		require.NoError(t, err)
+		_, err = e.cp.Clientset().RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
+			ObjectMeta: metav1.ObjectMeta{Name: "adapters-without-velero-backups"},
+			RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: "adapters-without-velero-backups"},
+			Subjects:   []rbacv1.Subject{{Kind: "User", Name: "limited-adapters"}},
+		}, metav1.CreateOptions{})
+		require.NoError(t, err)
+		e.create(helmrelease.Source.GVR, helmRelease(platformNS, "cilium"))
+		e.setStatus(helmrelease.Source.GVR, platformNS, "cilium", releaseStatus("True", "InstallSucceeded", "Helm install succeeded"))
+		rc, err := e.cp.UserConfig("limited-adapters")
+		require.NoError(t, err)
+		return rc
+	})
+	h := e.health(platformNS, "backups", func(h *healthv1alpha1.Health) bool { return cond(h, adapter.TypeSource, "") != nil })
+	c := cond(h, adapter.TypeSource, "")
+	assert.Equal(t, healthv1alpha1.ConditionUnknown, c.Status)
+	assert.Equal(t, adapter.ReasonSourceNotSynced, c.Reason)
+	assert.Equal(t, "backups.velero.io", c.ResourceRef.Name)
+	assert.Equal(t, healthv1alpha1.StatusUnknown, h.Status.Overall)
+	e.health(platformNS, "platform", func(h *healthv1alpha1.Health) bool { return h.Status.Overall == healthv1alpha1.StatusHealthy })
+}
