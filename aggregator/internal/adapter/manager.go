@@ -588,7 +588,7 @@ func (m *Manager) status(k writer.Key, conds []rollup.Condition, now time.Time, 
 		cs.Overall = report.Worse(cs.Overall, c.Severity)
 		tk := transitionKey{k.Namespace, k.Component, c.Type, c.ResourceKey()}
 		live[tk] = true
-		st := c.ConditionStatus()
+		st := string(c.ConditionStatus())
 		if t, ok := m.transitions[tk]; ok && t.status == st && t.reason == c.Reason {
 			c.LastTransition = t.at
 		} else {
