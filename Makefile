@@ -41,6 +41,10 @@ test: testbin nodebin build ## Run every test: unit, integration on a real kube-
 generate: ## Regenerate deepcopy, applyconfigurations, clientset, CRD and protobuf code.
 	bash hack/generate.sh
 
+.PHONY: manifests
+manifests: ## Render the Helm chart into deploy/manifests/cozy-health.yaml (plain manifests for kubectl apply).
+	go run ./hack/manifests
+
 .PHONY: verify-generate
 verify-generate: ## Fail when generated code drifted from its sources.
 	bash hack/verify-generate.sh

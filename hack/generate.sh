@@ -2,7 +2,8 @@
 # Regenerates every generated file with the tools pinned in go.mod's tool block:
 # deepcopy, applyconfigurations and the CRD (controller-gen), the typed clientset
 # (client-gen), and the protobuf/gRPC Go code (buf with protoc-gen-go and
-# protoc-gen-go-grpc).
+# protoc-gen-go-grpc), the chart's copy of the CRD and the plain manifests
+# rendered from the chart.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -14,6 +15,8 @@ go tool controller-gen \
 	applyconfiguration:headerFile="${header}" \
 	crd:crdVersions=v1 output:crd:dir=deploy/crds \
 	paths=./pkg/apis/...
+# The chart ships the same CRD (Helm installs crds/ before the templates).
+cp deploy/crds/*.yaml deploy/charts/cozy-health/crds/
 
 go tool client-gen \
 	--go-header-file "${header}" \
@@ -27,3 +30,6 @@ go tool client-gen \
 
 find proto -name '*.pb.go' -delete
 (cd proto && go tool buf lint && go tool buf generate)
+
+# Plain manifests rendered from the chart (make manifests).
+go run ./hack/manifests

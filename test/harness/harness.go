@@ -132,9 +132,19 @@ func RepoRoot() string {
 // Start starts a control plane for a test and stops it at the test's end.
 func Start(t testing.TB) *ControlPlane {
 	t.Helper()
+	return StartWith(t, Options{})
+}
+
+// StartWith starts a control plane with o for a test (Dir defaults to a
+// temporary directory) and stops it at the test's end.
+func StartWith(t testing.TB, o Options) *ControlPlane {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	cp, err := StartControlPlane(ctx, Options{Dir: t.TempDir()})
+	if o.Dir == "" {
+		o.Dir = t.TempDir()
+	}
+	cp, err := StartControlPlane(ctx, o)
 	if err != nil {
 		t.Fatalf("start control plane: %v", err)
 	}

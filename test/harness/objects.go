@@ -27,40 +27,13 @@ func (c *ControlPlane) InstallCRDs(ctx context.Context) error {
 	if err != nil || len(files) == 0 {
 		return fmt.Errorf("find CRDs under deploy/crds: %v", err)
 	}
-	dyn, err := dynamic.NewForConfig(c.Config)
-	if err != nil {
-		return fmt.Errorf("dynamic client: %w", err)
-	}
 	for _, f := range files {
 		raw, err := os.ReadFile(f)
 		if err != nil {
 			return fmt.Errorf("read %s: %w", f, err)
 		}
-		obj := &unstructured.Unstructured{}
-		if err := yaml.Unmarshal(raw, &obj.Object); err != nil {
-			return fmt.Errorf("decode %s: %w", f, err)
-		}
-		_, err = dyn.Resource(crdGVR).Apply(ctx, obj.GetName(), obj, metav1.ApplyOptions{FieldManager: "cozy-health-harness", Force: true})
-		if err != nil {
-			return fmt.Errorf("apply CRD %s: %w", obj.GetName(), err)
-		}
-		name := obj.GetName()
-		err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
-			got, err := dyn.Resource(crdGVR).Get(ctx, name, metav1.GetOptions{})
-			if err != nil {
-				return false, nil //nolint:nilerr // keep polling until the deadline
-			}
-			conds, _, _ := unstructured.NestedSlice(got.Object, "status", "conditions")
-			for _, cnd := range conds {
-				m, _ := cnd.(map[string]any)
-				if m["type"] == "Established" && m["status"] == string(metav1.ConditionTrue) {
-					return true, nil
-				}
-			}
-			return false, nil
-		})
-		if err != nil {
-			return fmt.Errorf("wait for CRD %s Established: %w", name, err)
+		if err := c.applyCRD(ctx, f, raw); err != nil {
+			return err
 		}
 	}
 	return nil
@@ -136,4 +109,85 @@ func (c *ControlPlane) PodBoundToken(ctx context.Context, ns, serviceAccount, po
 		return "", fmt.Errorf("request token for %s/%s bound to pod %s: %w", ns, serviceAccount, pod, err)
 	}
 	return tr.Status.Token, nil
+}
+
+// applyCRD applies one CRD (YAML) by server-side apply and waits until it is
+// Established.
+func (c *ControlPlane) applyCRD(ctx context.Context, what string, raw []byte) error {
+	dyn, err := dynamic.NewForConfig(c.Config)
+	if err != nil {
+		return fmt.Errorf("dynamic client: %w", err)
+	}
+	obj := &unstructured.Unstructured{}
+	if err := yaml.Unmarshal(raw, &obj.Object); err != nil {
+		return fmt.Errorf("decode %s: %w", what, err)
+	}
+	_, err = dyn.Resource(crdGVR).Apply(ctx, obj.GetName(), obj, metav1.ApplyOptions{FieldManager: "cozy-health-harness", Force: true})
+	if err != nil {
+		return fmt.Errorf("apply CRD %s: %w", obj.GetName(), err)
+	}
+	name := obj.GetName()
+	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		got, err := dyn.Resource(crdGVR).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, nil //nolint:nilerr // keep polling until the deadline
+		}
+		conds, _, _ := unstructured.NestedSlice(got.Object, "status", "conditions")
+		for _, cnd := range conds {
+			m, _ := cnd.(map[string]any)
+			if m["type"] == "Established" && m["status"] == string(metav1.ConditionTrue) {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		return fmt.Errorf("wait for CRD %s Established: %w", name, err)
+	}
+	return nil
+}
+
+// talosServiceAccountCRD is the CRD Talos installs for its ServiceAccount
+// (serviceaccounts.talos.dev) when kubernetesTalosAPIAccess is enabled, in
+// the shape Talos' CRD controller builds it: spec.roles, status.failureReason.
+const talosServiceAccountCRD = `apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata:
+  name: serviceaccounts.talos.dev
+spec:
+  group: talos.dev
+  names:
+    kind: ServiceAccount
+    listKind: ServiceAccountList
+    plural: serviceaccounts
+    singular: serviceaccount
+    shortNames: [tsa]
+  scope: Namespaced
+  versions:
+    - name: v1alpha1
+      served: true
+      storage: true
+      subresources:
+        status: {}
+      schema:
+        openAPIV3Schema:
+          type: object
+          properties:
+            spec:
+              type: object
+              properties:
+                roles:
+                  type: array
+                  items: {type: string}
+            status:
+              type: object
+              properties:
+                failureReason: {type: string}
+`
+
+// InstallTalosServiceAccountCRD installs the talos.dev ServiceAccount CRD, as
+// a Talos cluster with Talos API access enabled serves it, and waits until it
+// is Established.
+func (c *ControlPlane) InstallTalosServiceAccountCRD(ctx context.Context) error {
+	return c.applyCRD(ctx, "talos ServiceAccount CRD", []byte(talosServiceAccountCRD))
 }

@@ -14,6 +14,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
+	"github.com/cozystack/cozy-health/deploy"
 	healthv1alpha1 "github.com/cozystack/cozy-health/pkg/apis/health/v1alpha1"
 	ac "github.com/cozystack/cozy-health/pkg/applyconfiguration/health/v1alpha1"
 	"github.com/cozystack/cozy-health/pkg/client/clientset/versioned"
@@ -39,20 +40,18 @@ func saConfig(t *testing.T, cp *harness.ControlPlane, node, ns, sa string) *rest
 	return cfg
 }
 
-// TestShippedRBAC applies the shipped manifests (deploy/aggregator,
-// deploy/agent) with kubectl and proves the trust rules of DESIGN.md on the
-// real authorizer: only the aggregator's ServiceAccount writes Health
-// objects; agents have no rights in the API at all.
+// TestShippedRBAC applies the shipped plain manifests (rendered from the
+// chart) with kubectl, as a kubectl user would, and proves the trust rules of
+// DESIGN.md on the real authorizer: only the aggregator's ServiceAccount
+// writes Health objects; agents have no rights in the API at all.
 func TestShippedRBAC(t *testing.T) {
 	ctx := context.Background()
 	cp, _ := setup(t)
-	require.NoError(t, cp.EnsureNamespace(ctx, "cozy-health"))
-	root := harness.RepoRoot()
-	for _, f := range []string{"deploy/aggregator/rbac.yaml", "deploy/aggregator/deployment.yaml", "deploy/agent/daemonset.yaml", "deploy/rbac/tenant-view.yaml"} {
-		out, err := cp.Kubectl(ctx, "apply", "--server-side", "-f", filepath.Join(root, f))
-		require.NoError(t, err, "apply %s", f)
-		t.Logf("%s: %s", f, out)
-	}
+	require.NoError(t, cp.InstallTalosServiceAccountCRD(ctx))
+	f := filepath.Join(harness.RepoRoot(), deploy.ManifestsFile)
+	out, err := cp.Kubectl(ctx, "apply", "--server-side", "-f", f)
+	require.NoError(t, err, "apply %s: %s", f, out)
+	t.Logf("%s: %s", f, out)
 
 	agg, err := versioned.NewForConfig(saConfig(t, cp, "node-1", "cozy-health", "cozy-health-aggregator"))
 	require.NoError(t, err)

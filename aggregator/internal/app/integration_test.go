@@ -406,7 +406,7 @@ func TestAPIServerOutage(t *testing.T) {
 }
 
 // TestDeployRBACSuffices runs a replica as the ServiceAccount of
-// deploy/aggregator/rbac.yaml (an x509 user with its name, which RBAC
+// the chart's aggregator RBAC (an x509 user with its name, which RBAC
 // matches like the ServiceAccount): the manifests grant all it needs, and
 // the agents' ServiceAccount cannot write Health objects.
 func TestDeployRBACSuffices(t *testing.T) {

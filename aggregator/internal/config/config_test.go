@@ -10,6 +10,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/cozystack/cozy-health/deploy"
 	"sigs.k8s.io/yaml"
 )
 
@@ -96,13 +98,11 @@ func TestBadFile(t *testing.T) {
 	assert.ErrorContains(t, err, "read config file")
 }
 
-// The configuration the deployment ships loads as it is, and says what the
-// defaults say unless it means otherwise.
+// The configuration the chart ships (as rendered into the plain manifests)
+// loads as it is, and says what the defaults say unless it means otherwise.
 func TestShippedConfigLoads(t *testing.T) {
-	data, err := os.ReadFile("../../../deploy/aggregator/deployment.yaml")
-	require.NoError(t, err)
 	var file string
-	for _, doc := range strings.Split(string(data), "\n---") {
+	for _, doc := range strings.Split(string(deploy.Manifests()), "\n---") {
 		var cm struct {
 			Kind string            `json:"kind"`
 			Data map[string]string `json:"data"`
@@ -112,7 +112,7 @@ func TestShippedConfigLoads(t *testing.T) {
 			file = cm.Data["config.yaml"]
 		}
 	}
-	require.NotEmpty(t, file, "the deployment has no ConfigMap with config.yaml")
+	require.NotEmpty(t, file, "the manifests have no ConfigMap with config.yaml")
 	path := filepath.Join(t.TempDir(), "config.yaml")
 	require.NoError(t, os.WriteFile(path, []byte(file), 0o600))
 	cfg, err := Load(append([]string{"--config", path}, tlsArgs...), io.Discard)

@@ -335,7 +335,7 @@ func runBench(b *testing.B, nodes int, window time.Duration) {
 		"--log-level", "warn", "--pprof")
 	cmd.Stdout, cmd.Stderr = logf, logf
 	// The aggregator's runtime settings as the deployment sets them
-	// (deploy/aggregator/deployment.yaml), e.g. "GOMEMLIMIT=170MiB".
+	// (the chart's aggregator.goMemLimit), e.g. "GOMEMLIMIT=170MiB".
 	aggEnv := strings.Fields(os.Getenv("COZY_HEALTH_BENCH_AGGREGATOR_ENV"))
 	cmd.Env = append(os.Environ(), aggEnv...)
 	require.NoError(b, cmd.Start())

@@ -1,0 +1,68 @@
+{{/*
+Names are fixed, not prefixed with the release name: cozy-health is installed
+once per cluster (its CRD and ClusterRoles are cluster-wide), and the names
+are part of its interface (the agent's ServiceAccount that the aggregator
+trusts, the Talos Secret, the TLS Secret, kubectl health's defaults).
+*/}}
+{{- define "cozy-health.agent" -}}cozy-health-agent{{- end }}
+{{- define "cozy-health.aggregator" -}}cozy-health-aggregator{{- end }}
+
+{{/* Labels every object carries. */}}
+{{- define "cozy-health.labels" -}}
+app.kubernetes.io/part-of: cozy-health
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+{{- end }}
+
+{{/* Selector labels of one workload: (dict "name" NAME). */}}
+{{- define "cozy-health.selector" -}}
+app.kubernetes.io/name: {{ .name }}
+{{- end }}
+
+{{/*
+An image reference: (dict "root" $ "image" .Values.agent.image).
+registry/repository:tag, and @digest when a digest is given (the digest is
+what the runtime pulls; the tag stays for people).
+*/}}
+{{- define "cozy-health.image" -}}
+{{- $img := .image -}}
+{{- $ref := printf "%s/%s:%s" .root.Values.image.registry $img.repository ($img.tag | default .root.Chart.AppVersion) -}}
+{{- if $img.digest -}}{{- $ref = printf "%s@%s" $ref $img.digest -}}{{- end -}}
+{{- $ref -}}
+{{- end }}
+
+{{/* The agents' ServiceAccount as the aggregator names it: namespace/name. */}}
+{{- define "cozy-health.agentServiceAccount" -}}
+{{ .Release.Namespace }}/{{ include "cozy-health.agent" . }}
+{{- end }}
+
+{{/* The agent DaemonSet's nodeSelector as a label selector string. */}}
+{{- define "cozy-health.nodeSelector" -}}
+{{- $parts := list -}}
+{{- range $k, $v := .Values.agent.nodeSelector -}}
+{{- $parts = append $parts (printf "%s=%s" $k $v) -}}
+{{- end -}}
+{{- join "," $parts -}}
+{{- end }}
+
+{{/* Pod-level security context shared by both workloads. */}}
+{{- define "cozy-health.seccomp" -}}
+seccompProfile:
+  type: RuntimeDefault
+{{- end }}
+
+{{/*
+A Go duration ("1m30s", "500ms") in nanoseconds, as a string to pass
+through float64: values.schema.json has already checked the form.
+*/}}
+{{- define "cozy-health.nanos" -}}
+{{- $total := 0.0 -}}
+{{- $units := dict "ns" 1.0 "us" 1000.0 "µs" 1000.0 "ms" 1000000.0 "s" 1000000000.0 "m" 60000000000.0 "h" 3600000000000.0 -}}
+{{- range regexFindAll "[0-9.]+(ns|us|µs|ms|s|m|h)" (toString .) -1 -}}
+{{- $num := regexFind "^[0-9.]+" . -}}
+{{- $total = addf $total (mulf (float64 $num) (get $units (trimPrefix $num .))) -}}
+{{- end -}}
+{{- $total -}}
+{{- end }}
