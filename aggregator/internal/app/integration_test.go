@@ -22,6 +22,7 @@ import (
 
 	"github.com/cozystack/cozy-health/aggregator/internal/config"
 	"github.com/cozystack/cozy-health/aggregator/internal/writer"
+	"github.com/cozystack/cozy-health/deploy"
 	healthv1alpha1 "github.com/cozystack/cozy-health/pkg/apis/health/v1alpha1"
 	"github.com/cozystack/cozy-health/pkg/client/clientset/versioned"
 	"github.com/cozystack/cozy-health/pkg/report"
@@ -406,15 +407,15 @@ func TestAPIServerOutage(t *testing.T) {
 }
 
 // TestDeployRBACSuffices runs a replica as the ServiceAccount of
-// the chart's aggregator RBAC (an x509 user with its name, which RBAC
+// the chart's aggregator RBAC, applied from the plain manifests (an x509 user with its name, which RBAC
 // matches like the ServiceAccount): the manifests grant all it needs, and
 // the agents' ServiceAccount cannot write Health objects.
 func TestDeployRBACSuffices(t *testing.T) {
 	cp := startPlane(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	require.NoError(t, cp.EnsureNamespace(ctx, "cozy-health"))
-	out, err := cp.Kubectl(ctx, "apply", "-f", filepath.Join(harness.RepoRoot(), "deploy", "aggregator", "rbac.yaml"))
+	require.NoError(t, cp.InstallTalosServiceAccountCRD(ctx))
+	out, err := cp.Kubectl(ctx, "apply", "--server-side", "-f", filepath.Join(harness.RepoRoot(), deploy.ManifestsFile))
 	require.NoError(t, err, out)
 	_, err = cp.Clientset().CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-a"}}, metav1.CreateOptions{})
 	require.NoError(t, err)
