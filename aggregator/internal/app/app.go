@@ -34,6 +34,7 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/utils/clock"
 
@@ -76,18 +77,22 @@ type App struct {
 	// informer factory kept beside it and started at the same place in Run),
 	// and any loop it needs runs as one more goroutine of Run's errgroup.
 	informers informers.SharedInformerFactory
-	reg       *prometheus.Registry
-	metrics   *metrics.Metrics
-	state     *state.State
-	nodes     labels.Selector
-	writer    *writer.Writer
-	engine    *Engine
-	drain     *drain.Service
-	ingest    *ingest.Server
-	grpc      *grpc.Server
-	health    *health.Server
-	httpSrv   *http.Server
-	metSrv    *http.Server
+	// healths watches the Health objects of the platform namespace (the
+	// watchdog's freshUntil metric); kept beside the factory, as it is a
+	// CRD, and started with it.
+	healths cache.SharedIndexInformer
+	reg     *prometheus.Registry
+	metrics *metrics.Metrics
+	state   *state.State
+	nodes   labels.Selector
+	writer  *writer.Writer
+	engine  *Engine
+	drain   *drain.Service
+	ingest  *ingest.Server
+	grpc    *grpc.Server
+	health  *health.Server
+	httpSrv *http.Server
+	metSrv  *http.Server
 
 	grpcLis, httpLis, metLis net.Listener
 	ready                    atomic.Bool
@@ -163,6 +168,9 @@ func New(cfg config.Config, log *zap.Logger, opts Options) (a *App, err error) {
 	a.informers = informers.NewSharedInformerFactory(a.kube, 10*time.Minute)
 	nodes := a.informers.Core().V1().Nodes()
 	if err := trackNodes(nodes.Informer(), a.state, a.nodes, a.clock.Now, a.log); err != nil {
+		return nil, err
+	}
+	if a.healths, err = trackHealths(hc, cfg.Namespace, a.metrics, a.log); err != nil {
 		return nil, err
 	}
 	var drainAuth *drain.Authorizer
@@ -276,7 +284,10 @@ func (a *App) Run(ctx context.Context) error {
 		// The shared informers (see App.informers): started here, stopped
 		// and waited for when ctx ends.
 		a.informers.Start(ctx.Done())
+		healths := make(chan struct{})
+		go func() { a.healths.Run(ctx.Done()); close(healths) }()
 		<-ctx.Done()
+		<-healths
 		a.informers.Shutdown()
 		return nil
 	})

@@ -35,6 +35,8 @@ type Metrics struct {
 
 	componentStatus *prometheus.GaugeVec
 	nodes           *nodeTable
+	issues          *issueTable
+	freshUntil      *prometheus.GaugeVec
 	writes          *prometheus.CounterVec
 	leader          prometheus.Gauge
 	rollupSeconds   prometheus.Histogram
@@ -51,7 +53,12 @@ func New(reg prometheus.Registerer, namespace string) (*Metrics, error) {
 			Name: "cozy_health_component_status",
 			Help: "1 for the component's current published overall status, 0 for the others.",
 		}, []string{"namespace", "component", "status"}),
-		nodes: newNodeTable(),
+		nodes:  newNodeTable(),
+		issues: newIssueTable(),
+		freshUntil: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "cozy_health_health_fresh_until_timestamp_seconds",
+			Help: "Unix time of status.freshUntil of each Health object as the apiserver holds it, watched by every replica: past it, consumers read the object as Unknown (the writer stopped).",
+		}, []string{"namespace", "component"}),
 		writes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "cozy_health_writes_total",
 			Help: "Health object status writes by result (success, error).",
@@ -75,7 +82,7 @@ func New(reg prometheus.Registerer, namespace string) (*Metrics, error) {
 			Buckets: prometheus.ExponentialBuckets(0.005, 2, 12),
 		}),
 	}
-	for _, c := range []prometheus.Collector{m.componentStatus, m.nodes, m.writes, m.leader, m.rollupSeconds, m.rollups, m.writeSeconds} {
+	for _, c := range []prometheus.Collector{m.componentStatus, m.nodes, m.issues, m.freshUntil, m.writes, m.leader, m.rollupSeconds, m.rollups, m.writeSeconds} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -107,6 +114,23 @@ func (m *Metrics) Publish(component string, overall report.Status, nodes map[str
 		m.componentStatus.WithLabelValues(m.namespace, component, s.String()).Set(v)
 	}
 	m.nodes.publish(component, nodes)
+}
+
+// PublishIssues exports a component's published conditions that are not
+// True (cozy_health_issue), replacing the ones it exported before.
+func (m *Metrics) PublishIssues(component string, issues []Issue) {
+	m.issues.publish(m.namespace, component, issues)
+}
+
+// HealthFreshUntil records a Health object's status.freshUntil.
+func (m *Metrics) HealthFreshUntil(namespace, component string, at time.Time) {
+	m.freshUntil.WithLabelValues(namespace, component).Set(float64(at.UnixNano()) / 1e9)
+}
+
+// HealthGone drops a Health object's freshUntil series (deleted, or no
+// freshUntil written yet).
+func (m *Metrics) HealthGone(namespace, component string) {
+	m.freshUntil.DeleteLabelValues(namespace, component)
 }
 
 // nodeTable holds the per-node series, cozy_health_node_status and

@@ -64,3 +64,32 @@ cozy_health_node_status{component="node",node="a",status="Healthy"} 1
 	// A component the table does not know is ignored, not a panic.
 	m.Publish("platform", report.StatusHealthy, map[string]report.Status{"a": report.StatusHealthy})
 }
+
+// TestIssueSeries: one series per published condition that is not True,
+// replaced per component; Healthy ones and duplicates are not exported; a
+// component without issues has no series.
+func TestIssueSeries(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m, err := New(reg, "cozy-system")
+	require.NoError(t, err)
+	m.PublishIssues(report.ComponentLinstor, []Issue{
+		{Node: "node-1", Type: "DrbdResource", Reason: "DiskOutdated", Status: report.StatusDegraded},
+		{Node: "node-1", Resource: "pvc-1", Type: "DrbdResource", Reason: "DiskOutdated", Status: report.StatusDegraded},
+		{Node: "node-1", Resource: "pvc-1", Type: "DrbdResource", Reason: "DiskOutdated", Status: report.StatusDegraded},
+		{Node: "node-2", Type: "DrbdResource", Reason: "DiskUpToDate", Status: report.StatusHealthy},
+	})
+	m.PublishIssues(report.ComponentEtcd, []Issue{{Type: "Quorum", Reason: "QuorumAtRisk", Status: report.StatusDegraded}})
+	const header = `
+# HELP cozy_health_issue 1 for every published condition that is not True (status is its severity: Degraded, Down or Unknown), with the node and resource it is pinned to and its reason; node is empty for component-level conditions.
+# TYPE cozy_health_issue gauge
+`
+	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(header+`
+cozy_health_issue{component="etcd",namespace="cozy-system",node="",reason="QuorumAtRisk",resource="",status="Degraded",type="Quorum"} 1
+cozy_health_issue{component="linstor",namespace="cozy-system",node="node-1",reason="DiskOutdated",resource="",status="Degraded",type="DrbdResource"} 1
+cozy_health_issue{component="linstor",namespace="cozy-system",node="node-1",reason="DiskOutdated",resource="pvc-1",status="Degraded",type="DrbdResource"} 1
+`), "cozy_health_issue"))
+	m.PublishIssues(report.ComponentLinstor, nil)
+	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(header+`
+cozy_health_issue{component="etcd",namespace="cozy-system",node="",reason="QuorumAtRisk",resource="",status="Degraded",type="Quorum"} 1
+`), "cozy_health_issue"))
+}
