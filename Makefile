@@ -12,6 +12,8 @@ TESTBIN = $(shell bash hack/testbin.sh)
 # The directory holding kubelet, kube-proxy, kube-controller-manager,
 # kube-scheduler and CoreDNS for the test node (built once, cached).
 NODEBIN = $(shell bash hack/nodebin.sh)
+# promtool for the alert rules' unit tests (built once, cached).
+PROMTOOL = $(shell bash hack/promtool.sh)
 
 .PHONY: help
 help: ## Show this help.
@@ -29,13 +31,17 @@ build: ## Build cozy-health-agent, cozy-health-aggregator, kubectl-health and co
 testbin: ## Build (once, cached outside the repo) kube-apiserver, kubectl and etcd v1.37.2 for tests.
 	@bash hack/testbin.sh
 
+.PHONY: promtool
+promtool: ## Build (once, cached outside the repo) Prometheus's promtool for the alert rules' tests.
+	@bash hack/promtool.sh
+
 .PHONY: nodebin
 nodebin: testbin ## Build (once, cached outside the repo) kubelet, kube-proxy, kube-controller-manager, kube-scheduler v1.37.2 and CoreDNS for the test node.
 	@bash hack/nodebin.sh
 
 .PHONY: test
-test: testbin nodebin build ## Run every test: unit, integration on a real kube-apiserver + etcd, and e2e on a real kubelet node.
-	COZY_HEALTH_TESTBIN="$(TESTBIN)" COZY_HEALTH_NODEBIN="$(NODEBIN)" COZY_HEALTH_BIN="$(CURDIR)/$(BIN)" go test $(GO_TEST_FLAGS) ./...
+test: testbin nodebin promtool build ## Run every test: unit, integration on a real kube-apiserver + etcd, e2e on a real kubelet node, alert rules.
+	COZY_HEALTH_TESTBIN="$(TESTBIN)" COZY_HEALTH_NODEBIN="$(NODEBIN)" COZY_HEALTH_PROMTOOL="$(PROMTOOL)" COZY_HEALTH_BIN="$(CURDIR)/$(BIN)" go test $(GO_TEST_FLAGS) ./...
 
 .PHONY: generate
 generate: ## Regenerate deepcopy, applyconfigurations, clientset, CRD and protobuf code.
