@@ -24,6 +24,7 @@ import (
 	"helm.sh/helm/v3/pkg/releaseutil"
 	"helm.sh/helm/v3/pkg/strvals"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/yaml"
 
 	"github.com/cozystack/cozy-health/deploy"
@@ -51,6 +52,9 @@ type Options struct {
 	// APIVersions are added to .Capabilities.APIVersions (e.g.
 	// "cert-manager.io/v1"), as a cluster serving them would report.
 	APIVersions []string
+	// Cluster, when set, answers the templates' lookup calls (as helm
+	// install does); without it lookups find nothing (as helm template).
+	Cluster *rest.Config
 }
 
 // Manifest is one rendered object's document.
@@ -153,7 +157,11 @@ func RenderChart(c *chart.Chart, o Options) (*Release, error) {
 	if err != nil {
 		return nil, err
 	}
-	files, err := engine.Engine{Strict: false}.Render(c, top)
+	eng := engine.Engine{}
+	if o.Cluster != nil {
+		eng = engine.New(o.Cluster)
+	}
+	files, err := eng.Render(c, top)
 	if err != nil {
 		return nil, fmt.Errorf("render chart: %w", err)
 	}

@@ -1,0 +1,232 @@
+package render
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/cozystack/cozy-health/deploy"
+)
+
+// repoRoot is the repository root (this package is deploy/render).
+func repoRoot(t *testing.T) string {
+	t.Helper()
+	root, err := filepath.Abs("../..")
+	require.NoError(t, err)
+	return root
+}
+
+// containerArgs returns the args of the first container of a workload.
+func containerArgs(t *testing.T, obj *unstructured.Unstructured) []string {
+	t.Helper()
+	cs, ok, err := unstructured.NestedSlice(obj.Object, "spec", "template", "spec", "containers")
+	require.NoError(t, err)
+	require.True(t, ok, "%s has no containers", obj.GetName())
+	raw, _ := cs[0].(map[string]any)["args"].([]any)
+	out := make([]string, 0, len(raw))
+	for _, a := range raw {
+		out = append(out, a.(string))
+	}
+	return out
+}
+
+func TestHelmLintPasses(t *testing.T) {
+	dir := filepath.Join(repoRoot(t), deploy.ChartDir)
+	for name, vals := range map[string]map[string]any{
+		"defaults":  nil,
+		"delegated": {"aggregator": map[string]any{"drainAuth": "delegated"}},
+		"namespace": {"namespace": map[string]any{"create": true}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			msgs := Lint(dir, vals, DefaultNamespace)
+			for _, m := range msgs {
+				t.Errorf("helm lint: %s", m)
+			}
+		})
+	}
+}
+
+// A broken chart is what lint is for: prove it finds one.
+func TestHelmLintFindsABrokenTemplate(t *testing.T) {
+	dir := t.TempDir()
+	require.NoError(t, os.CopyFS(dir, deploy.Chart()))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "templates", "broken.yaml"), []byte("kind: ConfigMap\n{{ .Values.nope.deeper }}\n"), 0o644))
+	msgs := Lint(dir, nil, DefaultNamespace)
+	require.NotEmpty(t, msgs)
+	assert.Contains(t, msgs[0].Err.Error(), "nope")
+}
+
+func TestSchemaAndChecksRejectBadValues(t *testing.T) {
+	cases := []struct {
+		name string
+		vals map[string]any
+		want string // part of the error naming the value
+	}{
+		{"unknown key", map[string]any{"agent": map[string]any{"intervall": "5s"}}, "'intervall' not allowed"},
+		{"bad duration", map[string]any{"agent": map[string]any{"interval": "5 seconds"}}, "/agent/interval"},
+		{"interval below 1s", map[string]any{"agent": map[string]any{"interval": "500ms", "checkDeadline": "100ms"}}, "agent.interval 500ms: must be at least 1s"},
+		{"deadline not shorter than interval", map[string]any{"agent": map[string]any{"checkDeadline": "5s"}}, "agent.checkDeadline 5s: must be positive and shorter than agent.interval 5s"},
+		{"thresholds out of order", map[string]any{"agent": map[string]any{"thresholds": map[string]any{"diskLatency": map[string]any{"degraded": "1s", "down": "100ms"}}}}, "agent.thresholds.diskLatency: degraded 1s / down 100ms"},
+		{"ping loss out of order", map[string]any{"agent": map[string]any{"thresholds": map[string]any{"kubeOVNPingLoss": map[string]any{"degraded": 0.5, "down": 0.1}}}}, "agent.thresholds.kubeOVNPingLoss"},
+		{"ping loss above 1", map[string]any{"agent": map[string]any{"thresholds": map[string]any{"kubeOVNPingLoss": map[string]any{"degraded": 0.5, "down": 2}}}}, "/agent/thresholds/kubeOVNPingLoss/down"},
+		{"fsync window below samples", map[string]any{"agent": map[string]any{"sources": map[string]any{"fsyncProbe": map[string]any{"samples": 10, "window": 5}}}}, "agent.sources.fsyncProbe.window 5"},
+		{"URL without scheme", map[string]any{"agent": map[string]any{"sources": map[string]any{"linstor": map[string]any{"url": "linstor:3371"}}}}, "/agent/sources/linstor/url"},
+		{"relative host path", map[string]any{"agent": map[string]any{"sources": map[string]any{"cilium": map[string]any{"runPath": "run/cilium"}}}}, "/agent/sources/cilium/runPath"},
+		{"digest not sha256", map[string]any{"aggregator": map[string]any{"image": map[string]any{"digest": "latest"}}}, "/aggregator/image/digest"},
+		{"drain auth", map[string]any{"aggregator": map[string]any{"drainAuth": "open"}}, "/aggregator/drainAuth"},
+		{"root aggregator", map[string]any{"aggregator": map[string]any{"runAsUser": 0}}, "/aggregator/runAsUser"},
+		{"renew deadline", map[string]any{"aggregator": map[string]any{"leaderElection": map[string]any{"renewDeadline": "20s"}}}, "aggregator.leaderElection.renewDeadline 20s"},
+		{"retry period", map[string]any{"aggregator": map[string]any{"leaderElection": map[string]any{"retryPeriod": "10s"}}}, "aggregator.leaderElection.retryPeriod 10s"},
+		{"refresh period", map[string]any{"aggregator": map[string]any{"refreshPeriod": "1m"}}, "aggregator.refreshPeriod 1m"},
+		{"report interval", map[string]any{"aggregator": map[string]any{"reportInterval": "100ms", "refreshPeriod": "100ms"}}, "aggregator.reportInterval 100ms"},
+		{"ports clash", map[string]any{"aggregator": map[string]any{"ports": map[string]any{"grpc": 9443, "http": 9443, "metrics": 9090}}}, "aggregator.ports"},
+		{"open drain check", map[string]any{"networkPolicy": map[string]any{"podCIDRs": []any{}}}, "networkPolicy.podCIDRs"},
+		{"bad CIDR", map[string]any{"networkPolicy": map[string]any{"podCIDRs": []any{"10.244.0.0"}}}, "/networkPolicy/podCIDRs/0"},
+		{"log level", map[string]any{"aggregator": map[string]any{"logLevel": "verbose"}}, "/aggregator/logLevel"},
+		{"talos role", map[string]any{"talos": map[string]any{"serviceAccount": map[string]any{"roles": []any{"os:superuser"}}}}, "/talos/serviceAccount/roles/0"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := Render(Options{Values: c.vals})
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), c.want)
+		})
+	}
+}
+
+func TestDefaultsRender(t *testing.T) {
+	r, err := Render(Options{})
+	require.NoError(t, err)
+	require.Len(t, r.CRDs, 1)
+	assert.Equal(t, "healths.health.cozystack.io", r.CRDs[0].Name)
+	kinds := map[string]int{}
+	for _, m := range r.Manifests {
+		kinds[m.Kind]++
+	}
+	assert.Zero(t, kinds["Namespace"], "Helm installs never own the namespace by default")
+	for _, k := range []string{"DaemonSet", "Deployment", "Service", "PodDisruptionBudget", "NetworkPolicy", "ConfigMap", "Role", "RoleBinding", "ClusterRoleBinding"} {
+		assert.Equal(t, 1, kinds[k], k)
+	}
+	assert.Equal(t, 3, kinds["ClusterRole"], "aggregator, drain-check, tenant view")
+
+	ds, err := r.Object("DaemonSet", "cozy-health-agent")
+	require.NoError(t, err)
+	args := containerArgs(t, ds)
+	assert.Contains(t, args, "--aggregator=cozy-health-aggregator.cozy-health.svc:9443")
+	assert.Contains(t, args, "--talos-node=$(HOST_IP)")
+	assert.Contains(t, args, "--drbdsetup=", "the image has no drbdsetup: DRBD state comes from LINSTOR")
+	assert.Contains(t, args, "--etcd-db-quota-bytes=2147483648", "no float formatting of large integers")
+	assert.Equal(t, "ghcr.io/cozystack/cozy-health-agent:0.1.0", nested(t, ds, "spec", "template", "spec", "containers", 0, "image"))
+	assert.Equal(t, "RuntimeDefault", nested(t, ds, "spec", "template", "spec", "securityContext", "seccompProfile", "type"))
+	assert.Equal(t, "127.0.0.1", nested(t, ds, "spec", "template", "spec", "containers", 0, "livenessProbe", "httpGet", "host"))
+
+	dep, err := r.Object("Deployment", "cozy-health-aggregator")
+	require.NoError(t, err)
+	assert.EqualValues(t, 3, nested(t, dep, "spec", "replicas"))
+	assert.Equal(t, "kubernetes.io/hostname", nested(t, dep, "spec", "template", "spec", "topologySpreadConstraints", 0, "topologyKey"))
+	assert.Equal(t, true, nested(t, dep, "spec", "template", "spec", "securityContext", "runAsNonRoot"))
+
+	cr, err := r.Object("ClusterRole", "cozy-health-aggregator")
+	require.NoError(t, err)
+	assert.NotContains(t, cr.Object["rules"], map[string]any{"apiGroups": []any{"authorization.k8s.io"}, "resources": []any{"subjectaccessreviews"}, "verbs": []any{"create"}},
+		"no SubjectAccessReviews without delegated drain auth")
+	view, err := r.Object("ClusterRole", "cozy-health-view")
+	require.NoError(t, err)
+	assert.Equal(t, "true", view.GetLabels()["rbac.cozystack.io/aggregate-to-tenant-view"])
+	assert.Equal(t, "true", view.GetLabels()["rbac.authorization.k8s.io/aggregate-to-view"])
+}
+
+func TestDelegatedDrainAuth(t *testing.T) {
+	r, err := Render(Options{Set: []string{"aggregator.drainAuth=delegated"}})
+	require.NoError(t, err)
+	cr, err := r.Object("ClusterRole", "cozy-health-aggregator")
+	require.NoError(t, err)
+	assert.Contains(t, cr.Object["rules"], map[string]any{"apiGroups": []any{"authorization.k8s.io"}, "resources": []any{"subjectaccessreviews"}, "verbs": []any{"create"}})
+	assert.Contains(t, cr.Object["rules"], map[string]any{"apiGroups": []any{"authentication.k8s.io"}, "resources": []any{"tokenreviews"}, "verbs": []any{"create"}})
+	_, err = r.Object("NetworkPolicy", "cozy-health-aggregator")
+	assert.ErrorIs(t, err, ErrNotFound, "the drain check authenticates its callers itself: no NetworkPolicy needed")
+	cm, err := r.Object("ConfigMap", "cozy-health-aggregator")
+	require.NoError(t, err)
+	assert.Contains(t, cm.Object["data"].(map[string]any)["config.yaml"], "drain-auth: delegated")
+}
+
+func TestImageByDigest(t *testing.T) {
+	d := "sha256:" + strings.Repeat("ab", 32)
+	r, err := Render(Options{Set: []string{"agent.image.digest=" + d, "image.registry=registry.example:5000/cozy", "agent.image.tag=v1"}})
+	require.NoError(t, err)
+	ds, err := r.Object("DaemonSet", "cozy-health-agent")
+	require.NoError(t, err)
+	assert.Equal(t, "registry.example:5000/cozy/cozy-health-agent:v1@"+d, nested(t, ds, "spec", "template", "spec", "containers", 0, "image"))
+}
+
+func TestDisabledSourcesDropTheirMounts(t *testing.T) {
+	r, err := Render(Options{Values: map[string]any{"agent": map[string]any{"sources": map[string]any{
+		"talos": map[string]any{"enabled": false}, "cilium": map[string]any{"runPath": ""},
+		"fsyncProbe": map[string]any{"hostPath": ""}, "diskstats": map[string]any{"enabled": false},
+		"linstor": map[string]any{"url": ""},
+	}}}})
+	require.NoError(t, err)
+	ds, err := r.Object("DaemonSet", "cozy-health-agent")
+	require.NoError(t, err)
+	args := containerArgs(t, ds)
+	for _, a := range []string{"--talosconfig=", "--cilium-socket=", "--fsync-probe-dir=", "--proc-root=", "--linstor-url="} {
+		assert.Contains(t, args, a)
+	}
+	vols, _, _ := unstructured.NestedSlice(ds.Object, "spec", "template", "spec", "volumes")
+	var names []string
+	for _, v := range vols {
+		names = append(names, v.(map[string]any)["name"].(string))
+	}
+	assert.ElementsMatch(t, []string{"token", "aggregator-ca"}, names, "no hostPath left when every host source is off")
+	_, err = r.Object("ServiceAccount", "cozy-health-agent-talos-secrets")
+	assert.ErrorIs(t, err, ErrNotFound)
+}
+
+func TestNodeSelectorReachesTheAggregator(t *testing.T) {
+	r, err := Render(Options{Values: map[string]any{"agent": map[string]any{"nodeSelector": map[string]any{"kubernetes.io/os": "linux", "node-role.kubernetes.io/worker": ""}}}})
+	require.NoError(t, err)
+	cm, err := r.Object("ConfigMap", "cozy-health-aggregator")
+	require.NoError(t, err)
+	assert.Contains(t, cm.Object["data"].(map[string]any)["config.yaml"], `node-selector: "kubernetes.io/os=linux,node-role.kubernetes.io/worker="`)
+}
+
+// The committed plain manifests are what the chart renders today (make
+// verify-generate checks the same through make generate).
+func TestManifestsUpToDate(t *testing.T) {
+	r, err := Render(Options{Set: []string{"namespace.create=true"}})
+	require.NoError(t, err)
+	assert.True(t, strings.HasSuffix(string(deploy.Manifests()), string(r.YAML())), "deploy/manifests/cozy-health.yaml is stale: run make manifests")
+}
+
+// Helm is a large dependency: it stays out of the shipped binaries.
+func TestBinariesDoNotLinkHelm(t *testing.T) {
+	out, err := exec.Command("go", "list", "-deps", "github.com/cozystack/cozy-health/agent", "github.com/cozystack/cozy-health/aggregator").CombinedOutput()
+	require.NoError(t, err, string(out))
+	require.Contains(t, string(out), "go.uber.org/zap", "the listing is real")
+	assert.NotContains(t, string(out), "helm.sh/")
+}
+
+// nested reads obj at path; ints index slices.
+func nested(t *testing.T, obj *unstructured.Unstructured, path ...any) any {
+	t.Helper()
+	var cur any = obj.Object
+	for _, p := range path {
+		switch k := p.(type) {
+		case string:
+			m, ok := cur.(map[string]any)
+			require.True(t, ok, "%v: not a map at %q", path, k)
+			cur = m[k]
+		case int:
+			s, ok := cur.([]any)
+			require.True(t, ok && k < len(s), "%v: no index %d", path, k)
+			cur = s[k]
+		}
+	}
+	return cur
+}
