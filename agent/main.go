@@ -10,7 +10,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -29,18 +28,20 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.uber.org/zap"
-	"go.uber.org/zap/zapcore"
 
 	"github.com/cozystack/cozy-health/agent/internal/checks"
 	"github.com/cozystack/cozy-health/agent/internal/config"
 	"github.com/cozystack/cozy-health/agent/internal/runner"
 	"github.com/cozystack/cozy-health/agent/internal/uplink"
+	"github.com/cozystack/cozy-health/pkg/cli"
+	"github.com/cozystack/cozy-health/pkg/logging"
 	"github.com/cozystack/cozy-health/pkg/memtrim"
 	"github.com/cozystack/cozy-health/pkg/report"
 	"github.com/cozystack/cozy-health/pkg/version"
 )
 
-// Exit codes of run-once (and of main for usage errors).
+// Exit codes of run-once: the worst status seen. They coincide with
+// pkg/cli's (a usage error is 2, as "unknown" is).
 const (
 	exitHealthy = 0
 	exitBad     = 1
@@ -56,28 +57,22 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
 		cmd, args = args[0], args[1:]
 	}
-	cfg := config.Default()
-	fs := flag.NewFlagSet("cozy-health-agent "+cmd, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	cfg.RegisterFlags(fs)
 	switch cmd {
 	case "run", "run-once":
 	case "version":
 		fmt.Fprintln(stdout, version.Version)
-		return 0
+		return cli.ExitOK
 	default:
-		fmt.Fprintf(stderr, "unknown command %q; want run, run-once or version\n", cmd)
-		return exitUnknown
+		fmt.Fprintf(stderr, "cozy-health-agent: unknown command %q; want run, run-once or version\n", cmd)
+		return cli.ExitUsage
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
+	cfg, err := config.Load(cmd, args, stderr)
+	if err != nil {
+		if code := cli.ExitCode(err); code != cli.ExitUsage {
+			return code
 		}
-		return exitUnknown
-	}
-	if err := cfg.Validate(); err != nil {
-		fmt.Fprintf(stderr, "invalid configuration:\n%v\n", err)
-		return exitUnknown
+		fmt.Fprintf(stderr, "cozy-health-agent: %v\n", err)
+		return cli.ExitUsage
 	}
 	// The environment (GOMEMLIMIT, GOGC) wins over the built-in defaults.
 	if cfg.MemoryLimitBytes > 0 && os.Getenv("GOMEMLIMIT") == "" {
@@ -86,10 +81,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if cfg.GCPercent > 0 && os.Getenv("GOGC") == "" {
 		debug.SetGCPercent(cfg.GCPercent)
 	}
-	log, err := newLogger(cfg.LogLevel, stderr)
+	log, err := logging.New(cfg.LogLevel, stderr)
 	if err != nil {
-		fmt.Fprintf(stderr, "build logger: %v\n", err)
-		return exitUnknown
+		fmt.Fprintf(stderr, "cozy-health-agent: %v\n", err)
+		return cli.ExitUsage
 	}
 	defer func() { _ = log.Sync() }()
 	// Subsystems add their own "component"; base carries only the node.
@@ -102,21 +97,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return runOnce(ctx, cfg, log, stdout)
 	}
 	if err := runAgent(ctx, cfg, log); err != nil {
-		log.With(zap.String("component", "agent")).Error("agent stopped", zap.Error(err))
-		return 1
+		logging.Component(log, "agent").Error("agent stopped", zap.Error(err))
+		return cli.ExitFailure
 	}
-	return 0
-}
-
-func newLogger(level string, w io.Writer) (*zap.Logger, error) {
-	lvl, err := zapcore.ParseLevel(level)
-	if err != nil {
-		return nil, fmt.Errorf("parse --log-level: %w", err)
-	}
-	enc := zap.NewProductionEncoderConfig()
-	enc.EncodeTime = zapcore.ISO8601TimeEncoder
-	core := zapcore.NewCore(zapcore.NewJSONEncoder(enc), zapcore.AddSync(w), lvl)
-	return zap.New(core), nil
+	return cli.ExitOK
 }
 
 func newRunner(cfg config.Config, reg prometheus.Registerer, log *zap.Logger) (*runner.Runner, *checks.Set, error) {

@@ -2,67 +2,60 @@
 // in every replica and, on the Lease holder only, writes Health objects.
 //
 // Flags are listed by --help; each may also be set in the YAML file named by
-// --config, under the flag's name (flags win).
+// --config, under the flag's name (flags win). Exit codes (pkg/cli): 0 after
+// a clean stop or --help, 1 when running fails, 2 for a bad command line,
+// configuration file or value.
 package main
 
 import (
 	"context"
-	"errors"
-	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"syscall"
 
 	"go.uber.org/zap"
-	"go.uber.org/zap/zapcore"
 
 	"github.com/cozystack/cozy-health/aggregator/internal/app"
 	"github.com/cozystack/cozy-health/aggregator/internal/config"
+	"github.com/cozystack/cozy-health/pkg/cli"
+	"github.com/cozystack/cozy-health/pkg/logging"
 	"github.com/cozystack/cozy-health/pkg/version"
 )
 
 func main() {
-	os.Exit(run())
+	os.Exit(run(os.Args[1:], os.Stderr))
 }
 
-func run() int {
-	cfg, err := config.Load(os.Args[1:], os.Stderr)
-	if errors.Is(err, flag.ErrHelp) {
-		return 0
-	}
+func run(args []string, stderr io.Writer) int {
+	cfg, err := config.Load(args, stderr)
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "cozy-health-aggregator: %v\n", err)
-		return 2
+		if code := cli.ExitCode(err); code != cli.ExitUsage {
+			return code
+		}
+		fmt.Fprintf(stderr, "cozy-health-aggregator: %v\n", err)
+		return cli.ExitUsage
 	}
-	log, err := newLogger(cfg.LogLevel)
+	base, err := logging.New(cfg.LogLevel, stderr)
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "cozy-health-aggregator: logger: %v\n", err)
-		return 2
+		fmt.Fprintf(stderr, "cozy-health-aggregator: %v\n", err)
+		return cli.ExitUsage
 	}
-	defer func() { _ = log.Sync() }()
-	log = log.With(zap.String("version", version.Version))
+	defer func() { _ = base.Sync() }()
+	base = base.With(zap.String("version", version.Version))
+	log := logging.Component(base, "main")
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	a, err := app.New(cfg, log, app.Options{})
+	a, err := app.New(cfg, base, app.Options{})
 	if err != nil {
-		log.Error("start aggregator", zap.String("component", "main"), zap.Error(err))
-		return 1
+		log.Error("start aggregator", zap.Error(err))
+		return cli.ExitFailure
 	}
 	if err := a.Run(ctx); err != nil {
-		log.Error("aggregator stopped", zap.String("component", "main"), zap.Error(err))
-		return 1
+		log.Error("aggregator stopped", zap.Error(err))
+		return cli.ExitFailure
 	}
-	return 0
-}
-
-func newLogger(level string) (*zap.Logger, error) {
-	lvl, err := zapcore.ParseLevel(level)
-	if err != nil {
-		return nil, err
-	}
-	zc := zap.NewProductionConfig()
-	zc.Level = zap.NewAtomicLevelAt(lvl)
-	return zc.Build()
+	return cli.ExitOK
 }

@@ -1,18 +1,23 @@
-// Package config holds the agent's configuration: flags map onto Config,
-// Validate rejects bad combinations, and constructors take the validated
-// values. Nothing here exits or reads global state except the defaults'
-// $NODE_NAME.
+// Package config holds the agent's configuration, read the way every
+// cozy-health binary reads it (pkg/cli): flags, then the optional --config
+// YAML file whose keys are the flag names (the command line wins), then
+// Validate. Constructors take the validated values. Nothing here exits or
+// reads global state except the defaults' $NODE_NAME.
 package config
 
 import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"net/url"
 	"os"
 	"regexp"
 	"strings"
 	"time"
+
+	"github.com/cozystack/cozy-health/pkg/cli"
+	"github.com/cozystack/cozy-health/pkg/logging"
 )
 
 // Output formats of run-once.
@@ -23,6 +28,8 @@ const (
 
 // Config is everything the agent is told on its command line.
 type Config struct {
+	// ConfigFile is the optional YAML file (--config).
+	ConfigFile string
 	// NodeName is the node this agent speaks for (--node-name, default $NODE_NAME).
 	NodeName string
 	// Interval between reports (--interval).
@@ -180,12 +187,13 @@ func Default() Config {
 // RegisterFlags binds every field of c to a flag of fs; c's current values
 // are the defaults.
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
+	fs.StringVar(&c.ConfigFile, cli.ConfigFlag, c.ConfigFile, "YAML file with any of these flags by name (a list for a repeatable flag); flags given on the command line win")
 	fs.StringVar(&c.NodeName, "node-name", c.NodeName, "node this agent speaks for (default $NODE_NAME)")
 	fs.DurationVar(&c.Interval, "interval", c.Interval, "interval between reports")
 	fs.DurationVar(&c.CheckDeadline, "check-deadline", c.CheckDeadline, "deadline of one check run")
 	fs.IntVar(&c.Concurrency, "concurrency", c.Concurrency, "maximum checks running at once")
 	fs.StringVar(&c.MetricsAddr, "metrics-addr", c.MetricsAddr, "listen address of the agent's own /metrics; empty disables")
-	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "log level: debug, info, warn, error")
+	logging.RegisterLevelFlag(fs, &c.LogLevel)
 	fs.StringVar(&c.Output, "output", c.Output, "run-once output: text or json")
 	fs.Int64Var(&c.MemoryLimitBytes, "memory-limit-bytes", c.MemoryLimitBytes, "Go soft memory limit in bytes; 0 keeps the runtime default")
 
@@ -230,6 +238,24 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.Float64Var(&t.PingLossDown, "kube-ovn-ping-loss-down", t.PingLossDown, "node ping loss ratio above which kube-ovn is Down")
 }
 
+// Load parses args (without the program and command names) for command,
+// applies the --config file if one is named, lets the command line override
+// it, and validates the result. cli.ExitCode maps its error to the exit
+// code.
+func Load(command string, args []string, stderr io.Writer) (Config, error) {
+	var cfg Config
+	if err := cli.Load("cozy-health-agent "+command, args, stderr, func(fs *flag.FlagSet) {
+		cfg = Default()
+		cfg.RegisterFlags(fs)
+	}); err != nil {
+		return Config{}, err
+	}
+	if err := cfg.Validate(); err != nil {
+		return Config{}, fmt.Errorf("invalid configuration:\n%w", err)
+	}
+	return cfg, nil
+}
+
 // Validate rejects a configuration the agent cannot run with.
 func (c *Config) Validate() error {
 	var errs []error
@@ -246,6 +272,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Concurrency < 1 {
 		add("--concurrency %d: must be at least 1", c.Concurrency)
+	}
+	if err := logging.ValidateLevel(c.LogLevel); err != nil {
+		errs = append(errs, err)
 	}
 	if c.Output != OutputText && c.Output != OutputJSON {
 		add("--output %q: want text or json", c.Output)
@@ -313,6 +342,9 @@ func (c *Config) Validate() error {
 type listFlag []string
 
 func (l *listFlag) String() string { return strings.Join(*l, ",") }
+
+// Repeatable lets the --config file give the flag a YAML list.
+func (l *listFlag) Repeatable() {}
 
 func (l *listFlag) Set(v string) error {
 	for _, part := range strings.Split(v, ",") {

@@ -1,6 +1,7 @@
 // Package config turns the aggregator's command line and optional YAML file
-// into a validated Config. Flags override the file; every value a flag can
-// take can also be written in the file under the flag's own name.
+// into a validated Config, the way every cozy-health binary does (pkg/cli):
+// flags, then the --config file whose keys are the flag names (the command
+// line wins), then Validate.
 package config
 
 import (
@@ -13,7 +14,9 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/labels"
-	"sigs.k8s.io/yaml"
+
+	"github.com/cozystack/cozy-health/pkg/cli"
+	"github.com/cozystack/cozy-health/pkg/logging"
 )
 
 // Config is everything the aggregator is configured with.
@@ -149,7 +152,7 @@ func Default() Config {
 
 // bind registers every flag on fs, writing into c.
 func bind(fs *flag.FlagSet, c *Config) {
-	fs.StringVar(&c.ConfigFile, "config", c.ConfigFile, "YAML file with any of these flags by name; flags given on the command line win")
+	fs.StringVar(&c.ConfigFile, cli.ConfigFlag, c.ConfigFile, "YAML file with any of these flags by name; flags given on the command line win")
 	fs.StringVar(&c.Kubeconfig, "kubeconfig", c.Kubeconfig, "kubeconfig path; empty: in-cluster config")
 	fs.StringVar(&c.Namespace, "namespace", c.Namespace, "namespace of the platform Health objects")
 	fs.StringVar(&c.LeaseNamespace, "lease-namespace", c.LeaseNamespace, "namespace of the leader-election Lease (default: --namespace)")
@@ -181,71 +184,24 @@ func bind(fs *flag.FlagSet, c *Config) {
 	fs.StringVar(&c.DrainAuth, "drain-auth", c.DrainAuth, "drain-check authentication: none (reach it through the Kubernetes API service proxy) or delegated (TokenReview and SubjectAccessReview of every caller)")
 	fs.BoolVar(&c.Pprof, "pprof", c.Pprof, "serve /debug/pprof/ on --metrics-addr")
 	fs.BoolVar(&c.TrimStartupPages, "trim-startup-pages", c.TrimStartupPages, "after the warm-up, release the executable's read-only pages only start-up used (they fault back in on use)")
-	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "log level: debug, info, warn or error")
+	logging.RegisterLevelFlag(fs, &c.LogLevel)
 }
 
 // Load parses args (without the program name), applies the --config file if
 // one is named, lets the command line override it, and validates the result.
+// cli.ExitCode maps its error to the exit code.
 func Load(args []string, stderr io.Writer) (Config, error) {
-	cfg := Default()
-	fs := flag.NewFlagSet("cozy-health-aggregator", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	bind(fs, &cfg)
-	if err := fs.Parse(args); err != nil {
-		return Config{}, err
-	}
-	if fs.NArg() > 0 {
-		return Config{}, fmt.Errorf("unexpected arguments: %s", strings.Join(fs.Args(), " "))
-	}
-	if cfg.ConfigFile != "" {
-		file := cfg.ConfigFile
+	var cfg Config
+	if err := cli.Load("cozy-health-aggregator", args, stderr, func(fs *flag.FlagSet) {
 		cfg = Default()
-		fs = flag.NewFlagSet("cozy-health-aggregator", flag.ContinueOnError)
-		fs.SetOutput(io.Discard)
 		bind(fs, &cfg)
-		if err := applyFile(fs, file); err != nil {
-			return Config{}, err
-		}
-		if err := fs.Parse(args); err != nil {
-			return Config{}, err
-		}
+	}); err != nil {
+		return Config{}, err
 	}
 	if err := cfg.Validate(); err != nil {
 		return Config{}, err
 	}
 	return cfg, nil
-}
-
-// applyFile sets every key of the YAML file as the flag of the same name.
-func applyFile(fs *flag.FlagSet, path string) error {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return fmt.Errorf("read config file: %w", err)
-	}
-	var values map[string]any
-	if err := yaml.Unmarshal(data, &values); err != nil {
-		return fmt.Errorf("parse config file %s: %w", path, err)
-	}
-	for key, v := range values {
-		if key == "config" || fs.Lookup(key) == nil {
-			return fmt.Errorf("config file %s: unknown key %q (keys are flag names)", path, key)
-		}
-		var s string
-		switch x := v.(type) {
-		case string:
-			s = x
-		case float64:
-			s = fmt.Sprint(x)
-		case bool:
-			s = fmt.Sprint(x)
-		default:
-			return fmt.Errorf("config file %s: --%s: want a scalar, got %T", path, key, v)
-		}
-		if err := fs.Set(key, s); err != nil {
-			return fmt.Errorf("config file %s: --%s: %w", path, key, err)
-		}
-	}
-	return nil
 }
 
 // Validate refuses values the aggregator cannot run with, naming the flag.
@@ -333,10 +289,8 @@ func (c *Config) Validate() error {
 	default:
 		bad("drain-auth", "want %s or %s, got %q", DrainAuthNone, DrainAuthDelegated, c.DrainAuth)
 	}
-	switch c.LogLevel {
-	case "debug", "info", "warn", "error":
-	default:
-		bad("log-level", "want debug, info, warn or error, got %q", c.LogLevel)
+	if err := logging.ValidateLevel(c.LogLevel); err != nil {
+		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }
