@@ -1,9 +1,14 @@
 // Command ingest-test-server runs one real ingest server (TLS, keepalives,
 // TokenReview or development keys) and prints every accepted report as a
-// JSON line on stdout. The uplink's tests start several of them as aggregator
-// replicas and kill, stop and restart them; the agent lives under agent/ and
-// cannot import the aggregator's internal packages, so a process boundary is
-// how the two meet in tests, as they do in a cluster.
+// JSON line on stdout. The uplink's tests (agent/internal/uplink) build it
+// and start several of them as aggregator replicas, and kill, stop and
+// restart them; a process boundary is how the agent and the aggregator meet
+// in tests, as they do in a cluster.
+//
+// It lives here and not beside those tests because it must import
+// aggregator/internal/ingest, and Go lets only packages under aggregator/
+// import it; the whole aggregator binary would need an apiserver even with
+// development keys.
 package main
 
 import (
