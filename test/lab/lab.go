@@ -65,21 +65,23 @@ type Options struct {
 
 // Node is one simulated node as lab.json records it.
 type Node struct {
-	Name            string   `json:"name"`
-	AgentPid        int      `json:"agentPid"`
-	EtcdPid         int      `json:"etcdPid"`
-	Talos           string   `json:"talos"`
-	Talosconfig     string   `json:"talosconfig"`
-	EtcdMetrics     string   `json:"etcdMetrics"`
-	CiliumSocket    string   `json:"ciliumSocket"`
-	PingerURL       string   `json:"pingerURL"`
-	LinstorURL      string   `json:"linstorURL"`
-	EtcdClient      string   `json:"etcdClientURL"`
-	EtcdRealMetrics string   `json:"etcdRealMetrics"`
-	Learner         bool     `json:"learner"`
-	TokenFile       string   `json:"tokenFile"`
-	AgentArgs       []string `json:"agentArgs"`
-	EtcdArgs        []string `json:"etcdArgs"`
+	Name            string `json:"name"`
+	AgentPid        int    `json:"agentPid"`
+	EtcdPid         int    `json:"etcdPid"`
+	Talos           string `json:"talos"`
+	Talosconfig     string `json:"talosconfig"`
+	EtcdMetrics     string `json:"etcdMetrics"`
+	CiliumSocket    string `json:"ciliumSocket"`
+	PingerURL       string `json:"pingerURL"`
+	LinstorURL      string `json:"linstorURL"`
+	EtcdClient      string `json:"etcdClientURL"`
+	EtcdRealMetrics string `json:"etcdRealMetrics"`
+	Learner         bool   `json:"learner"`
+	TokenFile       string `json:"tokenFile"`
+	// AgentMetrics is the agent's --metrics-addr (host:port, loopback).
+	AgentMetrics string   `json:"agentMetrics"`
+	AgentArgs    []string `json:"agentArgs"`
+	EtcdArgs     []string `json:"etcdArgs"`
 }
 
 // Aggregator is one replica as lab.json records it.
@@ -317,6 +319,9 @@ func Up(ctx context.Context, o Options) (l *Lab, err error) {
 	o.Log("starting %d agents (the real binary, one per node)", len(s.Nodes))
 	for i := range s.Nodes {
 		n := &s.Nodes[i]
+		if n.AgentMetrics, err = harness.FreeAddr(); err != nil {
+			return nil, err
+		}
 		n.AgentArgs = l.agentArgs(n)
 		if err := l.StartAgent(n.Name); err != nil {
 			return nil, err
@@ -380,7 +385,7 @@ func (l *Lab) agentArgs(n *Node) []string {
 		"--node-name=" + n.Name,
 		"--interval=" + l.opts.Interval.String(),
 		"--check-deadline=" + (l.opts.Interval / 2).String(),
-		"--metrics-addr=",
+		"--metrics-addr=" + n.AgentMetrics,
 		"--ca-file=" + l.State.CAFile,
 		"--token-file=" + n.TokenFile,
 		"--talosconfig=" + n.Talosconfig,

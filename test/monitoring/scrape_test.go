@@ -1,0 +1,447 @@
+package monitoring
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/VictoriaMetrics/metricsql"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	healthv1alpha1 "github.com/cozystack/cozy-health/pkg/apis/health/v1alpha1"
+	"github.com/cozystack/cozy-health/pkg/client/clientset/versioned"
+	"github.com/cozystack/cozy-health/test/harness"
+	"github.com/cozystack/cozy-health/test/lab"
+)
+
+// targetLabels are the labels the scraper adds to every series (not in
+// any exposition); a query may group by them.
+var targetLabels = map[string]bool{"instance": true, "job": true, "pod": true, "namespace": true, "service": true, "container": true, "endpoint": true}
+
+// series is one scraped series: its labels and where it came from.
+type series struct {
+	labels map[string]string
+	value  float64
+	target string
+}
+
+// scrapeIndex maps a series name (histograms expanded into _bucket, _sum
+// and _count) to its series.
+type scrapeIndex map[string][]series
+
+func (ix scrapeIndex) add(target, body string) error {
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := p.TextToMetricFamilies(strings.NewReader(body))
+	if err != nil {
+		return fmt.Errorf("parse the scrape of %s: %w", target, err)
+	}
+	for name, f := range fams {
+		for _, m := range f.GetMetric() {
+			ls := map[string]string{}
+			for _, l := range m.GetLabel() {
+				ls[l.GetName()] = l.GetValue()
+			}
+			value := m.GetGauge().GetValue() + m.GetCounter().GetValue() + m.GetUntyped().GetValue()
+			put := func(n string, extra ...string) {
+				l := ls
+				if len(extra) > 0 {
+					l = map[string]string{}
+					for k, v := range ls {
+						l[k] = v
+					}
+					l[extra[0]] = extra[1]
+				}
+				ix[n] = append(ix[n], series{labels: l, value: value, target: target})
+			}
+			switch {
+			case m.Histogram != nil:
+				for _, b := range m.GetHistogram().GetBucket() {
+					put(name+"_bucket", "le", fmt.Sprint(b.GetUpperBound()))
+				}
+				put(name+"_bucket", "le", "+Inf")
+				put(name + "_sum")
+				put(name + "_count")
+			case m.Summary != nil:
+				put(name, "quantile", "0.5")
+				put(name + "_sum")
+				put(name + "_count")
+			default:
+				put(name)
+			}
+		}
+	}
+	return nil
+}
+
+// matches says whether any series of s's metric satisfies all its
+// matchers (the label values, not the sample values: the status gauges
+// export every status, 0 or 1).
+func (ix scrapeIndex) matches(s selector) bool { return ix.matchesValue(s, nil) }
+
+// matchesValue is matches, and the sample value is *want when want is set.
+func (ix scrapeIndex) matchesValue(s selector, want *float64) bool {
+	for _, se := range ix[s.Metric] {
+		ok := want == nil || se.value == *want
+		for _, m := range s.Matchers {
+			v := se.labels[m.Label]
+			var hit bool
+			if m.IsRegexp {
+				hit = regexp.MustCompile("^(?:" + m.Value + ")$").MatchString(v)
+			} else {
+				hit = v == m.Value
+			}
+			if hit == m.IsNegative {
+				ok = false
+				break
+			}
+		}
+		if ok {
+			return true
+		}
+	}
+	return false
+}
+
+func (ix scrapeIndex) hasLabel(metric, label string) bool {
+	for _, se := range ix[metric] {
+		if _, ok := se.labels[label]; ok {
+			return true
+		}
+	}
+	return false
+}
+
+func get(ctx context.Context, url string) (string, int, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return "", 0, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return "", 0, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return string(b), resp.StatusCode, err
+}
+
+// scrapeLab scrapes every aggregator replica and every running agent.
+func scrapeLab(ctx context.Context, st *lab.State) (scrapeIndex, error) {
+	ix := scrapeIndex{}
+	var targets []string
+	for _, a := range st.Aggregators {
+		targets = append(targets, "aggregator "+a.Name+" http://"+a.Metrics+"/metrics")
+	}
+	for _, n := range st.Nodes {
+		targets = append(targets, "agent "+n.Name+" http://"+n.AgentMetrics+"/metrics")
+	}
+	for _, tg := range targets {
+		f := strings.Fields(tg)
+		body, code, err := get(ctx, f[2])
+		if err != nil {
+			continue // a stopped agent
+		}
+		if code != http.StatusOK {
+			return nil, fmt.Errorf("scrape %s %s: %d", f[0], f[1], code)
+		}
+		if err := ix.add(f[0]+"/"+f[1], body); err != nil {
+			return nil, err
+		}
+	}
+	return ix, nil
+}
+
+// query is one query the rules or the dashboard run.
+type query struct {
+	from string
+	expr string
+	p    parsed
+}
+
+func referencedQueries(t *testing.T) []query {
+	var qs []query
+	for _, r := range loadRules(t) {
+		p, err := parseQuery(r.Expr)
+		require.NoError(t, err)
+		qs = append(qs, query{from: "alert " + r.Alert, expr: r.Expr, p: p})
+	}
+	for _, q := range loadDashboardQueries(t) {
+		expr := expandGrafana(q.Expr)
+		p, err := parseQuery(expr)
+		require.NoError(t, err)
+		qs = append(qs, query{from: "panel " + q.Panel, expr: expr, p: p})
+	}
+	return qs
+}
+
+// notInTheLab are selectors no lab fault can make match, with why.
+var notInTheLab = map[string]string{
+	`component="backups"`: "the lab runs no backups source (the backups adapter's component)",
+}
+
+func exempt(s selector) string {
+	for _, m := range s.Matchers {
+		if why, ok := notInTheLab[m.Label+`="`+m.Value+`"`]; ok && !m.IsRegexp && !m.IsNegative {
+			return why
+		}
+	}
+	return ""
+}
+
+func selectorString(s selector) string {
+	var ms []string
+	for _, m := range s.Matchers {
+		op := "="
+		switch {
+		case m.IsRegexp && m.IsNegative:
+			op = "!~"
+		case m.IsRegexp:
+			op = "=~"
+		case m.IsNegative:
+			op = "!="
+		}
+		ms = append(ms, fmt.Sprintf("%s%s%q", m.Label, op, m.Value))
+	}
+	return s.Metric + "{" + strings.Join(ms, ",") + "}"
+}
+
+func binDir(t *testing.T) string {
+	t.Helper()
+	if d := os.Getenv("COZY_HEALTH_BIN"); d != "" {
+		return d
+	}
+	d := filepath.Join(harness.RepoRoot(), "bin")
+	if _, err := os.Stat(filepath.Join(d, "cozy-health-agent")); err != nil {
+		t.Fatalf("the scrape cross-check runs the real binaries: run `make build` (or make test) first: %v", err)
+	}
+	return d
+}
+
+// TestScrapeCrossCheck starts a lab (real apiserver, etcd members, Talos
+// shims, source servers, agent and aggregator binaries), injects the
+// faults the alerts are about, and scrapes the real aggregators and
+// agents: every series name the rules and the dashboard read exists,
+// every label they match or group on exists on it, and every selector
+// matches a series once its fault is on. It logs, per alert, how long
+// after the fault its expression held on the scrape: the alert fires
+// that long after the fault plus its `for`, plus up to one scrape and one
+// evaluation interval (30 s each). Last, every aggregator is killed and
+// it logs when the Health objects pass freshUntil (the watchdog).
+func TestScrapeCrossCheck(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
+	l, err := lab.Up(ctx, lab.Options{
+		Dir: t.TempDir(), Nodes: 3, BinDir: binDir(t), LeaseDuration: 6 * time.Second,
+		Log: func(f string, a ...any) { t.Logf(f, a...) },
+	})
+	require.NoError(t, err)
+	t.Cleanup(func() { assert.NoError(t, l.Down()) })
+	st := l.State
+	components := []string{"etcd", "disk", "cilium", "kube-ovn", "linstor", "node"}
+	_, err = l.WaitFor(ctx, nil, "all Healthy", 2*time.Minute, lab.AllHealthy(components))
+	require.NoError(t, err)
+
+	qs := referencedQueries(t)
+
+	// The faults the alerts are about, and the expression of each alert
+	// narrowed to the fault's node, as it must come to hold on the scrape.
+	type watch struct {
+		alert, fault string
+		sel          selector
+		// one: the series' value must be 1 (a status gauge).
+		one  bool
+		held time.Duration
+	}
+	sel := func(metric string, kv ...string) selector {
+		s := selector{Metric: metric}
+		for i := 0; i < len(kv); i += 2 {
+			s.Matchers = append(s.Matchers, labelFilter(kv[i], kv[i+1]))
+		}
+		return s
+	}
+	watches := []*watch{
+		{alert: "CozyHealthEtcdFsyncSlow", fault: "node-1 fsync-slow", sel: sel("cozy_health_issue", "component", "etcd", "type", "FsyncLatency", "node", "node-1", "reason", "~FsyncLatencyHigh|BackendCommitLatencyHigh")},
+		{alert: "CozyHealthComponentDegraded", fault: "node-1 fsync-slow", sel: sel("cozy_health_component_status", "component", "etcd", "status", "Degraded"), one: true},
+		{alert: "CozyHealthDRBDReplicaNotUpToDate", fault: "node-2 drbd-outdated pvc-lab-1", sel: sel("cozy_health_issue", "type", "DrbdResource", "node", "node-2", "resource", "pvc-lab-1", "status", "~Degraded|Down")},
+		{alert: "CozyHealthComponentDown", fault: "node-2 cilium-fail", sel: sel("cozy_health_component_status", "component", "cilium", "status", "Down"), one: true},
+		{alert: "CozyHealthNodeHeartbeatMissed", fault: "node-3 agent-stop", sel: sel("cozy_health_issue", "type", "Heartbeat", "reason", "HeartbeatMissed", "node", "node-3")},
+		{alert: "CozyHealthComponentUnknown", fault: "node-3 agent-stop", sel: sel("cozy_health_component_status", "status", "Unknown"), one: true},
+	}
+	faults := [][]string{{"node-1", "fsync-slow", ""}, {"node-2", "drbd-outdated", "pvc-lab-1"}, {"node-2", "cilium-fail", ""}, {"node-3", "agent-stop", ""}}
+	start := time.Now()
+	for _, f := range faults {
+		msg, err := lab.Fault(ctx, st.Dir, f[0], f[1], f[2])
+		require.NoError(t, err)
+		t.Logf("fault %s on %s: %s", f[1], f[0], msg)
+	}
+	// Drain checks, one answered and one refused, so their counters exist.
+	agg := st.Aggregators[0]
+	for _, node := range []string{"node-1", "no-such-node"} {
+		body, code, err := get(ctx, "http://"+agg.HTTP+"/v1/drain-check?node="+node)
+		require.NoError(t, err)
+		t.Logf("drain-check %s: %d %s", node, code, strings.TrimSpace(body))
+	}
+
+	// Scrape until every selector the rules and the dashboard use matches
+	// (but the exempt ones) and every watched expression held.
+	var ix scrapeIndex
+	var missing []string
+	deadline := time.Now().Add(3 * time.Minute)
+	for {
+		ix, err = scrapeLab(ctx, st)
+		require.NoError(t, err)
+		elapsed := time.Since(start)
+		for _, w := range watches {
+			var want *float64
+			if w.one {
+				one := 1.0
+				want = &one
+			}
+			if w.held == 0 && ix.matchesValue(w.sel, want) {
+				w.held = elapsed
+			}
+		}
+		missing = missing[:0]
+		for _, q := range qs {
+			for _, s := range q.p.Selectors {
+				if exempt(s) == "" && !ix.matches(s) {
+					missing = append(missing, q.from+": "+selectorString(s))
+				}
+			}
+		}
+		pending := 0
+		for _, w := range watches {
+			if w.held == 0 {
+				pending++
+			}
+		}
+		if (len(missing) == 0 && pending == 0) || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	assert.Empty(t, missing, "selectors that match no series of the lab's scrape")
+
+	// Names and labels, on the final scrape.
+	for _, q := range qs {
+		for _, s := range q.p.Selectors {
+			if !assert.NotEmpty(t, ix[s.Metric], "%s: no series %s in the scrape", q.from, s.Metric) {
+				continue
+			}
+			for _, m := range s.Matchers {
+				if m.Value == "" && !m.IsRegexp {
+					continue // l="" / l!="" hold on a series without l
+				}
+				assert.True(t, ix.hasLabel(s.Metric, m.Label), "%s: %s has no label %s", q.from, s.Metric, m.Label)
+			}
+			if why := exempt(s); why != "" {
+				t.Logf("%s: %s is not matched in the lab: %s (names and labels checked)", q.from, selectorString(s), why)
+			}
+		}
+		for _, l := range q.p.Grouping {
+			if targetLabels[l] || contains(q.p.Created, l) {
+				continue
+			}
+			found := false
+			for _, s := range q.p.Selectors {
+				found = found || ix.hasLabel(s.Metric, l)
+			}
+			assert.True(t, found, "%s: groups by %s, which none of its series carries", q.from, l)
+		}
+	}
+	// The agents' own endpoint is there too.
+	var agentSeries int
+	for name, ss := range ix {
+		for _, s := range ss {
+			if strings.HasPrefix(s.target, "agent/") && strings.HasPrefix(name, "cozy_health_agent_check_") {
+				agentSeries++
+			}
+		}
+	}
+	assert.Positive(t, agentSeries, "the agents' cozy_health_agent_check_* series")
+
+	forOf := map[string]time.Duration{}
+	for _, r := range loadRules(t) {
+		if d, err := model.ParseDuration(r.For); err == nil {
+			forOf[r.Alert] = time.Duration(d)
+		}
+	}
+	for _, w := range watches {
+		if assert.NotZero(t, w.held, "%s: its expression never held after %s", w.alert, w.fault) {
+			t.Logf("fault-to-alert %s (%s): expression held %.1fs after the fault; fires after %.1fs + for %s, within a further scrape and evaluation interval (30 s + 30 s)",
+				w.alert, w.fault, w.held.Seconds(), w.held.Seconds(), forOf[w.alert])
+		}
+	}
+
+	// The watchdog: every aggregator dies. Their scrape fails at once
+	// (absent(cozy_health_leader) from the next scrape); the Health
+	// objects pass freshUntil, as any watcher of them (kube-state-metrics)
+	// sees.
+	killed := time.Now()
+	for _, a := range st.Aggregators {
+		if a.Pid > 0 {
+			_ = syscall.Kill(a.Pid, syscall.SIGKILL)
+		}
+	}
+	for _, a := range st.Aggregators {
+		require.Eventually(t, func() bool { _, _, err := get(ctx, "http://"+a.Metrics+"/metrics"); return err != nil }, 30*time.Second, 100*time.Millisecond)
+	}
+	t.Logf("fault-to-alert CozyHealthNotPublishing (every aggregator killed): no replica scrapes after %.1fs; fires one scrape interval later + for %s", time.Since(killed).Seconds(), forOf["CozyHealthNotPublishing"])
+	hc, err := versioned.NewForConfig(labRestConfig(t, st))
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		list, err := hc.HealthV1alpha1().Healths(lab.PlatformNamespace).List(ctx, metav1.ListOptions{})
+		if err != nil || len(list.Items) == 0 {
+			return false
+		}
+		return allStale(list.Items, time.Now())
+	}, 2*time.Minute, 250*time.Millisecond)
+	t.Logf("every Health object past freshUntil %.1fs after the aggregators died", time.Since(killed).Seconds())
+}
+
+func allStale(hs []healthv1alpha1.Health, now time.Time) bool {
+	for _, h := range hs {
+		if h.Status.FreshUntil != nil && now.Before(h.Status.FreshUntil.Time) {
+			return false
+		}
+	}
+	return true
+}
+
+func contains(ss []string, s string) bool {
+	for _, x := range ss {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// labelFilter is l="v", or l=~"v" when v starts with ~.
+func labelFilter(l, v string) metricsql.LabelFilter {
+	if strings.HasPrefix(v, "~") {
+		return metricsql.LabelFilter{Label: l, Value: v[1:], IsRegexp: true}
+	}
+	return metricsql.LabelFilter{Label: l, Value: v}
+}
+
+func labRestConfig(t *testing.T, st *lab.State) *rest.Config {
+	t.Helper()
+	rc, err := clientcmd.BuildConfigFromFlags("", st.Kubeconfig)
+	require.NoError(t, err)
+	return rc
+}
