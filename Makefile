@@ -70,8 +70,8 @@ lab: build testbin ## Start a 3-node local lab and leave it running (LAB_DIR=.la
 	COZY_HEALTH_TESTBIN="$(TESTBIN)" $(BIN)/cozy-health-lab up --nodes 3 --dir "$${LAB_DIR:-$(CURDIR)/.lab}"
 
 .PHONY: lab-node
-lab-node: build testbin nodebin ## Start a control plane with one real kubelet node and leave it running (root; LAB_DIR=.lab-node by default).
-	COZY_HEALTH_TESTBIN="$(TESTBIN)" COZY_HEALTH_NODEBIN="$(NODEBIN)" $(BIN)/cozy-health-lab up-node --dir "$${LAB_DIR:-$(CURDIR)/.lab-node}"
+lab-node: build testbin nodebin ## A control plane with one real kubelet node, the chart installed on it with Helm, left running (root; LAB_DIR=.lab-node by default).
+	COZY_HEALTH_TESTBIN="$(TESTBIN)" COZY_HEALTH_NODEBIN="$(NODEBIN)" $(BIN)/cozy-health-lab up-node --chart-bin "$(CURDIR)/$(BIN)" --dir "$${LAB_DIR:-$(CURDIR)/.lab-node}"
 
 .PHONY: bench-agent
 bench-agent: build ## Measure agent RSS and CPU at a 5 s interval with every check enabled.

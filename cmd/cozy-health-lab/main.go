@@ -71,13 +71,13 @@ func newRootCommand() *cobra.Command {
 	up.Flags().BoolVar(&o.LearnersAsVoters, "learners-as-voters", false, "members beyond --voters join as voters instead of learners")
 	up.Flags().DurationVar(&o.Interval, "interval", 0, "agents' report interval (default 2s in the lab)")
 
-	var nodeName string
+	var nodeName, chartBin string
 	upNode := &cobra.Command{
 		Use:   "up-node",
 		Short: "Start a control plane with one real kubelet node (containerd, runc, kube-proxy, CoreDNS) and leave it running (root)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			s, err := lab.UpNode(cmd.Context(), lab.NodeOptions{Dir: dir, NodeName: nodeName, Log: logf})
+			s, err := lab.UpNode(cmd.Context(), lab.NodeOptions{Dir: dir, NodeName: nodeName, ChartBin: chartBin, Log: logf})
 			if err != nil {
 				return err
 			}
@@ -86,6 +86,7 @@ func newRootCommand() *cobra.Command {
 		},
 	}
 	upNode.Flags().StringVar(&nodeName, "node-name", "node-1", "the kubelet's node name")
+	upNode.Flags().StringVar(&chartBin, "chart-bin", "", "directory with cozy-health-agent and cozy-health-aggregator (make build): import their images and helm install the chart")
 
 	down := &cobra.Command{
 		Use:   "down",
@@ -252,6 +253,8 @@ cozy-health lab with a real node is up in %[1]s
 Try:
   bin/cozy-health-lab kubectl --dir %[1]s get nodes -o wide
   bin/cozy-health-lab kubectl --dir %[1]s get pods -A
+  bin/cozy-health-lab kubectl --dir %[1]s get chz -A        (with the chart installed)
+  KUBECONFIG=%[2]s bin/kubectl-health drain-check %[3]s
 Stop it (stops every process, restores sysctls, paths, cgroups, mounts, nftables, the bridge):
   bin/cozy-health-lab down --dir %[1]s
 `, s.Dir, s.Kubeconfig, s.RealNode, harness.NodeBridge, harness.NodePodCIDR, harness.NodeAddress)

@@ -818,6 +818,9 @@ conntrack:
 		return err
 	}
 
+	// The cluster's zone from the API; every other name is NXDOMAIN, as an
+	// upstream resolver would answer for a name that does not exist, and no
+	// query ever leaves the host.
 	corefile := fmt.Sprintf(`%[1]s:53 in-addr.arpa:53 {
     bind %[2]s
     errors
@@ -831,6 +834,9 @@ conntrack:
 .:53 {
     bind %[2]s
     errors
+    template ANY ANY {
+        rcode NXDOMAIN
+    }
 }
 `, ClusterDomain, st.Address, n.cp.Kubeconfig, dnsReady)
 	corePath := filepath.Join(dir, "Corefile")

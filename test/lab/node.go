@@ -16,12 +16,17 @@ type NodeOptions struct {
 	NodeName string
 	// Log reports progress.
 	Log func(format string, args ...any)
+	// ChartBin, when set, is a directory holding cozy-health-agent and
+	// cozy-health-aggregator (make build): their images are imported and the
+	// chart is installed with the Helm Go SDK.
+	ChartBin string
 }
 
 // UpNode starts a control plane and one real kubelet node (containerd, runc,
 // kube-proxy, CoreDNS, kube-controller-manager, kube-scheduler) in o.Dir,
-// detached, and writes Dir/lab.json and Dir/kubeconfig. DownDir stops it and
-// puts the host back as it was.
+// detached, installs the chart on it when o.ChartBin is set, and writes
+// Dir/lab.json and Dir/kubeconfig. DownDir stops it and puts the host back as
+// it was.
 func UpNode(ctx context.Context, o NodeOptions) (*State, error) {
 	if o.Dir == "" {
 		return nil, fmt.Errorf("lab: --dir is required")
@@ -36,6 +41,12 @@ func UpNode(ctx context.Context, o NodeOptions) (*State, error) {
 	c, err := harness.StartCluster(ctx, harness.ClusterOptions{Dir: dir, Detach: true, NodeName: o.NodeName, Logf: o.Log})
 	if err != nil {
 		return nil, err
+	}
+	if o.ChartBin != "" {
+		if err := installOnNode(ctx, c, o.ChartBin, o.Log); err != nil {
+			_ = c.Stop()
+			return nil, err
+		}
 	}
 	etcd, api := c.Pids()
 	s := &State{

@@ -1,5 +1,5 @@
 // Command coredns is CoreDNS with only the plugins the harness's cluster DNS
-// uses (bind, kubernetes, cache, errors, log, ready, health), built from the Go
+// uses (bind, kubernetes, template, cache, errors, log, ready, health), built from the Go
 // module proxy. It serves cluster.local for the test node's pods exactly as a
 // cluster's CoreDNS does: headless Services answer with every ready pod IP.
 package main
@@ -14,6 +14,7 @@ import (
 	_ "github.com/coredns/coredns/plugin/kubernetes"
 	_ "github.com/coredns/coredns/plugin/log"
 	_ "github.com/coredns/coredns/plugin/ready"
+	_ "github.com/coredns/coredns/plugin/template"
 )
 
 func main() {
