@@ -7,6 +7,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"errors"
 	"fmt"
 	"math/big"
 	"net"
@@ -15,9 +16,9 @@ import (
 	"time"
 )
 
-// CA is a self-signed certificate authority for tests and the local lab. It
-// is never used in a real cluster, where cert-manager or the chart provides
-// the serving certificate.
+// CA is a self-signed certificate authority: the aggregator's own CA in
+// --tls-mode=self-signed (kept in its Secret), and throwaway CAs for tests
+// and the local lab.
 type CA struct {
 	cert *x509.Certificate
 	key  *ecdsa.PrivateKey
@@ -25,9 +26,20 @@ type CA struct {
 	CertPEM []byte
 }
 
-// NewCA creates a CA valid for validity (from one hour ago, to absorb clock
+// Backdate is how far before "now" certificates minted here start to be
+// valid, to absorb clock skew between the issuer and whoever verifies.
+const Backdate = time.Hour
+
+// NewCA creates a CA valid for validity (from Backdate ago, to absorb clock
 // skew).
 func NewCA(commonName string, validity time.Duration) (*CA, error) {
+	now := time.Now()
+	return NewCAValid(commonName, now.Add(-Backdate), now.Add(validity))
+}
+
+// NewCAValid creates a CA valid from notBefore to notAfter with a fresh
+// P-256 key.
+func NewCAValid(commonName string, notBefore, notAfter time.Time) (*CA, error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return nil, fmt.Errorf("generate CA key: %w", err)
@@ -35,9 +47,9 @@ func NewCA(commonName string, validity time.Duration) (*CA, error) {
 	tmpl := &x509.Certificate{
 		SerialNumber:          serial(),
 		Subject:               pkix.Name{CommonName: commonName},
-		NotBefore:             time.Now().Add(-time.Hour),
-		NotAfter:              time.Now().Add(validity),
-		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
+		NotBefore:             notBefore,
+		NotAfter:              notAfter,
+		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageCRLSign | x509.KeyUsageDigitalSignature,
 		BasicConstraintsValid: true,
 		IsCA:                  true,
 	}
@@ -50,6 +62,93 @@ func NewCA(commonName string, validity time.Duration) (*CA, error) {
 		return nil, fmt.Errorf("parse CA certificate: %w", err)
 	}
 	return &CA{cert: cert, key: key, CertPEM: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})}, nil
+}
+
+// LoadCA rebuilds a CA from its certificate and EC private key (PEM), as
+// KeyPEM wrote it.
+func LoadCA(certPEM, keyPEM []byte) (*CA, error) {
+	certs, err := ParseCertificates(certPEM)
+	if err != nil {
+		return nil, err
+	}
+	if len(certs) != 1 {
+		return nil, fmt.Errorf("load CA: want one certificate, got %d", len(certs))
+	}
+	key, err := ParseECKey(keyPEM)
+	if err != nil {
+		return nil, err
+	}
+	if !certs[0].IsCA || !key.PublicKey.Equal(certs[0].PublicKey) {
+		return nil, errors.New("load CA: the key does not belong to a CA certificate")
+	}
+	return &CA{cert: certs[0], key: key, CertPEM: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: certs[0].Raw})}, nil
+}
+
+// Cert is the CA certificate.
+func (ca *CA) Cert() *x509.Certificate { return ca.cert }
+
+// KeyPEM is the CA's private key as an "EC PRIVATE KEY" PEM block.
+func (ca *CA) KeyPEM() ([]byte, error) {
+	der, err := x509.MarshalECPrivateKey(ca.key)
+	if err != nil {
+		return nil, fmt.Errorf("marshal CA key: %w", err)
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: der}), nil
+}
+
+// ParseCertificates decodes every CERTIFICATE block of a PEM bundle; other
+// blocks are skipped. A bundle without any certificate is an error.
+func ParseCertificates(b []byte) ([]*x509.Certificate, error) {
+	var out []*x509.Certificate
+	for {
+		var blk *pem.Block
+		blk, b = pem.Decode(b)
+		if blk == nil {
+			break
+		}
+		if blk.Type != "CERTIFICATE" {
+			continue
+		}
+		c, err := x509.ParseCertificate(blk.Bytes)
+		if err != nil {
+			return nil, fmt.Errorf("parse certificate: %w", err)
+		}
+		out = append(out, c)
+	}
+	if len(out) == 0 {
+		return nil, errors.New("no PEM certificate")
+	}
+	return out, nil
+}
+
+// EncodeCertificates is the PEM bundle of certs, in order.
+func EncodeCertificates(certs []*x509.Certificate) []byte {
+	var out []byte
+	for _, c := range certs {
+		out = append(out, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: c.Raw})...)
+	}
+	return out
+}
+
+// ParseECKey decodes an "EC PRIVATE KEY" (SEC 1) or "PRIVATE KEY" (PKCS #8)
+// PEM block holding an ECDSA key.
+func ParseECKey(b []byte) (*ecdsa.PrivateKey, error) {
+	blk, _ := pem.Decode(b)
+	if blk == nil {
+		return nil, errors.New("parse key: no PEM block")
+	}
+	if k, err := x509.ParseECPrivateKey(blk.Bytes); err == nil {
+		return k, nil
+	}
+	k, err := x509.ParsePKCS8PrivateKey(blk.Bytes)
+	if err != nil {
+		return nil, fmt.Errorf("parse key: %w", err)
+	}
+	ek, ok := k.(*ecdsa.PrivateKey)
+	if !ok {
+		return nil, fmt.Errorf("parse key: want an ECDSA key, got %T", k)
+	}
+	return ek, nil
 }
 
 // IssueServing mints a serving certificate for hosts (IP addresses become IP
@@ -71,6 +170,14 @@ func (ca *CA) IssueClient(commonName string, organizations []string, validity ti
 // usage, valid from one hour ago for validity, and returns it and its key as
 // PEM.
 func (ca *CA) Issue(subject pkix.Name, hosts []string, usage x509.ExtKeyUsage, validity time.Duration) (certPEM, keyPEM []byte, err error) {
+	now := time.Now()
+	return ca.IssueValid(subject, hosts, usage, now.Add(-Backdate), now.Add(validity))
+}
+
+// IssueValid mints a certificate for subject and hosts (IP addresses become
+// IP SANs, anything else DNS SANs) with one extended key usage, valid from
+// notBefore to notAfter, and returns it and its fresh P-256 key as PEM.
+func (ca *CA) IssueValid(subject pkix.Name, hosts []string, usage x509.ExtKeyUsage, notBefore, notAfter time.Time) (certPEM, keyPEM []byte, err error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return nil, nil, fmt.Errorf("generate key: %w", err)
@@ -78,8 +185,8 @@ func (ca *CA) Issue(subject pkix.Name, hosts []string, usage x509.ExtKeyUsage, v
 	tmpl := &x509.Certificate{
 		SerialNumber: serial(),
 		Subject:      subject,
-		NotBefore:    time.Now().Add(-time.Hour),
-		NotAfter:     time.Now().Add(validity),
+		NotBefore:    notBefore,
+		NotAfter:     notAfter,
 		KeyUsage:     x509.KeyUsageDigitalSignature,
 		ExtKeyUsage:  []x509.ExtKeyUsage{usage},
 	}
@@ -152,4 +259,19 @@ func serial() *big.Int {
 		panic(fmt.Sprintf("read random serial: %v", err))
 	}
 	return n
+}
+
+// FindCA returns the CA of bundle whose public key is keyPEM's: the signing
+// CA of a bundle that may hold older and newer CAs beside it.
+func FindCA(bundle []*x509.Certificate, keyPEM []byte) (*CA, error) {
+	key, err := ParseECKey(keyPEM)
+	if err != nil {
+		return nil, err
+	}
+	for _, c := range bundle {
+		if c.IsCA && key.PublicKey.Equal(c.PublicKey) {
+			return &CA{cert: c, key: key, CertPEM: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: c.Raw})}, nil
+		}
+	}
+	return nil, errors.New("no CA certificate in the bundle matches the key")
 }

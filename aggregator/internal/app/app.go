@@ -44,6 +44,7 @@ import (
 	"github.com/cozystack/cozy-health/aggregator/internal/leader"
 	"github.com/cozystack/cozy-health/aggregator/internal/metrics"
 	"github.com/cozystack/cozy-health/aggregator/internal/rollup"
+	"github.com/cozystack/cozy-health/aggregator/internal/servingcert"
 	"github.com/cozystack/cozy-health/aggregator/internal/state"
 	"github.com/cozystack/cozy-health/aggregator/internal/writer"
 	"github.com/cozystack/cozy-health/pkg/client/clientset/versioned"
@@ -93,6 +94,10 @@ type App struct {
 	health  *health.Server
 	httpSrv *http.Server
 	metSrv  *http.Server
+
+	// certs serves the certificate of the watched Secret (--tls-mode
+	// secret or self-signed); nil with --tls-mode=files.
+	certs *servingcert.Manager
 
 	grpcLis, httpLis, metLis net.Listener
 	ready                    atomic.Bool
@@ -183,6 +188,16 @@ func New(cfg config.Config, log *zap.Logger, opts Options) (a *App, err error) {
 		DesiredInterval: cfg.ReportInterval, InsecureDevKeysDir: cfg.InsecureDevKeysDir,
 		TLSCertFile: cfg.TLSCert, TLSKeyFile: cfg.TLSKey,
 	}
+	if cfg.TLSMode == config.TLSModeSecret || cfg.TLSMode == config.TLSModeSelfSigned {
+		a.certs, err = servingcert.New(servingcert.Config{
+			Mode: cfg.TLSMode, Namespace: cfg.TLSNamespace, SecretName: cfg.TLSSecret, ConfigMapName: cfg.TLSCAConfigMap,
+			Hosts: cfg.TLSHosts(), CAValidity: cfg.TLSCAValidity, CertValidity: cfg.TLSCertValidity, CAOverlap: cfg.TLSCAOverlap,
+		}, a.kube, a.reg, log, nil)
+		if err != nil {
+			return nil, err
+		}
+		icfg.GetCertificate = a.certs.GetCertificate
+	}
 	srv, err := ingest.New(icfg, ingest.Deps{
 		TokenReviews: a.kube.AuthenticationV1().TokenReviews(), Sink: a.state, Registerer: a.reg, Log: log, Now: a.clock.Now,
 	})
@@ -221,6 +236,10 @@ func New(cfg config.Config, log *zap.Logger, opts Options) (a *App, err error) {
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
 		if !a.ready.Load() {
 			http.Error(w, "warming up: ingesting reports before publishing", http.StatusServiceUnavailable)
+			return
+		}
+		if !a.servingCertLoaded() {
+			http.Error(w, "no serving certificate yet from Secret "+cfg.TLSNamespace+"/"+cfg.TLSSecret, http.StatusServiceUnavailable)
 			return
 		}
 		_, _ = w.Write([]byte("ok\n"))
@@ -266,6 +285,30 @@ func (a *App) HTTPAddr() string { return a.httpLis.Addr().String() }
 // MetricsAddr is the bound metrics address (--metrics-addr).
 func (a *App) MetricsAddr() string { return a.metLis.Addr().String() }
 
+// servingCertLoaded reports whether there is a certificate to serve.
+func (a *App) servingCertLoaded() bool {
+	if a.certs == nil {
+		return true
+	}
+	select {
+	case <-a.certs.Ready():
+		return true
+	default:
+		return false
+	}
+}
+
+// ServingCertReady is closed once the replica has a certificate to serve
+// (at once with --tls-mode=files).
+func (a *App) ServingCertReady() <-chan struct{} {
+	if a.certs == nil {
+		c := make(chan struct{})
+		close(c)
+		return c
+	}
+	return a.certs.Ready()
+}
+
 // State is the replica's state (the ingest sink).
 func (a *App) State() *state.State { return a.state }
 
@@ -305,6 +348,9 @@ func (a *App) Run(ctx context.Context) error {
 		a.engine.Run(ctx, a.cfg.RollupPeriod)
 		return nil
 	})
+	if a.certs != nil {
+		g.Go(func() error { return a.certs.Run(ctx) })
+	}
 	g.Go(func() error {
 		// Warm up: every replica receives every node's stream within one
 		// interval; a leader that published before that would drop nodes.

@@ -58,10 +58,37 @@ type Config struct {
 
 	// Listen is the gRPC ingest address (--listen).
 	Listen string
+	// TLSMode is where the serving certificate comes from (--tls-mode):
+	// "files" (--tls-cert/--tls-key, re-read when they change; the lab),
+	// "secret" (the Secret --tls-secret that cert-manager writes, watched),
+	// "self-signed" (the aggregator keeps that Secret itself: its own CA,
+	// rotated with an overlap). Empty: "files" when --tls-cert is given,
+	// otherwise "self-signed".
+	TLSMode string
 	// TLSCert is the serving certificate (PEM file, --tls-cert).
 	TLSCert string
 	// TLSKey is the serving key (PEM file, --tls-key).
 	TLSKey string
+	// TLSNamespace holds the serving Secret and the CA ConfigMap
+	// (--tls-namespace, default $POD_NAMESPACE: the release namespace).
+	TLSNamespace string
+	// TLSSecret is the serving Secret (--tls-secret).
+	TLSSecret string
+	// TLSCAConfigMap is the ConfigMap the agents' CA bundle is published in
+	// (--tls-ca-configmap); empty publishes nothing (secret mode only).
+	TLSCAConfigMap string
+	// TLSServices are the Services whose DNS names the self-signed serving
+	// certificate carries (--tls-service, comma list).
+	TLSServices []string
+	// TLSClusterDomain completes <svc>.<ns>.svc.<domain> (--tls-cluster-domain).
+	TLSClusterDomain string
+	// TLSExtraSANs are more DNS names or IP addresses for the self-signed
+	// serving certificate (--tls-extra-san, comma list).
+	TLSExtraSANs []string
+	// TLSCAValidity, TLSCertValidity and TLSCAOverlap rule the self-signed
+	// CA and serving certificate: each is renewed in its last third; a new
+	// CA is published beside the old one for TLSCAOverlap before it signs.
+	TLSCAValidity, TLSCertValidity, TLSCAOverlap time.Duration
 	// TokenAudience is the audience agent tokens must carry.
 	TokenAudience string
 	// AgentServiceAccount is namespace/name of the agents' ServiceAccount.
@@ -111,6 +138,13 @@ type Config struct {
 	LogLevel string
 }
 
+// TLS modes (Config.TLSMode).
+const (
+	TLSModeFiles      = "files"
+	TLSModeSecret     = "secret"
+	TLSModeSelfSigned = "self-signed"
+)
+
 // Drain-check authentication modes (Config.DrainAuth).
 const (
 	DrainAuthNone      = "none"
@@ -136,6 +170,14 @@ func Default() Config {
 		MetricsAddr:         ":9090",
 		HTTPAddr:            ":8080",
 		Listen:              ":9443",
+		TLSNamespace:        os.Getenv("POD_NAMESPACE"),
+		TLSSecret:           "cozy-health-aggregator-tls",
+		TLSCAConfigMap:      "cozy-health-ca",
+		TLSServices:         []string{"cozy-health-aggregator"},
+		TLSClusterDomain:    "cluster.local",
+		TLSCAValidity:       5 * 365 * 24 * time.Hour,
+		TLSCertValidity:     90 * 24 * time.Hour,
+		TLSCAOverlap:        24 * time.Hour,
 		TokenAudience:       "health.cozystack.io",
 		AgentServiceAccount: "cozy-health/cozy-health-agent",
 		FreshForMultiple:    6,
@@ -167,8 +209,18 @@ func bind(fs *flag.FlagSet, c *Config) {
 	fs.StringVar(&c.MetricsAddr, "metrics-addr", c.MetricsAddr, "address serving /metrics")
 	fs.StringVar(&c.HTTPAddr, "http-addr", c.HTTPAddr, "address serving /healthz, /readyz and the drain-check API")
 	fs.StringVar(&c.Listen, "listen", c.Listen, "gRPC ingest address")
-	fs.StringVar(&c.TLSCert, "tls-cert", c.TLSCert, "serving certificate (PEM)")
-	fs.StringVar(&c.TLSKey, "tls-key", c.TLSKey, "serving key (PEM)")
+	fs.StringVar(&c.TLSMode, "tls-mode", c.TLSMode, "serving certificate source: files (--tls-cert/--tls-key), secret (the Secret --tls-secret, e.g. from cert-manager) or self-signed (the aggregator keeps that Secret with its own CA); empty: files when --tls-cert is set, else self-signed")
+	fs.StringVar(&c.TLSCert, "tls-cert", c.TLSCert, "serving certificate (PEM file, --tls-mode=files)")
+	fs.StringVar(&c.TLSKey, "tls-key", c.TLSKey, "serving key (PEM file, --tls-mode=files)")
+	fs.StringVar(&c.TLSNamespace, "tls-namespace", c.TLSNamespace, "namespace of the serving Secret and the CA ConfigMap (default $POD_NAMESPACE)")
+	fs.StringVar(&c.TLSSecret, "tls-secret", c.TLSSecret, "serving Secret (tls.crt, tls.key, ca.crt), watched in secret and self-signed modes")
+	fs.StringVar(&c.TLSCAConfigMap, "tls-ca-configmap", c.TLSCAConfigMap, "ConfigMap the CA bundle agents trust is published in (key ca.crt); empty: none (secret mode only)")
+	fs.Var(&listFlag{p: &c.TLSServices}, "tls-service", "Service whose DNS names (<svc>, <svc>.<ns>, <svc>.<ns>.svc, <svc>.<ns>.svc.<cluster domain>) the self-signed serving certificate carries (comma list)")
+	fs.StringVar(&c.TLSClusterDomain, "tls-cluster-domain", c.TLSClusterDomain, "cluster DNS domain for the self-signed serving certificate's names")
+	fs.Var(&listFlag{p: &c.TLSExtraSANs}, "tls-extra-san", "more DNS names or IP addresses for the self-signed serving certificate (comma list)")
+	fs.DurationVar(&c.TLSCAValidity, "tls-ca-validity", c.TLSCAValidity, "validity of a self-signed CA; a next CA is published in its last third")
+	fs.DurationVar(&c.TLSCertValidity, "tls-cert-validity", c.TLSCertValidity, "validity of a self-signed serving certificate; renewed in its last third")
+	fs.DurationVar(&c.TLSCAOverlap, "tls-ca-overlap", c.TLSCAOverlap, "how long a next CA is published beside the current one before it signs (agents re-read the bundle meanwhile)")
 	fs.StringVar(&c.TokenAudience, "token-audience", c.TokenAudience, "audience agent tokens must carry")
 	fs.StringVar(&c.AgentServiceAccount, "agent-service-account", c.AgentServiceAccount, "namespace/name of the agents' ServiceAccount")
 	fs.StringVar(&c.InsecureDevKeysDir, "insecure-dev-keys-dir", c.InsecureDevKeysDir, "DEVELOPMENT ONLY: accept listed agent keys without a token")
@@ -243,11 +295,49 @@ func (c *Config) Validate() error {
 	if c.Listen == "" {
 		bad("listen", "must not be empty")
 	}
-	if c.TLSCert == "" {
-		bad("tls-cert", "is required: ingest is served over TLS only")
+	if c.TLSMode == "" {
+		c.TLSMode = TLSModeSelfSigned
+		if c.TLSCert != "" || c.TLSKey != "" {
+			c.TLSMode = TLSModeFiles
+		}
 	}
-	if c.TLSKey == "" {
-		bad("tls-key", "is required: ingest is served over TLS only")
+	switch c.TLSMode {
+	case TLSModeFiles:
+		if c.TLSCert == "" {
+			bad("tls-cert", "is required with --tls-mode=files: ingest is served over TLS only")
+		}
+		if c.TLSKey == "" {
+			bad("tls-key", "is required with --tls-mode=files: ingest is served over TLS only")
+		}
+	case TLSModeSecret, TLSModeSelfSigned:
+		if c.TLSCert != "" || c.TLSKey != "" {
+			bad("tls-cert", "and --tls-key are for --tls-mode=files, not %s", c.TLSMode)
+		}
+		if c.TLSNamespace == "" {
+			bad("tls-namespace", "is required with --tls-mode=%s (set $POD_NAMESPACE, or --tls-cert and --tls-key to serve files)", c.TLSMode)
+		}
+		if c.TLSSecret == "" {
+			bad("tls-secret", "must not be empty with --tls-mode=%s", c.TLSMode)
+		}
+	default:
+		bad("tls-mode", "want %s, %s or %s, got %q", TLSModeFiles, TLSModeSecret, TLSModeSelfSigned, c.TLSMode)
+	}
+	if c.TLSMode == TLSModeSelfSigned {
+		if c.TLSCAConfigMap == "" {
+			bad("tls-ca-configmap", "must not be empty with --tls-mode=self-signed: agents read the CA from it")
+		}
+		if len(c.TLSServices) == 0 && len(c.TLSExtraSANs) == 0 {
+			bad("tls-service", "or --tls-extra-san must name the serving certificate's hosts")
+		}
+		if c.TLSCertValidity <= 0 {
+			bad("tls-cert-validity", "must be > 0, got %s", c.TLSCertValidity)
+		}
+		if c.TLSCAValidity <= 0 {
+			bad("tls-ca-validity", "must be > 0, got %s", c.TLSCAValidity)
+		}
+		if c.TLSCAOverlap < 0 || c.TLSCAOverlap >= c.TLSCAValidity/3 {
+			bad("tls-ca-overlap", "must be >= 0 and < a third of --tls-ca-validity (%s), so the next CA signs before the current one expires; got %s", c.TLSCAValidity/3, c.TLSCAOverlap)
+		}
 	}
 	if c.TokenAudience == "" {
 		bad("token-audience", "must not be empty")
@@ -293,6 +383,45 @@ func (c *Config) Validate() error {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
+}
+
+// TLSHosts are the SANs of a self-signed serving certificate: each
+// --tls-service's DNS names, then --tls-extra-san.
+func (c *Config) TLSHosts() []string {
+	var out []string
+	for _, s := range c.TLSServices {
+		out = append(out, s, s+"."+c.TLSNamespace, s+"."+c.TLSNamespace+".svc")
+		if d := strings.Trim(c.TLSClusterDomain, "."); d != "" {
+			out = append(out, s+"."+c.TLSNamespace+".svc."+d)
+		}
+	}
+	return append(out, c.TLSExtraSANs...)
+}
+
+// listFlag is a repeatable flag that also splits comma lists; its first
+// use replaces the default.
+type listFlag struct {
+	p   *[]string
+	set bool
+}
+
+func (l *listFlag) String() string {
+	if l.p == nil {
+		return ""
+	}
+	return strings.Join(*l.p, ",")
+}
+
+func (l *listFlag) Set(v string) error {
+	if !l.set {
+		*l.p, l.set = nil, true
+	}
+	for _, part := range strings.Split(v, ",") {
+		if part = strings.TrimSpace(part); part != "" {
+			*l.p = append(*l.p, part)
+		}
+	}
+	return nil
 }
 
 // Nodes is NodeSelector parsed.

@@ -121,3 +121,49 @@ func TestShippedConfigLoads(t *testing.T) {
 	assert.Equal(t, "cozy-system", cfg.Namespace)
 	assert.Equal(t, 10*time.Second, cfg.DampDegraded)
 }
+
+func TestTLSModes(t *testing.T) {
+	cfg, err := Load(tlsArgs, io.Discard)
+	require.NoError(t, err)
+	assert.Equal(t, TLSModeFiles, cfg.TLSMode, "--tls-cert given: files")
+
+	cfg, err = Load([]string{"--identity", "x", "--tls-namespace", "cozy-health"}, io.Discard)
+	require.NoError(t, err)
+	assert.Equal(t, TLSModeSelfSigned, cfg.TLSMode, "no files: the aggregator keeps its own CA")
+	assert.Equal(t, "cozy-health-aggregator-tls", cfg.TLSSecret)
+	assert.Equal(t, "cozy-health-ca", cfg.TLSCAConfigMap)
+	assert.Equal(t, []string{"cozy-health-aggregator", "cozy-health-aggregator.cozy-health", "cozy-health-aggregator.cozy-health.svc",
+		"cozy-health-aggregator.cozy-health.svc.cluster.local"}, cfg.TLSHosts())
+
+	cfg, err = Load([]string{"--identity", "x", "--tls-mode", "self-signed", "--tls-namespace", "ns", "--tls-service", "a,b",
+		"--tls-cluster-domain", "example.org.", "--tls-extra-san", "127.0.0.1", "--tls-extra-san", "agg.local"}, io.Discard)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"a", "a.ns", "a.ns.svc", "a.ns.svc.example.org", "b", "b.ns", "b.ns.svc", "b.ns.svc.example.org",
+		"127.0.0.1", "agg.local"}, cfg.TLSHosts(), "--tls-service replaces its default")
+
+	dir := t.TempDir()
+	path := filepath.Join(dir, "agg.yaml")
+	require.NoError(t, os.WriteFile(path, []byte("tls-mode: secret\ntls-namespace: ns\ntls-ca-configmap: \"\"\n"), 0o600))
+	cfg, err = Load([]string{"--config", path, "--identity", "x"}, io.Discard)
+	require.NoError(t, err)
+	assert.Equal(t, TLSModeSecret, cfg.TLSMode)
+	assert.Empty(t, cfg.TLSCAConfigMap, "secret mode may leave publishing to someone else")
+
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--tls-mode", "acme"}, "--tls-mode"},
+		{[]string{"--tls-mode", "secret", "--tls-namespace", "ns", "--tls-cert", "/c"}, "--tls-cert: and --tls-key are for --tls-mode=files"},
+		{[]string{"--tls-mode", "files"}, "--tls-cert: is required with --tls-mode=files"},
+		{[]string{"--tls-mode", "secret"}, "--tls-namespace: is required"},
+		{[]string{"--tls-namespace", "ns", "--tls-ca-configmap", ""}, "--tls-ca-configmap"},
+		{[]string{"--tls-namespace", "ns", "--tls-ca-overlap", "20000h"}, "--tls-ca-overlap"},
+		{[]string{"--tls-namespace", "ns", "--tls-cert-validity", "0s"}, "--tls-cert-validity"},
+		{[]string{"--tls-namespace", "ns", "--tls-service", ""}, "--tls-service"},
+	} {
+		_, err := Load(append([]string{"--identity", "x"}, tc.args...), io.Discard)
+		require.Error(t, err, "%v", tc.args)
+		assert.Contains(t, err.Error(), tc.want, "%v", tc.args)
+	}
+}

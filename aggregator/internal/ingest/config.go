@@ -1,6 +1,7 @@
 package ingest
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"strings"
@@ -71,6 +72,9 @@ type Config struct {
 	// TLSCertFile and TLSKeyFile are the serving pair (--tls-cert,
 	// --tls-key), used by ServerOptions; re-read when they change.
 	TLSCertFile, TLSKeyFile string
+	// GetCertificate, when set, serves instead of the files (the
+	// certificate of a watched Secret, swapped without a restart).
+	GetCertificate func(*tls.ClientHelloInfo) (*tls.Certificate, error)
 
 	// MaxPayloadBytes bounds one serialized report.
 	MaxPayloadBytes int
@@ -173,14 +177,19 @@ const (
 )
 
 // ServerOptions returns the grpc.Server options ingest needs: TLS from
-// cfg's cert and key files (re-read on rotation), keepalive parameters and
+// cfg's GetCertificate or its cert and key files (re-read on rotation), keepalive parameters and
 // enforcement, and a receive limit just above the payload limit. The
 // aggregator builds its one grpc.Server with them.
 func ServerOptions(cfg Config) ([]grpc.ServerOption, error) {
 	cfg = cfg.withDefaults()
-	tc, err := tlsutil.ServerConfig(cfg.TLSCertFile, cfg.TLSKeyFile)
-	if err != nil {
-		return nil, fmt.Errorf("ingest tls: %w", err)
+	var tc *tls.Config
+	if cfg.GetCertificate != nil {
+		tc = &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: cfg.GetCertificate}
+	} else {
+		var err error
+		if tc, err = tlsutil.ServerConfig(cfg.TLSCertFile, cfg.TLSKeyFile); err != nil {
+			return nil, fmt.Errorf("ingest tls: %w", err)
+		}
 	}
 	return []grpc.ServerOption{
 		grpc.Creds(credentials.NewTLS(tc)),
