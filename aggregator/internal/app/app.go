@@ -96,8 +96,12 @@ type App struct {
 	metSrv  *http.Server
 
 	// certs serves the certificate of the watched Secret (--tls-mode
-	// secret or self-signed); nil with --tls-mode=files.
-	certs *servingcert.Manager
+	// secret or self-signed); nil with --tls-mode=files. Its informer comes
+	// from secretInformers, a factory kept beside informers because it is
+	// scoped to that one Secret's name (RBAC resourceNames), and started
+	// with it.
+	certs           *servingcert.Manager
+	secretInformers informers.SharedInformerFactory
 
 	grpcLis, httpLis, metLis net.Listener
 	ready                    atomic.Bool
@@ -189,10 +193,11 @@ func New(cfg config.Config, log *zap.Logger, opts Options) (a *App, err error) {
 		TLSCertFile: cfg.TLSCert, TLSKeyFile: cfg.TLSKey,
 	}
 	if cfg.TLSMode == config.TLSModeSecret || cfg.TLSMode == config.TLSModeSelfSigned {
+		a.secretInformers = servingcert.InformerFactory(a.kube, cfg.TLSNamespace, cfg.TLSSecret)
 		a.certs, err = servingcert.New(servingcert.Config{
 			Mode: cfg.TLSMode, Namespace: cfg.TLSNamespace, SecretName: cfg.TLSSecret, ConfigMapName: cfg.TLSCAConfigMap,
 			Hosts: cfg.TLSHosts(), CAValidity: cfg.TLSCAValidity, CertValidity: cfg.TLSCertValidity, CAOverlap: cfg.TLSCAOverlap,
-		}, a.kube, a.reg, log, nil)
+		}, a.kube, a.secretInformers.Core().V1().Secrets(), a.reg, log, a.clock)
 		if err != nil {
 			return nil, err
 		}
@@ -327,11 +332,17 @@ func (a *App) Run(ctx context.Context) error {
 		// The shared informers (see App.informers): started here, stopped
 		// and waited for when ctx ends.
 		a.informers.Start(ctx.Done())
+		if a.secretInformers != nil {
+			a.secretInformers.Start(ctx.Done())
+		}
 		healths := make(chan struct{})
 		go func() { a.healths.Run(ctx.Done()); close(healths) }()
 		<-ctx.Done()
 		<-healths
 		a.informers.Shutdown()
+		if a.secretInformers != nil {
+			a.secretInformers.Shutdown()
+		}
 		return nil
 	})
 	g.Go(func() error { a.drain.Run(ctx); return nil })

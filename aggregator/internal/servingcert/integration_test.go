@@ -89,8 +89,11 @@ func startManagers(t *testing.T, kube kubernetes.Interface, cfg servingcert.Conf
 	start := make(chan struct{})
 	var out []server
 	for i := range n {
-		m, err := servingcert.New(cfg, kube, prometheus.NewRegistry(), zaptest.NewLogger(t).With(zap.Int("replica", i)), nil)
+		factory := servingcert.InformerFactory(kube, cfg.Namespace, cfg.SecretName)
+		m, err := servingcert.New(cfg, kube, factory.Core().V1().Secrets(), prometheus.NewRegistry(), zaptest.NewLogger(t).With(zap.Int("replica", i)), nil)
 		require.NoError(t, err)
+		wg.Add(1)
+		go func() { defer wg.Done(); <-start; factory.Start(ctx.Done()); <-ctx.Done(); factory.Shutdown() }()
 		ln, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: m.GetCertificate})
 		require.NoError(t, err)
 		wg.Add(2)
@@ -351,9 +354,12 @@ func TestSecretModeFollowsCertManager(t *testing.T) {
 	admin := cp.Clientset()
 	ctx := context.Background()
 	cfg := servingcert.Config{Mode: servingcert.ModeSecret, Namespace: ns, SecretName: secretName, ConfigMapName: cmName}
-	m, err := servingcert.New(cfg, kube, prometheus.NewRegistry(), zaptest.NewLogger(t), nil)
+	factory := servingcert.InformerFactory(kube, ns, secretName)
+	m, err := servingcert.New(cfg, kube, factory.Core().V1().Secrets(), prometheus.NewRegistry(), zaptest.NewLogger(t), nil)
 	require.NoError(t, err)
 	rctx, cancel := context.WithCancel(ctx)
+	factory.Start(rctx.Done())
+	t.Cleanup(factory.Shutdown)
 	done := make(chan error, 1)
 	go func() { done <- m.Run(rctx) }()
 	t.Cleanup(func() { cancel(); assert.NoError(t, <-done) })

@@ -45,6 +45,7 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
 	"k8s.io/client-go/informers"
+	coreinformers "k8s.io/client-go/informers/core/v1"
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
@@ -87,6 +88,20 @@ type Config struct {
 	Resync time.Duration
 }
 
+// InformerFactory is the informer factory the Manager's Secret watch comes
+// from: scoped to the namespace and to the Secret's name, so RBAC can grant
+// list and watch on that one name (resourceNames; the apiserver matches a
+// metadata.name field selector against them), which a namespace- or
+// cluster-wide Secret informer could not use. The aggregator keeps it
+// beside its shared factory and starts both at the same place.
+func InformerFactory(kube kubernetes.Interface, namespace, secretName string) informers.SharedInformerFactory {
+	return informers.NewSharedInformerFactoryWithOptions(kube, 0,
+		informers.WithNamespace(namespace),
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+			o.FieldSelector = fields.OneTermEqualSelector("metadata.name", secretName).String()
+		}))
+}
+
 // Manager serves the certificate of the Secret and keeps the Secret and the
 // ConfigMap.
 type Manager struct {
@@ -94,6 +109,9 @@ type Manager struct {
 	kube  kubernetes.Interface
 	log   *zap.Logger
 	clock clock.Clock
+
+	secrets coreinformers.SecretInformer
+	kick    chan struct{}
 
 	cert   atomic.Pointer[tls.Certificate]
 	ready  chan struct{}
@@ -110,8 +128,9 @@ type Manager struct {
 	consecutiveFailure int
 }
 
-// New builds a Manager; nothing is read until Run.
-func New(cfg Config, kube kubernetes.Interface, reg prometheus.Registerer, log *zap.Logger, clk clock.Clock) (*Manager, error) {
+// New builds a Manager on secrets (from InformerFactory, started by the
+// caller) and registers its event handler; nothing is read until Run.
+func New(cfg Config, kube kubernetes.Interface, secrets coreinformers.SecretInformer, reg prometheus.Registerer, log *zap.Logger, clk clock.Clock) (*Manager, error) {
 	if cfg.Mode != ModeSecret && cfg.Mode != ModeSelfSigned {
 		return nil, fmt.Errorf("servingcert: mode %q: want %s or %s", cfg.Mode, ModeSecret, ModeSelfSigned)
 	}
@@ -128,7 +147,7 @@ func New(cfg Config, kube kubernetes.Interface, reg prometheus.Registerer, log *
 		clk = clock.RealClock{}
 	}
 	m := &Manager{
-		cfg: cfg, kube: kube, clock: clk, ready: make(chan struct{}),
+		cfg: cfg, kube: kube, secrets: secrets, kick: make(chan struct{}, 1), clock: clk, ready: make(chan struct{}),
 		log: log.With(zap.String("component", "serving-cert"), zap.String("secret", cfg.Namespace+"/"+cfg.SecretName)),
 		expiry: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "cozy_health_tls_serving_certificate_expiry_timestamp_seconds",
@@ -145,6 +164,17 @@ func New(cfg Config, kube kubernetes.Interface, reg prometheus.Registerer, log *
 				return nil, fmt.Errorf("register serving-cert metrics: %w", err)
 			}
 		}
+	}
+	poke := func(any) {
+		select {
+		case m.kick <- struct{}{}:
+		default:
+		}
+	}
+	if _, err := secrets.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: poke, UpdateFunc: func(_, o any) { poke(o) }, DeleteFunc: poke,
+	}); err != nil {
+		return nil, fmt.Errorf("watch the serving Secret: %w", err)
 	}
 	return m, nil
 }
@@ -166,40 +196,21 @@ func (m *Manager) policy() policy {
 	return policy{hosts: m.cfg.Hosts, caValidity: m.cfg.CAValidity, certValidity: m.cfg.CertValidity, caOverlap: m.cfg.CAOverlap}
 }
 
-// Run watches the Secret and keeps everything in step until ctx is done.
+// Run keeps the Secret, the served certificate and the ConfigMap in step
+// until ctx is done. The informer factory must be started.
 func (m *Manager) Run(ctx context.Context) error {
-	factory := informers.NewSharedInformerFactoryWithOptions(m.kube, 0,
-		informers.WithNamespace(m.cfg.Namespace),
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
-			o.FieldSelector = fields.OneTermEqualSelector("metadata.name", m.cfg.SecretName).String()
-		}))
-	secrets := factory.Core().V1().Secrets()
-	kick := make(chan struct{}, 1)
-	poke := func(any) {
-		select {
-		case kick <- struct{}{}:
-		default:
-		}
-	}
-	if _, err := secrets.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc: poke, UpdateFunc: func(_, o any) { poke(o) }, DeleteFunc: poke,
-	}); err != nil {
-		return fmt.Errorf("watch Secret: %w", err)
-	}
-	factory.Start(ctx.Done())
-	defer factory.Shutdown()
-	if !cache.WaitForCacheSync(ctx.Done(), secrets.Informer().HasSynced) {
+	if !cache.WaitForCacheSync(ctx.Done(), m.secrets.Informer().HasSynced) {
 		return nil // ctx done
 	}
 	m.log.Info("watching the serving Secret", zap.String("mode", m.cfg.Mode))
 	for {
-		wait := m.sync(ctx, secrets.Lister())
+		wait := m.sync(ctx, m.secrets.Lister())
 		t := m.clock.NewTimer(wait)
 		select {
 		case <-ctx.Done():
 			t.Stop()
 			return nil
-		case <-kick:
+		case <-m.kick:
 		case <-t.C():
 		}
 		t.Stop()
