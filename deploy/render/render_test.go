@@ -110,9 +110,11 @@ func TestDefaultsRender(t *testing.T) {
 		kinds[m.Kind]++
 	}
 	assert.Zero(t, kinds["Namespace"], "Helm installs never own the namespace by default")
-	for _, k := range []string{"DaemonSet", "Deployment", "Service", "PodDisruptionBudget", "NetworkPolicy", "ConfigMap", "Role", "RoleBinding", "ClusterRoleBinding"} {
+	for _, k := range []string{"DaemonSet", "Deployment", "Service", "PodDisruptionBudget", "NetworkPolicy", "ConfigMap", "ClusterRoleBinding"} {
 		assert.Equal(t, 1, kinds[k], k)
 	}
+	assert.Equal(t, 2, kinds["Role"], "Health objects and Lease; the TLS Secret and CA ConfigMap")
+	assert.Equal(t, 2, kinds["RoleBinding"])
 	assert.Equal(t, 3, kinds["ClusterRole"], "aggregator, drain-check, tenant view")
 
 	ds, err := r.Object("DaemonSet", "cozy-health-agent")

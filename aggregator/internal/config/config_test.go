@@ -115,11 +115,18 @@ func TestShippedConfigLoads(t *testing.T) {
 	require.NotEmpty(t, file, "the manifests have no ConfigMap with config.yaml")
 	path := filepath.Join(t.TempDir(), "config.yaml")
 	require.NoError(t, os.WriteFile(path, []byte(file), 0o600))
-	cfg, err := Load(append([]string{"--config", path}, tlsArgs...), io.Discard)
+	// The Deployment passes no certificate files; $POD_NAMESPACE names the
+	// release namespace.
+	t.Setenv("POD_NAMESPACE", "cozy-health")
+	cfg, err := Load([]string{"--config", path, "--identity", "me"}, io.Discard)
 	require.NoError(t, err)
 	assert.Equal(t, DrainAuthNone, cfg.DrainAuth)
 	assert.Equal(t, "cozy-system", cfg.Namespace)
 	assert.Equal(t, 10*time.Second, cfg.DampDegraded)
+	assert.Equal(t, TLSModeSelfSigned, cfg.TLSMode, "the plain manifests know of no cert-manager")
+	assert.Equal(t, "cozy-health", cfg.TLSNamespace)
+	assert.Equal(t, "cozy-health-aggregator-tls", cfg.TLSSecret)
+	assert.Contains(t, cfg.TLSHosts(), "cozy-health-aggregator.cozy-health.svc")
 }
 
 func TestTLSModes(t *testing.T) {

@@ -22,9 +22,11 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/cozystack/cozy-health/aggregator/internal/servingcert"
+	"github.com/cozystack/cozy-health/deploy/render"
 	"github.com/cozystack/cozy-health/pkg/tlsutil"
 	"github.com/cozystack/cozy-health/test/harness"
 	"github.com/cozystack/cozy-health/test/volume"
@@ -42,7 +44,7 @@ var hosts = []string{"cozy-health-aggregator", "cozy-health-aggregator.cozy-heal
 	"cozy-health-aggregator.cozy-health.svc.cluster.local", "127.0.0.1"}
 
 // plane starts the apiserver with the namespace and a user bound to rules
-// (the aggregator's Role) only.
+// (the chart's Role for the aggregator's TLS objects) only.
 func plane(t *testing.T, rules []rbacv1.PolicyRule) (*harness.ControlPlane, kubernetes.Interface) {
 	t.Helper()
 	cp := harness.Start(t)
@@ -63,16 +65,27 @@ func plane(t *testing.T, rules []rbacv1.PolicyRule) (*harness.ControlPlane, kube
 	return cp, kubernetes.NewForConfigOrDie(rc)
 }
 
-// selfSignedRules is the least the self-signed mode needs. create cannot be
-// narrowed by resourceNames (a create request names no object the
-// authorizer could match), so it is granted on the kind in the namespace;
-// server-side apply of a ConfigMap that does not exist yet is a create and
-// is refused without it (checked: "cannot create resource configmaps").
-var selfSignedRules = []rbacv1.PolicyRule{
-	{APIGroups: []string{""}, Resources: []string{"secrets"}, ResourceNames: []string{secretName}, Verbs: []string{"get", "list", "watch", "update"}},
-	{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"create"}},
-	{APIGroups: []string{""}, Resources: []string{"configmaps"}, ResourceNames: []string{cmName}, Verbs: []string{"get", "patch"}},
-	{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"create"}},
+// chartRules are the rules of the chart's Role for the serving Secret and
+// the CA ConfigMap, rendered for a cluster with or without cert-manager:
+// the tests run under exactly what ships. create cannot be narrowed by
+// resourceNames (a create request names no existing object the authorizer
+// could match), so it is granted on the kind in the namespace; server-side
+// apply of a ConfigMap that does not exist yet is a create and is refused
+// without it ("cannot create resource configmaps", checked).
+func chartRules(t *testing.T, certManager bool) []rbacv1.PolicyRule {
+	t.Helper()
+	o := render.Options{Namespace: ns}
+	if certManager {
+		o.APIVersions = []string{"cert-manager.io/v1"}
+	}
+	r, err := render.Render(o)
+	require.NoError(t, err)
+	role, err := r.Object("Role", "cozy-health-aggregator-tls")
+	require.NoError(t, err)
+	var typed rbacv1.Role
+	require.NoError(t, runtime.DefaultUnstructuredConverter.FromUnstructured(role.Object, &typed))
+	require.NotEmpty(t, typed.Rules)
+	return typed.Rules
 }
 
 // server is one replica's TLS listener serving GetCertificate.
@@ -176,7 +189,7 @@ func served(t *testing.T, s server) *x509.Certificate {
 // bundle completes real handshakes with each replica under the Service's
 // DNS name.
 func TestReplicasRaceToOneCA(t *testing.T) {
-	cp, kube := plane(t, selfSignedRules)
+	cp, kube := plane(t, chartRules(t, false))
 	admin := cp.Clientset()
 	cfg := servingcert.Config{Mode: servingcert.ModeSelfSigned, Namespace: ns, SecretName: secretName, ConfigMapName: cmName,
 		Hosts: hosts, CAValidity: 24 * time.Hour, CertValidity: time.Hour, CAOverlap: time.Hour}
@@ -225,7 +238,7 @@ func TestReplicasRaceToOneCA(t *testing.T) {
 // restart (new handshakes get it), a connection opened before keeps
 // working, and no handshake fails meanwhile.
 func TestServingRotationWithoutRestart(t *testing.T) {
-	cp, kube := plane(t, selfSignedRules)
+	cp, kube := plane(t, chartRules(t, false))
 	cfg := servingcert.Config{Mode: servingcert.ModeSelfSigned, Namespace: ns, SecretName: secretName, ConfigMapName: cmName,
 		Hosts: hosts, CAValidity: time.Hour, CertValidity: 4 * time.Second, CAOverlap: time.Minute}
 	servers := startManagers(t, kube, cfg, 2)
@@ -272,7 +285,7 @@ func TestServingRotationWithoutRestart(t *testing.T) {
 // CAs before any replica serves a certificate of the new one. Once the old
 // CA expires it leaves the bundle.
 func TestCARotationKeepsAgentsConnecting(t *testing.T) {
-	cp, kube := plane(t, selfSignedRules)
+	cp, kube := plane(t, chartRules(t, false))
 	admin := cp.Clientset()
 	cfg := servingcert.Config{Mode: servingcert.ModeSelfSigned, Namespace: ns, SecretName: secretName, ConfigMapName: cmName,
 		Hosts: hosts, CAValidity: 15 * time.Second, CertValidity: 4 * time.Second, CAOverlap: 2 * time.Second}
@@ -325,14 +338,6 @@ func TestCARotationKeepsAgentsConnecting(t *testing.T) {
 	assert.False(t, errors.Is(leaf.CheckSignatureFrom(ca1), nil), "served by a later CA")
 }
 
-// secretRules is what --tls-mode=secret needs: read the one Secret
-// cert-manager writes, publish the ConfigMap.
-var secretRules = []rbacv1.PolicyRule{
-	{APIGroups: []string{""}, Resources: []string{"secrets"}, ResourceNames: []string{secretName}, Verbs: []string{"get", "list", "watch"}},
-	{APIGroups: []string{""}, Resources: []string{"configmaps"}, ResourceNames: []string{cmName}, Verbs: []string{"get", "patch"}},
-	{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"create"}},
-}
-
 // issuedSecret is a Secret as cert-manager's CA Issuer writes it.
 func issuedSecret(t *testing.T, ca *tlsutil.CA) *corev1.Secret {
 	t.Helper()
@@ -350,7 +355,7 @@ func issuedSecret(t *testing.T, ca *tlsutil.CA) *corev1.Secret {
 // created); once written its certificate is served and its ca.crt
 // published; a renewal (new key, new CA) is served without a restart.
 func TestSecretModeFollowsCertManager(t *testing.T) {
-	cp, kube := plane(t, secretRules)
+	cp, kube := plane(t, chartRules(t, true))
 	admin := cp.Clientset()
 	ctx := context.Background()
 	cfg := servingcert.Config{Mode: servingcert.ModeSecret, Namespace: ns, SecretName: secretName, ConfigMapName: cmName}
@@ -404,7 +409,7 @@ func TestSecretModeFollowsCertManager(t *testing.T) {
 // create (no ca.key: cert-manager's, or one made by hand) is served as it
 // is in self-signed mode and never rewritten.
 func TestSelfSignedLeavesAForeignSecretAlone(t *testing.T) {
-	cp, kube := plane(t, selfSignedRules)
+	cp, kube := plane(t, chartRules(t, false))
 	admin := cp.Clientset()
 	ctx := context.Background()
 	ca, err := tlsutil.NewCA("someone else's CA", time.Hour)

@@ -66,3 +66,30 @@ through float64: values.schema.json has already checked the form.
 {{- end -}}
 {{- $total -}}
 {{- end }}
+
+{{/*
+Where the aggregator's serving certificate comes from: "cert-manager" (the
+chart's Certificate writes the Secret) or "self-signed" (the aggregator keeps
+it). tls.mode auto picks cert-manager when the cluster serves its API.
+*/}}
+{{- define "cozy-health.tlsMode" -}}
+{{- $m := .Values.tls.mode -}}
+{{- if eq $m "auto" -}}
+{{- if .Capabilities.APIVersions.Has "cert-manager.io/v1" -}}cert-manager{{- else -}}self-signed{{- end -}}
+{{- else -}}
+{{- $m -}}
+{{- end -}}
+{{- end }}
+
+{{/* The serving Secret and the CA ConfigMap: fixed names, the agents' and the aggregator's interface. */}}
+{{- define "cozy-health.tlsSecret" -}}{{ include "cozy-health.aggregator" . }}-tls{{- end }}
+{{- define "cozy-health.caConfigMap" -}}cozy-health-ca{{- end }}
+
+{{/* The DNS names of the aggregator Service, one per line. */}}
+{{- define "cozy-health.serviceNames" -}}
+{{- $svc := include "cozy-health.aggregator" . -}}
+{{ $svc }}
+{{ $svc }}.{{ .Release.Namespace }}
+{{ $svc }}.{{ .Release.Namespace }}.svc
+{{ $svc }}.{{ .Release.Namespace }}.svc.{{ trimSuffix "." .Values.tls.clusterDomain }}
+{{- end }}
