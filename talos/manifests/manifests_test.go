@@ -59,3 +59,19 @@ func TestRolesAreRealAndReadOnly(t *testing.T) {
 	}
 	assert.ElementsMatch(t, access.Roles, sa.Spec.Roles)
 }
+
+// The etcd metrics patch listens where the agent reads by default, and is
+// the patch the agent's Unknown reason names.
+func TestEtcdMetricsPatch(t *testing.T) {
+	var patch struct {
+		Cluster struct {
+			Etcd struct {
+				ExtraArgs map[string]string `json:"extraArgs"`
+			} `json:"etcd"`
+		} `json:"cluster"`
+	}
+	b, err := os.ReadFile("etcd-metrics-patch.yaml")
+	require.NoError(t, err)
+	require.NoError(t, yaml.UnmarshalStrict(b, &patch))
+	assert.Equal(t, map[string]string{"listen-metrics-urls": "http://127.0.0.1:2381"}, patch.Cluster.Etcd.ExtraArgs)
+}

@@ -44,7 +44,7 @@ var table = []func(d deps) check.Check{
 	func(d deps) check.Check { return etcdalarms.New(d.talos) },
 	func(d deps) check.Check {
 		t := d.cfg.Thresholds
-		return fsynclatency.New(d.cfg.Sources.EtcdMetricsURL, fsynclatency.Thresholds{
+		return fsynclatency.New(d.cfg.Sources.EtcdMetricsURL, d.talos, fsynclatency.Thresholds{
 			WALFsyncDegraded: t.WALFsyncDegraded, WALFsyncDown: t.WALFsyncDown,
 			BackendCommitDegraded: t.BackendCommitDegraded, BackendCommitDown: t.BackendCommitDown,
 		})

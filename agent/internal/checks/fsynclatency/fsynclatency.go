@@ -2,12 +2,20 @@
 // the p99 of etcd_disk_wal_fsync_duration_seconds and
 // etcd_disk_backend_commit_duration_seconds over the delta between two
 // scrapes (the cumulative histogram on the first scrape).
+//
+// Talos starts etcd without a plain-HTTP metrics listener; the metrics URL
+// exists only where the operator patched `cluster.etcd.extraArgs.
+// listen-metrics-urls`. When nothing answers there, the check asks Talos
+// whether etcd runs on this node: on a node without etcd the check is not
+// applicable; on a node with etcd the latency is Unknown, with a reason
+// naming the missing patch, never silently absent.
 package fsynclatency
 
 import (
 	"bufio"
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -22,7 +30,9 @@ import (
 
 	"github.com/cozystack/cozy-health/agent/internal/check"
 	"github.com/cozystack/cozy-health/agent/internal/checks/httpsource"
+	"github.com/cozystack/cozy-health/agent/internal/checks/talosservices"
 	"github.com/cozystack/cozy-health/pkg/report"
+	"github.com/cozystack/cozy-health/talos"
 )
 
 // Metric names read from etcd.
@@ -30,6 +40,20 @@ const (
 	WALFsyncMetric      = "etcd_disk_wal_fsync_duration_seconds"
 	BackendCommitMetric = "etcd_disk_backend_commit_duration_seconds"
 )
+
+// Reasons of an etcd whose metrics cannot be read.
+const (
+	// ReasonMetricsEndpointUnreachable: etcd runs on this node but nothing
+	// answers at the metrics URL (listen-metrics-urls not set).
+	ReasonMetricsEndpointUnreachable = "MetricsEndpointUnreachable"
+	// ReasonEtcdNotRunning: the Talos etcd service exists but does not run,
+	// so there are no metrics to read (the etcd-member check says why).
+	ReasonEtcdNotRunning = "EtcdNotRunning"
+)
+
+// MetricsPatch is the Talos machine-config patch that gives etcd a
+// plain-HTTP metrics listener on the node's loopback.
+const MetricsPatch = "cluster.etcd.extraArgs.listen-metrics-urls: http://127.0.0.1:2381"
 
 // Thresholds configure the check.
 type Thresholds struct {
@@ -42,6 +66,9 @@ type Check struct {
 	url    string
 	client *http.Client
 	th     Thresholds
+	// talos tells whether etcd runs here when the metrics URL is silent;
+	// nil when no talosconfig is configured.
+	talos *talos.Client
 
 	// mu guards prev, the buckets of the previous scrape by metric name.
 	mu   sync.Mutex
@@ -50,9 +77,10 @@ type Check struct {
 
 var _ check.Check = (*Check)(nil)
 
-// New returns the check scraping url.
-func New(url string, th Thresholds) *Check {
-	return &Check{url: url, client: &http.Client{}, th: th, prev: map[string]Histogram{}}
+// New returns the check scraping url; tc (may be nil) tells whether etcd
+// runs on this node when nothing answers at url.
+func New(url string, tc *talos.Client, th Thresholds) *Check {
+	return &Check{url: url, client: &http.Client{}, th: th, talos: tc, prev: map[string]Histogram{}}
 }
 
 // Name implements check.Check.
@@ -74,7 +102,7 @@ func (c *Check) Run(ctx context.Context) ([]report.Observation, error) {
 	})
 	if err != nil {
 		if httpsource.IsAbsent(err) {
-			return nil, check.NotApplicable(fmt.Sprintf("no etcd metrics at %s: %v", c.url, err))
+			return c.absent(ctx, err)
 		}
 		return nil, fmt.Errorf("read etcd metrics: %w", err)
 	}
@@ -88,6 +116,26 @@ func (c *Check) Run(ctx context.Context) ([]report.Observation, error) {
 	commit := hs[BackendCommitMetric].Sub(c.prev[BackendCommitMetric])
 	c.prev = hs
 	return []report.Observation{c.judge(wal, commit)}, nil
+}
+
+// absent judges a metrics URL where nothing listens: not applicable where
+// Talos says there is no etcd, Unknown where etcd runs.
+func (c *Check) absent(ctx context.Context, cause error) ([]report.Observation, error) {
+	svc, err := talosservices.RequireEtcd(ctx, c.talos)
+	if errors.Is(err, check.ErrNotApplicable) {
+		return nil, check.NotApplicable(fmt.Sprintf("no etcd metrics at %s (%v) and %v", c.url, cause, err))
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read etcd metrics: nothing answers at %s and Talos cannot tell whether etcd runs here: %w", c.url, err)
+	}
+	if svc.GetState() != "Running" {
+		return []report.Observation{{Status: report.StatusUnknown, Reason: ReasonEtcdNotRunning,
+			Message: fmt.Sprintf("no etcd metrics at %s: %s", c.url, talosservices.Describe(svc))}}, nil
+	}
+	return []report.Observation{{Status: report.StatusUnknown, Reason: ReasonMetricsEndpointUnreachable,
+		Message: fmt.Sprintf("etcd runs on this node (Talos service %s) but nothing answers at %s (%v): its WAL fsync and backend commit latency are unknown; "+
+			"set %s in the Talos machine config of control-plane nodes (talos/manifests/etcd-metrics-patch.yaml)",
+			talosservices.Describe(svc), c.url, cause, MetricsPatch)}}, nil
 }
 
 func (c *Check) judge(wal, commit Histogram) report.Observation {

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -14,9 +15,12 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.uber.org/zap/zaptest"
 
 	"github.com/cozystack/cozy-health/agent/internal/check"
 	"github.com/cozystack/cozy-health/pkg/report"
+	"github.com/cozystack/cozy-health/talos"
+	"github.com/cozystack/cozy-health/talos/shim"
 	"github.com/cozystack/cozy-health/test/harness"
 )
 
@@ -70,7 +74,7 @@ func TestCheckDeltaBetweenScrapes(t *testing.T) {
 		_, _ = w.Write([]byte(body))
 	}))
 	defer srv.Close()
-	c := New(srv.URL, defaults())
+	c := New(srv.URL, nil, defaults())
 	obs, err := c.Run(context.Background())
 	require.NoError(t, err)
 	require.Len(t, obs, 1)
@@ -123,7 +127,7 @@ func bumpSlow(body, name string, bound float64, n int) string {
 func TestThresholdsAreConfiguration(t *testing.T) {
 	th := defaults()
 	th.BackendCommitDegraded = 100 * time.Millisecond
-	c := New("", th)
+	c := New("", nil, th)
 	hs, err := Parse(sample(t))
 	require.NoError(t, err)
 	o := c.judge(hs[WALFsyncMetric], hs[BackendCommitMetric])
@@ -140,7 +144,7 @@ func TestRealEtcdMember(t *testing.T) {
 	th := defaults()
 	th.WALFsyncDegraded, th.WALFsyncDown = time.Minute, 2*time.Minute
 	th.BackendCommitDegraded, th.BackendCommitDown = time.Minute, 2*time.Minute
-	c := New(cluster.Members[0].MetricsURL, th)
+	c := New(cluster.Members[0].MetricsURL, nil, th)
 	obs, err := c.Run(context.Background())
 	require.NoError(t, err)
 	require.Len(t, obs, 1)
@@ -174,7 +178,7 @@ func TestBadSources(t *testing.T) {
 		_, _ = w.Write([]byte("etcd_disk_wal_fsync_duration_seconds{{{ not metrics\n"))
 	}))
 	defer garbage.Close()
-	_, err := New(garbage.URL, defaults()).Run(context.Background())
+	_, err := New(garbage.URL, nil, defaults()).Run(context.Background())
 	require.Error(t, err)
 	assert.NotErrorIs(t, err, check.ErrNotApplicable)
 
@@ -182,7 +186,7 @@ func TestBadSources(t *testing.T) {
 		_, _ = w.Write([]byte("# TYPE etcd_disk_wal_fsync_duration_seconds gauge\netcd_disk_wal_fsync_duration_seconds 1\n"))
 	}))
 	defer wrongType.Close()
-	_, err = New(wrongType.URL, defaults()).Run(context.Background())
+	_, err = New(wrongType.URL, nil, defaults()).Run(context.Background())
 	require.ErrorContains(t, err, "want a histogram")
 
 	hang := httptest.NewServer(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) { <-r.Context().Done() }))
@@ -190,14 +194,15 @@ func TestBadSources(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel()
 	start := time.Now()
-	_, err = New(hang.URL, defaults()).Run(ctx)
+	_, err = New(hang.URL, nil, defaults()).Run(ctx)
 	require.Error(t, err)
 	assert.Less(t, time.Since(start), 2*time.Second)
 
-	_, err = New("", defaults()).Run(context.Background())
+	_, err = New("", nil, defaults()).Run(context.Background())
 	require.ErrorIs(t, err, check.ErrNotApplicable)
-	// Nothing listens there (a worker node): not applicable.
-	_, err = New("http://127.0.0.1:1/metrics", defaults()).Run(context.Background())
+	// Nothing listens there and no talosconfig to tell whether etcd runs
+	// here: not applicable (the Talos case is TestMetricsEndpointAbsent).
+	_, err = New("http://127.0.0.1:1/metrics", nil, defaults()).Run(context.Background())
 	require.ErrorIs(t, err, check.ErrNotApplicable)
 }
 
@@ -233,4 +238,73 @@ func TestFilterKeepsOnlyTheHistograms(t *testing.T) {
 	b, err := Parse(kept)
 	require.NoError(t, err)
 	assert.Equal(t, a, b)
+}
+
+// talosFor serves a Talos MachineService shim for one node (etcdEndpoint ""
+// makes it a worker) and returns the agent's client for it.
+func talosFor(t *testing.T, etcdEndpoint string) *talos.Client {
+	t.Helper()
+	pki, err := shim.NewPKI([]string{"127.0.0.1"}, []string{"os:reader"}, time.Hour)
+	require.NoError(t, err)
+	srv, err := shim.New(shim.Config{Hostname: "node-1", EtcdEndpoint: etcdEndpoint, TLS: pki.ServerTLS()})
+	require.NoError(t, err)
+	addr, err := srv.Listen("127.0.0.1:0")
+	require.NoError(t, err)
+	t.Cleanup(srv.Stop)
+	cfg := filepath.Join(t.TempDir(), "talosconfig")
+	require.NoError(t, pki.WriteTalosconfig(cfg, []string{addr}))
+	c, err := talos.New(talos.Config{ConfigFile: cfg}, zaptest.NewLogger(t))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// TestMetricsEndpointAbsent: nothing answers at the metrics URL. On a node
+// where Talos runs etcd that is Unknown naming the missing patch; on a worker
+// (no etcd service) it is not applicable; with etcd stopped it says so.
+func TestMetricsEndpointAbsent(t *testing.T) {
+	cluster := harness.StartEtcdClusterT(t, 1)
+	addr, err := harness.FreeAddr()
+	require.NoError(t, err)
+	absent := "http://" + addr + "/metrics"
+
+	cp := talosFor(t, cluster.Members[0].ClientURL)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	obs, err := New(absent, cp, defaults()).Run(ctx)
+	require.NoError(t, err)
+	require.Len(t, obs, 1)
+	assert.Equal(t, report.StatusUnknown, obs[0].Status)
+	assert.Equal(t, ReasonMetricsEndpointUnreachable, obs[0].Reason)
+	assert.Contains(t, obs[0].Message, "listen-metrics-urls: http://127.0.0.1:2381")
+	assert.Contains(t, obs[0].Message, absent)
+
+	worker := talosFor(t, "")
+	_, err = New(absent, worker, defaults()).Run(ctx)
+	require.ErrorIs(t, err, check.ErrNotApplicable)
+	assert.ErrorContains(t, err, "no etcd service")
+
+	// The metrics URL answers: the Talos client is not even asked.
+	obs, err = New(cluster.Members[0].MetricsURL, worker, defaults()).Run(ctx)
+	require.NoError(t, err)
+	assert.Contains(t, obs[0].Message, "WAL fsync p99")
+
+	// etcd stopped: Talos reports its service Failed; the metrics are
+	// absent because etcd does not run, not for want of the patch.
+	require.NoError(t, cluster.StopMember(0))
+	// A new client: the agent's shares one ServiceList per interval.
+	cp = talosFor(t, cluster.Members[0].ClientURL)
+	obs, err = New(absent, cp, defaults()).Run(ctx)
+	require.NoError(t, err)
+	require.Len(t, obs, 1)
+	assert.Equal(t, report.StatusUnknown, obs[0].Status)
+	assert.Equal(t, ReasonEtcdNotRunning, obs[0].Reason, obs[0].Message)
+}
+
+// The patch the reason names is the one shipped in talos/manifests.
+func TestMetricsPatchShipped(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join(harness.RepoRoot(), "talos", "manifests", "etcd-metrics-patch.yaml"))
+	require.NoError(t, err)
+	assert.Contains(t, string(b), "listen-metrics-urls: http://127.0.0.1:2381")
+	assert.Contains(t, MetricsPatch, "listen-metrics-urls: http://127.0.0.1:2381")
 }
