@@ -18,6 +18,7 @@ import (
 	"github.com/cozystack/cozy-health/test/sources/fault"
 	kubeovnsrc "github.com/cozystack/cozy-health/test/sources/kubeovn"
 	linstorsrc "github.com/cozystack/cozy-health/test/sources/linstor"
+	ovssrc "github.com/cozystack/cozy-health/test/sources/ovs"
 	"github.com/cozystack/cozy-health/test/sources/talos"
 )
 
@@ -51,6 +52,32 @@ func startNode(t *testing.T) *node {
 	cil, err := ciliumsrc.Start(filepath.Join(sockDir, "cilium.sock"))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = cil.Close() })
+	health, err := ciliumsrc.StartHealth(filepath.Join(sockDir, "health.sock"), "node-0", map[string]string{"node-0": "10.0.0.10", "node-1": "10.0.0.11"})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = health.Close() })
+
+	// kube-ovn's sockets: ovs-ovn's ovsdb-server, ovs-vswitchd and
+	// ovn-controller, and a one-member ovn-central NB and SB.
+	ovsRun, ovnRun, ovnDB := filepath.Join(sockDir, "ovs"), filepath.Join(sockDir, "ovn"), filepath.Join(sockDir, "ovn-db")
+	for _, d := range []string{ovsRun, ovnRun, ovnDB} {
+		require.NoError(t, os.Mkdir(d, 0o700))
+	}
+	ovsdb, err := ovssrc.StartOVSDB(filepath.Join(ovsRun, "db.sock"), "node-0")
+	require.NoError(t, err)
+	t.Cleanup(ovsdb.Close)
+	vswitchd, err := ovssrc.StartDaemonCtl(ovsRun, "ovs-vswitchd", 100, map[string]ovssrc.Command{
+		"version": func([]string) (string, error) { return "ovs-vswitchd (Open vSwitch) 3.5.2", nil }})
+	require.NoError(t, err)
+	t.Cleanup(vswitchd.Close)
+	controller, err := ovssrc.StartDaemonCtl(ovnRun, "ovn-controller", 101, map[string]ovssrc.Command{
+		"connection-status": func([]string) (string, error) { return "connected", nil }})
+	require.NoError(t, err)
+	t.Cleanup(controller.Close)
+	for _, db := range []struct{ name, ctl, file string }{{"OVN_Northbound", "ovnnb_db.ctl", "ovnnb_db.db"}, {"OVN_Southbound", "ovnsb_db.ctl", "ovnsb_db.db"}} {
+		c := ovssrc.NewCluster(db.name)
+		require.NoError(t, c.AddMember("node-0", "tcp:[10.0.0.10]:6643", filepath.Join(ovnRun, db.ctl), filepath.Join(ovnDB, db.file)))
+		t.Cleanup(c.Close)
+	}
 
 	pinger, err := kubeovnsrc.Start("", kubeovnsrc.Config{Node: "node-0", NodeIP: "10.0.0.10", Targets: map[string]string{"node-1": "10.0.0.11"}})
 	require.NoError(t, err)
@@ -82,7 +109,13 @@ func startNode(t *testing.T) *node {
 			"--diskstats-devices", "^sd[a-z]$",
 			"--disk-latency-degraded", "10s", "--disk-latency-down", "20s",
 			"--cilium-socket", cil.Socket,
+			"--cilium-health-socket", health.Socket,
 			"--kube-ovn-pinger-url", pinger.URL,
+			"--ovs-db-socket", ovsdb.Path,
+			"--ovn-controller-pidfile", filepath.Join(ovnRun, "ovn-controller.pid"),
+			"--ovn-nb-ctl", filepath.Join(ovnRun, "ovnnb_db.ctl"),
+			"--ovn-sb-ctl", filepath.Join(ovnRun, "ovnsb_db.ctl"),
+			"--ovn-db-dir", ovnDB,
 			"--linstor-url", ls.URL,
 			"--drbdsetup", fake.Path,
 			"--check-deadline", "2s",
@@ -128,7 +161,8 @@ func TestRunOnceEverySource(t *testing.T) {
 	}
 	for _, c := range []string{report.CheckTalosServices, report.CheckEtcdMember, report.CheckEtcdMembership, report.CheckEtcdAlarms,
 		report.CheckFsyncLatency, report.CheckFsyncProbe, report.CheckDiskstats, report.CheckCiliumHealth,
-		report.CheckKubeOVNPinger, report.CheckLinstorSatellite, report.CheckDRBDResource} {
+		report.CheckKubeOVNPinger, report.CheckLinstorSatellite, report.CheckDRBDResource,
+		report.CheckCiliumNodeConnectivity, report.CheckOVS, report.CheckOVNCentralMember} {
 		assert.Equal(t, "Healthy", seen[c], "check %s", c)
 	}
 	assert.Equal(t, 0, code, "%+v", out)
@@ -165,6 +199,7 @@ func TestRunOnceTextAndUsage(t *testing.T) {
 	var stdout, stderr bytes.Buffer
 	dir := t.TempDir()
 	code := run([]string{"run-once", "--node-name", "n1", "--talosconfig", "", "--etcd-metrics-url", "", "--cilium-socket", "",
+		"--cilium-health-socket", "", "--ovs-db-socket", "", "--ovn-nb-ctl", "", "--ovn-sb-ctl", "",
 		"--fsync-probe-dir", dir, "--proc-root", "", "--drbdsetup", ""}, &stdout, &stderr)
 	assert.Equal(t, 0, code, stderr.String())
 	assert.Contains(t, stdout.String(), "fsync-probe")

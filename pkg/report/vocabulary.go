@@ -99,24 +99,70 @@ const (
 	AttrDBSizeInUseBytes = "dbSizeInUseBytes"
 )
 
-// Vocabulary of kube-ovn's ovn-central raft membership, read by the drain
-// pre-check's ovn-central rule. The agent does NOT emit it yet: until it
-// does, no node reports an ovn-central member and the rule finds none.
+// Vocabulary of kube-ovn as the agent reads it from the node's own OVS and
+// OVN sockets, and of ovn-central's raft membership, which the drain
+// pre-check's ovn-central rule and the kube-ovn quorum projection read.
 const (
 	// CheckOVNCentralMember (component kube-ovn): this node's ovn-central
-	// raft member of one clustered OVSDB database, as `ovn-appctl
-	// cluster/status <db>` on the node's ovnnb_db.ctl / ovnsb_db.ctl sees it;
-	// one observation per database with ResourceRef{Kind: KindOVNDatabase,
-	// Name: "OVN_Northbound" | "OVN_Southbound"}. Healthy when Status is
-	// "cluster member" and Role is leader or follower; Down when the server
-	// is not a cluster member or its status says failed/disconnected.
-	// Not sent on nodes that host no ovn-central member. Attributes:
-	// AttrRaftServers, AttrIsLeader.
+	// raft member of one clustered OVSDB database, as `ovn-appctl -t
+	// <ctl> cluster/status <db>` sees it on the node's ovnnb_db.ctl /
+	// ovnsb_db.ctl; one observation per database with
+	// ResourceRef{Kind: KindOVNDatabase, Name: "OVN_Northbound" |
+	// "OVN_Southbound"}. Healthy when Status is "cluster member" and Role is
+	// leader or follower with a known leader; Down when the member runs
+	// without a leader (a candidate: the cluster lost its quorum as this
+	// member sees it), failed, left the cluster, or is not running where the
+	// node holds its database file (/etc/origin/ovn/ovnnb_db.db); Degraded
+	// while joining; Unknown when its status cannot be read. Not sent on
+	// nodes that host no member (no control socket, no database file).
+	// Attributes: AttrRaftServers, AttrIsLeader, AttrRaftTerm,
+	// AttrRaftConnectedPeers (absent when the member does not run). The
+	// message names role, status, term, leader and the connected peers.
 	CheckOVNCentralMember = "ovn-central-member"
 	// AttrRaftServers: servers listed under `Servers:` of `cluster/status`,
 	// i.e. the voting size of the raft cluster as this member sees it.
 	AttrRaftServers = "raftServers"
+	// AttrRaftConnectedPeers: the other servers this member has a live
+	// raft connection with (`Connections:`, parenthesised ones are down).
+	AttrRaftConnectedPeers = "raftConnectedPeers"
 	// KindOVNDatabase: an OVN clustered OVSDB database (OVN_Northbound,
 	// OVN_Southbound).
 	KindOVNDatabase = "OVNDatabase"
+
+	// CheckOVS (component kube-ovn): this node's ovs-ovn as its own sockets
+	// tell it: ovsdb-server (OVSDB JSON-RPC, RFC 7047, on db.sock: the
+	// Open_vSwitch and Interface tables), ovs-vswitchd and ovn-controller
+	// (their unixctl control sockets: version, connection-status). Down
+	// when ovsdb-server, ovs-vswitchd or ovn-controller does not run here
+	// (the ovs-ovn pod of this node is missing, orphaned or crashed);
+	// Degraded when ovn-controller is not connected to the southbound
+	// database or interfaces carry errors (ports of pods that no longer
+	// exist). Attributes: AttrInterfaces, AttrInterfacesWithErrors.
+	CheckOVS = "ovs"
+	// AttrInterfaces: rows of the Open_vSwitch database's Interface table.
+	AttrInterfaces = "interfaces"
+	// AttrInterfacesWithErrors: interfaces ovs-vswitchd could not set up
+	// (error column set, ofport -1).
+	AttrInterfacesWithErrors = "interfacesWithErrors"
+)
+
+// Vocabulary of Cilium's node-to-node view.
+const (
+	// CheckCiliumNodeConnectivity (component cilium): cilium-health's
+	// probes from this node to every other node (GET /v1beta/status on
+	// /var/run/cilium/health.sock): the node's address (ICMP, and HTTP to
+	// cilium-health's port 4240) and its health endpoint on the pod network.
+	// One summary observation pinned to this node (Healthy when every
+	// probed node answers; Degraded when some do not; Down when none does),
+	// plus one Degraded observation per unreachable node X with
+	// ResourceRef{Kind: Node, Name: X} (at most MaxUnreachableNodes), so the
+	// fact "this node cannot reach X" names both nodes. Attributes of the
+	// summary: AttrNodesProbed, AttrNodesUnreachable.
+	CheckCiliumNodeConnectivity = "cilium-node-connectivity"
+	// AttrNodesProbed: other nodes cilium-health probed.
+	AttrNodesProbed = "nodesProbed"
+	// AttrNodesUnreachable: probed nodes that did not answer.
+	AttrNodesUnreachable = "nodesUnreachable"
+	// MaxUnreachableNodes caps the per-node observations of one report.
+	MaxUnreachableNodes = 16
 )

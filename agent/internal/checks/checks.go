@@ -11,6 +11,7 @@ import (
 
 	"github.com/cozystack/cozy-health/agent/internal/check"
 	"github.com/cozystack/cozy-health/agent/internal/checks/cilium"
+	"github.com/cozystack/cozy-health/agent/internal/checks/ciliumnodes"
 	"github.com/cozystack/cozy-health/agent/internal/checks/diskstats"
 	"github.com/cozystack/cozy-health/agent/internal/checks/drbd"
 	"github.com/cozystack/cozy-health/agent/internal/checks/etcdalarms"
@@ -20,6 +21,8 @@ import (
 	"github.com/cozystack/cozy-health/agent/internal/checks/fsyncprobe"
 	"github.com/cozystack/cozy-health/agent/internal/checks/kubeovn"
 	"github.com/cozystack/cozy-health/agent/internal/checks/linstor"
+	"github.com/cozystack/cozy-health/agent/internal/checks/ovncentral"
+	"github.com/cozystack/cozy-health/agent/internal/checks/ovs"
 	"github.com/cozystack/cozy-health/agent/internal/checks/talosservices"
 	"github.com/cozystack/cozy-health/agent/internal/config"
 	"github.com/cozystack/cozy-health/talos"
@@ -59,9 +62,18 @@ var table = []func(d deps) check.Check{
 			Degraded: d.cfg.Thresholds.DiskLatencyDegraded, Down: d.cfg.Thresholds.DiskLatencyDown})
 	},
 	func(d deps) check.Check { return cilium.New(d.cfg.Sources.CiliumSocket) },
+	func(d deps) check.Check { return ciliumnodes.New(d.cfg.Sources.CiliumHealthSocket, d.cfg.NodeName) },
 	func(d deps) check.Check {
 		return kubeovn.New(d.cfg.Sources.KubeOVNPingerURL, d.cfg.NodeName, kubeovn.Thresholds{
 			PingLossDegraded: d.cfg.Thresholds.PingLossDegraded, PingLossDown: d.cfg.Thresholds.PingLossDown})
+	},
+	func(d deps) check.Check {
+		s := d.cfg.Sources
+		return ovs.New(ovs.Config{DBSocket: s.OVSDBSocket, ControllerPidfile: s.OVNControllerPidfile})
+	},
+	func(d deps) check.Check {
+		s := d.cfg.Sources
+		return ovncentral.New(ovncentral.Config{NBCtl: s.OVNNBCtl, SBCtl: s.OVNSBCtl, DBDir: s.OVNDBDir})
 	},
 	func(d deps) check.Check { return linstor.NewSatellite(d.linstor, d.cfg.NodeName) },
 	func(d deps) check.Check { return drbd.New(d.linstor, d.cfg.Sources.DrbdsetupPath, d.cfg.NodeName) },

@@ -95,8 +95,23 @@ type Sources struct {
 	DiskstatsDevices string
 	// CiliumSocket is the Cilium agent's API socket (--cilium-socket).
 	CiliumSocket string
-	// KubeOVNPingerURL is the local kube-ovn-pinger metrics URL (--kube-ovn-pinger-url).
+	// CiliumHealthSocket is cilium-health's API socket (--cilium-health-socket).
+	CiliumHealthSocket string
+	// KubeOVNPingerURL is a kube-ovn-pinger metrics URL the agent can reach
+	// (--kube-ovn-pinger-url); the pinger runs on the pod network, so off by
+	// default.
 	KubeOVNPingerURL string
+	// OVSDBSocket is ovs-ovn's ovsdb-server socket; its directory is OVS's
+	// rundir with ovs-vswitchd's pidfile and control socket (--ovs-db-socket).
+	OVSDBSocket string
+	// OVNControllerPidfile is ovn-controller's pidfile, beside its control
+	// socket (--ovn-controller-pidfile).
+	OVNControllerPidfile string
+	// OVNNBCtl and OVNSBCtl are ovn-central's ovsdb-server control sockets
+	// (--ovn-nb-ctl, --ovn-sb-ctl).
+	OVNNBCtl, OVNSBCtl string
+	// OVNDBDir holds ovn-central's database files on the host (--ovn-db-dir).
+	OVNDBDir string
 	// LinstorURL is the LINSTOR controller's REST URL (--linstor-url).
 	LinstorURL string
 	// LinstorCAFile verifies the controller (--linstor-ca-file).
@@ -160,7 +175,16 @@ func Default() Config {
 			ProcRoot:          "/proc",
 			DiskstatsDevices:  `^(sd[a-z]+|vd[a-z]+|xvd[a-z]+|hd[a-z]+|nvme[0-9]+n[0-9]+|mmcblk[0-9]+)$`,
 			CiliumSocket:      "/var/run/cilium/cilium.sock",
-			DrbdsetupPath:     "drbdsetup",
+			// cilium-health's socket (pkg/health/defaults).
+			CiliumHealthSocket: "/var/run/cilium/health.sock",
+			// kube-ovn's ovs-ovn and ovn-central share these with the host
+			// (hostPath /run/openvswitch, /var/run/ovn, /etc/origin/ovn).
+			OVSDBSocket:          "/run/openvswitch/db.sock",
+			OVNControllerPidfile: "/var/run/ovn/ovn-controller.pid",
+			OVNNBCtl:             "/var/run/ovn/ovnnb_db.ctl",
+			OVNSBCtl:             "/var/run/ovn/ovnsb_db.ctl",
+			OVNDBDir:             "/etc/origin/ovn",
+			DrbdsetupPath:        "drbdsetup",
 		},
 		Thresholds: Thresholds{
 			// etcd's mixin: etcdHighFsyncDurations p99 > 0.5 s warning, > 1 s critical.
@@ -216,7 +240,13 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&s.ProcRoot, "proc-root", s.ProcRoot, "host /proc mount; empty disables diskstats")
 	fs.StringVar(&s.DiskstatsDevices, "diskstats-devices", s.DiskstatsDevices, "regular expression selecting judged block devices")
 	fs.StringVar(&s.CiliumSocket, "cilium-socket", s.CiliumSocket, "Cilium agent API unix socket; empty disables")
-	fs.StringVar(&s.KubeOVNPingerURL, "kube-ovn-pinger-url", s.KubeOVNPingerURL, "kube-ovn-pinger metrics URL of this node; empty disables")
+	fs.StringVar(&s.CiliumHealthSocket, "cilium-health-socket", s.CiliumHealthSocket, "cilium-health API unix socket (node-to-node connectivity); empty disables")
+	fs.StringVar(&s.KubeOVNPingerURL, "kube-ovn-pinger-url", s.KubeOVNPingerURL, "kube-ovn-pinger metrics URL the agent can reach (the pinger listens on the pod network); empty disables")
+	fs.StringVar(&s.OVSDBSocket, "ovs-db-socket", s.OVSDBSocket, "ovsdb-server socket of kube-ovn's ovs-ovn (its directory holds ovs-vswitchd's pidfile and control socket); empty disables the ovs check")
+	fs.StringVar(&s.OVNControllerPidfile, "ovn-controller-pidfile", s.OVNControllerPidfile, "ovn-controller pidfile (its control socket is beside it); empty skips ovn-controller")
+	fs.StringVar(&s.OVNNBCtl, "ovn-nb-ctl", s.OVNNBCtl, "ovn-central's OVN_Northbound ovsdb-server control socket; empty skips NB")
+	fs.StringVar(&s.OVNSBCtl, "ovn-sb-ctl", s.OVNSBCtl, "ovn-central's OVN_Southbound ovsdb-server control socket; empty skips SB")
+	fs.StringVar(&s.OVNDBDir, "ovn-db-dir", s.OVNDBDir, "directory of ovn-central's database files on the host: a file without a running member is a member down")
 	fs.StringVar(&s.LinstorURL, "linstor-url", s.LinstorURL, "LINSTOR controller REST URL; empty disables the LINSTOR view")
 	fs.StringVar(&s.LinstorCAFile, "linstor-ca-file", s.LinstorCAFile, "CA verifying the LINSTOR controller")
 	fs.StringVar(&s.LinstorCertFile, "linstor-client-cert-file", s.LinstorCertFile, "TLS client certificate for LINSTOR")

@@ -1,6 +1,8 @@
-// Package cilium serves Cilium's agent REST API on a unix socket: GET
+// Package cilium serves Cilium's agent REST API on a unix socket (GET
 // /v1/healthz answers a StatusResponse in Cilium's JSON shape whose overall
-// and per-subsystem states can be set (the lab's cilium-fail fault).
+// and per-subsystem states can be set: the lab's cilium-fail fault), and
+// cilium-health's API on its own socket (health.go: the node-to-node view,
+// the lab's cilium-unreachable fault).
 package cilium
 
 import (

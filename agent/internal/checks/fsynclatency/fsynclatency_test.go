@@ -20,8 +20,8 @@ import (
 	"github.com/cozystack/cozy-health/agent/internal/check"
 	"github.com/cozystack/cozy-health/pkg/report"
 	"github.com/cozystack/cozy-health/talos"
-	"github.com/cozystack/cozy-health/talos/shim"
 	"github.com/cozystack/cozy-health/test/harness"
+	talossrc "github.com/cozystack/cozy-health/test/sources/talos"
 )
 
 func defaults() Thresholds {
@@ -244,9 +244,9 @@ func TestFilterKeepsOnlyTheHistograms(t *testing.T) {
 // makes it a worker) and returns the agent's client for it.
 func talosFor(t *testing.T, etcdEndpoint string) *talos.Client {
 	t.Helper()
-	pki, err := shim.NewPKI([]string{"127.0.0.1"}, []string{"os:reader"}, time.Hour)
+	pki, err := talossrc.NewPKI([]string{"127.0.0.1"}, []string{"os:reader"}, time.Hour)
 	require.NoError(t, err)
-	srv, err := shim.New(shim.Config{Hostname: "node-1", EtcdEndpoint: etcdEndpoint, TLS: pki.ServerTLS()})
+	srv, err := talossrc.New(talossrc.Config{Hostname: "node-1", EtcdEndpoint: etcdEndpoint, TLS: pki.ServerTLS()})
 	require.NoError(t, err)
 	addr, err := srv.Listen("127.0.0.1:0")
 	require.NoError(t, err)

@@ -1,0 +1,309 @@
+// Package ovncentral reads this node's ovn-central raft members: for the
+// OVN_Northbound and OVN_Southbound clustered databases it asks the local
+// ovsdb-server, on its unixctl control socket (/var/run/ovn/ovnnb_db.ctl,
+// ovnsb_db.ctl, shared with the host by kube-ovn's ovn-central pods), for
+// `cluster/status <db>` exactly as `ovn-appctl -t <ctl> cluster/status <db>`
+// does, and judges the member from its role, status, leader and
+// connections. A node holding a database file (/etc/origin/ovn, the
+// ovn-central pod's hostPath) but no answering control socket hosts a member
+// that is not running; a node with neither hosts none.
+package ovncentral
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"github.com/cozystack/cozy-health/agent/internal/check"
+	"github.com/cozystack/cozy-health/agent/internal/ovsrpc"
+	"github.com/cozystack/cozy-health/pkg/report"
+)
+
+// The clustered databases of ovn-central.
+const (
+	Northbound = "OVN_Northbound"
+	Southbound = "OVN_Southbound"
+)
+
+// Reasons.
+const (
+	ReasonClusterMember      = "ClusterMember"
+	ReasonNoLeader           = "NoLeader"
+	ReasonMemberFailed       = "MemberFailed"
+	ReasonMemberLeftCluster  = "MemberLeftCluster"
+	ReasonMemberJoining      = "MemberJoining"
+	ReasonMemberNotRunning   = "MemberNotRunning"
+	ReasonMemberNotListening = "MemberNotListening"
+	ReasonStatusUnreadable   = "StatusUnreadable"
+)
+
+// Config says where the members' sockets and files are.
+type Config struct {
+	// NBCtl and SBCtl are the databases' control sockets (--ovn-nb-ctl,
+	// --ovn-sb-ctl); empty skips that database.
+	NBCtl, SBCtl string
+	// DBDir holds the ovn-central database files on the host
+	// (--ovn-db-dir, kube-ovn's /etc/origin/ovn); empty: a missing control
+	// socket always means "no member here".
+	DBDir string
+}
+
+// Check is the ovn-central-member check.
+type Check struct{ cfg Config }
+
+var _ check.Check = (*Check)(nil)
+
+// New returns the check.
+func New(cfg Config) *Check { return &Check{cfg: cfg} }
+
+// Name implements check.Check.
+func (*Check) Name() string { return report.CheckOVNCentralMember }
+
+// Component implements check.Check.
+func (*Check) Component() string { return report.ComponentKubeOVN }
+
+type database struct{ name, ctl, file string }
+
+// Run implements check.Check.
+func (c *Check) Run(ctx context.Context) ([]report.Observation, error) {
+	dbs := []database{{Northbound, c.cfg.NBCtl, "ovnnb_db.db"}, {Southbound, c.cfg.SBCtl, "ovnsb_db.db"}}
+	var out []report.Observation
+	var absent []string
+	for _, db := range dbs {
+		if db.ctl == "" {
+			continue
+		}
+		o, hosted, err := c.member(ctx, db)
+		if err != nil {
+			return nil, err
+		}
+		if !hosted {
+			absent = append(absent, db.ctl)
+			continue
+		}
+		o.ResourceRef = &report.ResourceRef{Kind: report.KindOVNDatabase, Name: db.name}
+		out = append(out, o)
+	}
+	if len(out) == 0 {
+		if len(absent) == 0 {
+			return nil, check.NotApplicable("no ovn-central control socket configured")
+		}
+		return nil, check.NotApplicable(fmt.Sprintf("no ovn-central member on this node: no %s and no database file in %q", strings.Join(absent, ", "), c.cfg.DBDir))
+	}
+	return out, nil
+}
+
+// member reads one database's member; hosted is false when this node holds
+// no member of it.
+func (c *Check) member(ctx context.Context, db database) (o report.Observation, hosted bool, err error) {
+	file := ""
+	if c.cfg.DBDir != "" {
+		file = filepath.Join(c.cfg.DBDir, db.file)
+		if _, err := os.Stat(file); err != nil {
+			file = ""
+		}
+	}
+	if _, err := os.Stat(db.ctl); errors.Is(err, fs.ErrNotExist) {
+		if file == "" {
+			return o, false, nil
+		}
+		return report.Observation{Status: report.StatusDown, Reason: ReasonMemberNotRunning,
+			Message: fmt.Sprintf("this node hosts a %s member (database file %s) but its ovsdb-server is not running: no control socket %s", db.name, file, db.ctl)}, true, nil
+	}
+	text, err := ovsrpc.Appctl(ctx, db.ctl, "cluster/status", db.name)
+	switch {
+	case err == nil:
+	case ctx.Err() != nil:
+		return o, true, fmt.Errorf("read %s cluster/status: %w", db.name, err)
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return report.Observation{Status: report.StatusDown, Reason: ReasonMemberNotListening,
+			Message: fmt.Sprintf("%s control socket %s exists but its ovsdb-server does not accept connections: %v", db.name, db.ctl, err)}, true, nil
+	default:
+		return report.Observation{Status: report.StatusUnknown, Reason: ReasonStatusUnreadable,
+			Message: fmt.Sprintf("ovn-appctl -t %s cluster/status %s: %v", db.ctl, db.name, err)}, true, nil
+	}
+	st, err := Parse(text)
+	if err != nil {
+		return report.Observation{Status: report.StatusUnknown, Reason: ReasonStatusUnreadable,
+			Message: fmt.Sprintf("%s cluster/status: %v", db.name, err)}, true, nil
+	}
+	return Judge(st), true, nil
+}
+
+// Server is one line of the Servers: block.
+type Server struct {
+	ID, Address string
+	Self        bool
+}
+
+// Status is what `cluster/status` prints (ovsdb/raft.c,
+// raft_unixctl_status), the fields kube-ovn's ovn-monitor parses too.
+type Status struct {
+	// ServerID is this server's short id (the first line).
+	ServerID string
+	Name     string
+	Address  string
+	// Status: "cluster member", "joining cluster", "leaving cluster",
+	// "left cluster", "failed", "disconnected from the cluster (election
+	// timeout)".
+	Status string
+	// Role: leader, follower or candidate.
+	Role string
+	Term uint64
+	// Leader: "self", "unknown" or the leader's short id.
+	Leader string
+	Vote   string
+	// Connected and Failed are the peers with a live or a failed
+	// connection (Connections: "->f080 <-f080 (->e631)").
+	Connected, Failed []string
+	Servers           []Server
+}
+
+// Parse reads the text of `cluster/status`.
+func Parse(text string) (*Status, error) {
+	st := &Status{}
+	lines := strings.Split(strings.ReplaceAll(text, "\r\n", "\n"), "\n")
+	inServers := false
+	connected, failed := map[string]bool{}, map[string]bool{}
+	for i, line := range lines {
+		if i == 0 && !strings.Contains(line, ":") {
+			st.ServerID = strings.TrimSpace(line)
+			continue
+		}
+		if inServers {
+			if strings.HasPrefix(line, " ") && strings.TrimSpace(line) != "" {
+				f := strings.Fields(line)
+				srv := Server{ID: f[0], Self: strings.Contains(line, "(self)")}
+				if at := strings.Index(line, " at "); at >= 0 {
+					rest := line[at+4:]
+					if end := strings.Index(rest, ")"); end >= 0 {
+						srv.Address = rest[:end]
+					}
+				}
+				st.Servers = append(st.Servers, srv)
+				continue
+			}
+			inServers = false
+		}
+		key, val, ok := strings.Cut(line, ":")
+		if !ok {
+			continue
+		}
+		val = strings.TrimSpace(val)
+		switch key {
+		case "Name":
+			st.Name = val
+		case "Server ID":
+			if st.ServerID == "" {
+				st.ServerID = strings.Fields(val + " ")[0]
+			}
+		case "Address":
+			st.Address = val
+		case "Status":
+			st.Status = val
+		case "Role":
+			st.Role = val
+		case "Term":
+			t, err := strconv.ParseUint(val, 10, 64)
+			if err != nil {
+				return nil, fmt.Errorf("parse Term %q: %w", val, err)
+			}
+			st.Term = t
+		case "Leader":
+			st.Leader = val
+		case "Vote":
+			st.Vote = val
+		case "Connections":
+			for _, tok := range strings.Fields(val) {
+				bad := strings.HasPrefix(tok, "(")
+				id := strings.TrimLeft(strings.Trim(tok, "()"), "<->")
+				if bad {
+					failed[id] = true
+				} else {
+					connected[id] = true
+				}
+			}
+		case "Servers":
+			inServers = true
+		}
+	}
+	if st.Name == "" || st.Status == "" || st.Role == "" {
+		return nil, fmt.Errorf("not a cluster/status answer (want Name, Status and Role): %.120q", text)
+	}
+	for id := range connected {
+		st.Connected = append(st.Connected, id)
+	}
+	for id := range failed {
+		if !connected[id] {
+			st.Failed = append(st.Failed, id)
+		}
+	}
+	sort.Strings(st.Connected)
+	sort.Strings(st.Failed)
+	return st, nil
+}
+
+// Judge turns a member's status into its observation.
+func Judge(st *Status) report.Observation {
+	self := st.ServerID
+	peers, connected := 0, 0
+	isConnected := map[string]bool{}
+	for _, id := range st.Connected {
+		isConnected[id] = true
+	}
+	var down []string
+	for _, s := range st.Servers {
+		if s.Self || s.ID == self {
+			continue
+		}
+		peers++
+		if isConnected[s.ID] {
+			connected++
+		} else {
+			down = append(down, s.ID)
+		}
+	}
+	o := report.Observation{Attributes: map[string]float64{
+		report.AttrRaftServers:        float64(len(st.Servers)),
+		report.AttrIsLeader:           b2f(st.Role == "leader"),
+		report.AttrRaftTerm:           float64(st.Term),
+		report.AttrRaftConnectedPeers: float64(connected),
+	}}
+	msg := fmt.Sprintf("%s member %s (%s): %s, role %s, term %d, leader %s, %d of %d peers connected",
+		st.Name, self, st.Address, st.Status, st.Role, st.Term, st.Leader, connected, peers)
+	if len(down) > 0 {
+		msg += " (not connected: " + strings.Join(down, ", ") + ")"
+	}
+	switch {
+	case strings.Contains(st.Status, "failed"):
+		o.Status, o.Reason = report.StatusDown, ReasonMemberFailed
+	case strings.Contains(st.Status, "left") || strings.Contains(st.Status, "leaving"):
+		o.Status, o.Reason = report.StatusDown, ReasonMemberLeftCluster
+	case strings.Contains(st.Status, "joining"):
+		o.Status, o.Reason = report.StatusDegraded, ReasonMemberJoining
+	case st.Role == "candidate" || st.Leader == "unknown" || st.Leader == "":
+		// Without a leader the database serves no transaction: this
+		// member cannot serve, whatever its process does.
+		o.Status, o.Reason = report.StatusDown, ReasonNoLeader
+	case st.Role == "leader" || st.Role == "follower":
+		o.Status, o.Reason = report.StatusHealthy, ReasonClusterMember
+	default:
+		o.Status, o.Reason = report.StatusUnknown, ReasonStatusUnreadable
+	}
+	o.Message = msg
+	return o
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
