@@ -111,10 +111,13 @@ func newRootCommand() *cobra.Command {
 
 	var node string
 	fault := &cobra.Command{
-		Use:   "fault [--node NODE] FAULT [RESOURCE]",
+		Use:   "fault [--node NODE] FAULT [RESOURCE|NODE]",
 		Short: "Inject or revert a fault in a running lab",
 		Long: `Faults on a node (--node): etcd-stop, etcd-start, agent-stop, agent-start,
-fsync-slow, fsync-ok, cilium-fail, cilium-ok, ovs-down, ovs-up,
+fsync-slow, fsync-ok, cilium-fail, cilium-ok, cilium-unreachable NODE,
+cilium-reachable NODE, ovs-down, ovs-up, ovn-central-stop, ovn-central-start
+(the node's NB and SB raft members, on node-1..3), ovn-nb-stop, ovn-nb-start
+(its NB member only), etcd-metrics-absent, etcd-metrics-present,
 linstor-offline, linstor-online, drbd-outdated RES, drbd-uptodate RES,
 talos-hang, talos-ok.
 Lab-wide faults: leader-kill (SIGKILL the Lease holder), aggregator-start

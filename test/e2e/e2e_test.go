@@ -7,6 +7,7 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -167,6 +168,77 @@ func TestFaultMatrix(t *testing.T) {
 		})
 	}
 
+	// The sources read where Cozystack really has them (issue 14): the
+	// facts land on the nodes that hold them. These assert node entries and
+	// pinned conditions, not overall (whose projection is the rollup's).
+	t.Run("ovs-ovn gone from node-1: kube-ovn on node-1 Down (OVSDBSocketMissing)", func(t *testing.T) {
+		fault(t, "node-1", "ovs-down", "")
+		defer func() { fault(t, "node-1", "ovs-up", ""); healthy(t) }()
+		wait(t, "kube-ovn node-1 Down OVSDBSocketMissing", boundFault, lab.NodeEntryIs("kube-ovn", "node-1", healthv1alpha1.StatusDown, "OVSDBSocketMissing"))
+	})
+
+	t.Run("ovn-central member lost on node-2: its NB and SB members Down, pinned to the databases", func(t *testing.T) {
+		fault(t, "node-2", "ovn-central-stop", "")
+		defer func() { fault(t, "node-2", "ovn-central-start", ""); healthy(t) }()
+		wait(t, "kube-ovn node-2 Down MemberNotRunning", boundFault, lab.All(
+			lab.NodeEntryIs("kube-ovn", "node-2", healthv1alpha1.StatusDown, "MemberNotRunning"),
+			conditionPinned("kube-ovn", "OvnCentralMember", "OVNDatabase", "OVN_Northbound", "MemberNotRunning"),
+			conditionPinned("kube-ovn", "OvnCentralMember", "OVNDatabase", "OVN_Southbound", "MemberNotRunning"),
+		))
+		hs, err := l.Healths(ctx)
+		require.NoError(t, err)
+		for _, n := range []string{"node-1", "node-3"} {
+			assert.Equal(t, healthv1alpha1.StatusHealthy, hs["kube-ovn"].Status.Nodes[n].Status, "%s keeps quorum with node-1 and node-3", n)
+		}
+	})
+
+	t.Run("NB raft without quorum: the surviving NB member has no leader", func(t *testing.T) {
+		fault(t, "node-2", "ovn-nb-stop", "")
+		fault(t, "node-3", "ovn-nb-stop", "")
+		defer func() {
+			fault(t, "node-2", "ovn-nb-start", "")
+			fault(t, "node-3", "ovn-nb-start", "")
+			healthy(t)
+		}()
+		wait(t, "kube-ovn node-1 Down NoLeader on OVN_Northbound", boundFault, lab.All(
+			lab.NodeEntryIs("kube-ovn", "node-1", healthv1alpha1.StatusDown, "NoLeader"),
+			conditionPinned("kube-ovn", "OvnCentralMember", "OVNDatabase", "OVN_Northbound", "NoLeader"),
+			lab.NodeEntryIs("kube-ovn", "node-2", healthv1alpha1.StatusDown, "MemberNotRunning"),
+		))
+	})
+
+	t.Run("cilium: node-1 cannot reach node-2, a fact naming both", func(t *testing.T) {
+		fault(t, "node-1", "cilium-unreachable", "node-2")
+		defer func() { fault(t, "node-1", "cilium-reachable", "node-2"); healthy(t) }()
+		wait(t, "cilium node-1 Degraded, its condition naming node-2", boundFault, lab.All(
+			lab.NodeEntryIs("cilium", "node-1", healthv1alpha1.StatusDegraded, "NodesUnreachable"),
+			func(hs map[string]*healthv1alpha1.Health, _ time.Time) (bool, string) {
+				for _, c := range hs["cilium"].Status.Conditions {
+					if c.Type == "CiliumNodeConnectivity" && c.Status == healthv1alpha1.ConditionFalse && strings.Contains(c.Message, "node-2") {
+						return true, c.Message
+					}
+				}
+				return false, "no False CiliumNodeConnectivity condition naming node-2"
+			},
+		))
+	})
+
+	t.Run("etcd metrics endpoint absent on a control-plane node: Unknown naming the patch", func(t *testing.T) {
+		fault(t, "node-1", "etcd-metrics-absent", "")
+		defer func() { fault(t, "node-1", "etcd-metrics-present", ""); healthy(t) }()
+		wait(t, "etcd node-1 Unknown MetricsEndpointUnreachable", boundFault, lab.All(
+			lab.NodeEntryIs("etcd", "node-1", healthv1alpha1.StatusUnknown, "MetricsEndpointUnreachable"),
+			func(hs map[string]*healthv1alpha1.Health, _ time.Time) (bool, string) {
+				for _, c := range hs["etcd"].Status.Conditions {
+					if c.Type == "FsyncLatency" && c.Status == healthv1alpha1.ConditionUnknown && strings.Contains(c.Message, "listen-metrics-urls") {
+						return true, c.Message
+					}
+				}
+				return false, "no Unknown FsyncLatency condition naming listen-metrics-urls"
+			},
+		))
+	})
+
 	t.Run("drain pre-check: safe, blocked by etcd quorum, unknown without data", func(t *testing.T) {
 		agg := l.State.Aggregators[0]
 		check := func(t *testing.T, node string) drainAnswer {
@@ -239,6 +311,23 @@ func TestFaultMatrix(t *testing.T) {
 	t.Run("every fault reverted: all Healthy", func(t *testing.T) {
 		healthy(t)
 	})
+}
+
+// conditionPinned holds when component has a False condition of type ctype
+// pinned to resource kind/name with reason.
+func conditionPinned(component, ctype, kind, name, reason string) lab.Condition {
+	return func(hs map[string]*healthv1alpha1.Health, _ time.Time) (bool, string) {
+		h, ok := hs[component]
+		if !ok {
+			return false, component + " missing"
+		}
+		for _, c := range h.Status.Conditions {
+			if c.Type == ctype && c.ResourceRef != nil && c.ResourceRef.Kind == kind && c.ResourceRef.Name == name {
+				return c.Status == healthv1alpha1.ConditionFalse && c.Reason == reason, fmt.Sprintf("%s %s/%s %s %s", ctype, kind, name, c.Status, c.Reason)
+			}
+		}
+		return false, fmt.Sprintf("no %s condition pinned to %s/%s", ctype, kind, name)
+	}
 }
 
 // drainAnswer is the JSON of GET /v1/drain-check.

@@ -95,17 +95,19 @@ func ImportImages(ctx context.Context, c *harness.Cluster, binDir, dir string) (
 }
 
 // NodeValues are the chart values for a harness node: no Talos API (its
-// ServiceAccount CRD is Talos'), no kube-ovn pinger and no LINSTOR here
-// (those checks read Unknown); the Cilium socket directory and the fsync
-// probe in dir instead of the host's /var; 2 s reports.
+// ServiceAccount CRD is Talos'), no kube-ovn and no LINSTOR here (those
+// checks read Unknown or, for ovs-ovn missing, Down); the Cilium socket
+// directory, kube-ovn's run and database directories and the fsync probe in
+// dir instead of the host's /run and /var; 2 s reports.
 func NodeValues(dir string) map[string]any {
 	return map[string]any{
 		"agent": map[string]any{
 			"interval":      "2s",
 			"checkDeadline": "1s",
 			"sources": map[string]any{
-				"talos":      map[string]any{"enabled": false},
-				"kubeOVN":    map[string]any{"pingerURL": ""},
+				"talos": map[string]any{"enabled": false},
+				"kubeOVN": map[string]any{"pingerURL": "", "ovsRunPath": filepath.Join(dir, "openvswitch"),
+					"ovnRunPath": filepath.Join(dir, "ovn"), "ovnDBPath": filepath.Join(dir, "ovn-db")},
 				"linstor":    map[string]any{"url": ""},
 				"cilium":     map[string]any{"runPath": filepath.Join(dir, "cilium")},
 				"fsyncProbe": map[string]any{"hostPath": filepath.Join(dir, "fsync-probe")},

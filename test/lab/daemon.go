@@ -15,8 +15,9 @@ import (
 )
 
 // The lab daemon hosts the in-process source servers of every simulated
-// node (Talos MachineService shim, Cilium socket, kube-ovn pinger metrics,
-// LINSTOR controller REST, the etcd metrics proxy) and a control socket the
+// node (Talos MachineService shim, Cilium and cilium-health sockets,
+// kube-ovn's OVS/OVN sockets and ovn-central members, LINSTOR controller
+// REST, the etcd metrics proxy) and a control socket the
 // fault subcommand talks to. `up` runs it as its own process (`serve`) so
 // the lab outlives `up`; tests run it in-process.
 
@@ -114,12 +115,15 @@ func (l *Lab) startDaemon(ctx context.Context) error {
 			return err
 		}
 		n.EtcdMetrics = "http://" + metrics + "/metrics"
-		pinger, err := harness.FreeAddr()
-		if err != nil {
-			return err
-		}
-		n.PingerURL = "http://" + pinger + "/metrics"
 		n.CiliumSocket = filepath.Join(nd, "cilium.sock")
+		n.CiliumHealth = filepath.Join(nd, "health.sock")
+		n.OVSRun, n.OVNRun, n.OVNDBDir = filepath.Join(nd, "ovs"), filepath.Join(nd, "ovn"), filepath.Join(nd, "ovn-db")
+		for _, d := range []string{n.OVSRun, n.OVNRun, n.OVNDBDir} {
+			if err := os.MkdirAll(d, 0o700); err != nil {
+				return fmt.Errorf("lab: %w", err)
+			}
+		}
+		n.OVNCentral = i < ovnCentralMembers
 		n.LinstorURL = "http://" + linstorAddr
 	}
 	if err := s.save(); err != nil {

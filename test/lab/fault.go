@@ -22,6 +22,10 @@ var Faults = map[string]bool{
 	"fsync-slow": false, "fsync-ok": false,
 	"cilium-fail": false, "cilium-ok": false,
 	"ovs-down": false, "ovs-up": false,
+	"ovn-central-stop": false, "ovn-central-start": false,
+	"ovn-nb-stop": false, "ovn-nb-start": false,
+	"cilium-unreachable": true, "cilium-reachable": true,
+	"etcd-metrics-absent": false, "etcd-metrics-present": false,
 	"linstor-offline": false, "linstor-online": false,
 	"drbd-outdated": true, "drbd-uptodate": true,
 	"talos-hang": false, "talos-ok": false,
@@ -44,7 +48,7 @@ func Fault(ctx context.Context, dir, node, fault, arg string) (string, error) {
 		return "", fmt.Errorf("unknown fault %q", fault)
 	}
 	if needsArg && arg == "" {
-		return "", fmt.Errorf("fault %s needs a resource name", fault)
+		return "", fmt.Errorf("fault %s needs an argument (a resource or node name)", fault)
 	}
 	n, err := s.Node(node)
 	if err != nil {

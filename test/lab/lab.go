@@ -2,8 +2,10 @@
 // loopback and all real: the control plane from test/harness with the CRD,
 // Nodes and agent Pods; a real N-member management etcd (one member per
 // simulated node); per node a Talos MachineService shim answering from that
-// node's real etcd member, and Cilium / kube-ovn pinger / LINSTOR servers in
-// their real wire shapes with settable state; one real agent process per
+// node's real etcd member, and Cilium (agent and cilium-health sockets),
+// kube-ovn (ovs-ovn's OVSDB and unixctl sockets, ovn-central's NB/SB raft
+// members' control sockets) and LINSTOR servers in their real wire shapes
+// with settable state; one real agent process per
 // node; three real aggregator replicas with leader election. Faults act on it
 // while it runs. `make demo` and the e2e tests are built on it.
 package lab
@@ -65,14 +67,22 @@ type Options struct {
 
 // Node is one simulated node as lab.json records it.
 type Node struct {
-	Name            string `json:"name"`
-	AgentPid        int    `json:"agentPid"`
-	EtcdPid         int    `json:"etcdPid"`
-	Talos           string `json:"talos"`
-	Talosconfig     string `json:"talosconfig"`
-	EtcdMetrics     string `json:"etcdMetrics"`
-	CiliumSocket    string `json:"ciliumSocket"`
-	PingerURL       string `json:"pingerURL"`
+	Name         string `json:"name"`
+	AgentPid     int    `json:"agentPid"`
+	EtcdPid      int    `json:"etcdPid"`
+	Talos        string `json:"talos"`
+	Talosconfig  string `json:"talosconfig"`
+	EtcdMetrics  string `json:"etcdMetrics"`
+	CiliumSocket string `json:"ciliumSocket"`
+	CiliumHealth string `json:"ciliumHealthSocket"`
+	// OVSRun and OVNRun are the node's /run/openvswitch and /var/run/ovn;
+	// OVNDBDir its OVN_DIR (/var/lib/ovn in Cozystack).
+	OVSRun   string `json:"ovsRun"`
+	OVNRun   string `json:"ovnRun"`
+	OVNDBDir string `json:"ovnDBDir"`
+	// OVNCentral tells whether the node hosts ovn-central's NB and SB
+	// members (the first three nodes, like the etcd voters).
+	OVNCentral      bool   `json:"ovnCentral"`
 	LinstorURL      string `json:"linstorURL"`
 	EtcdClient      string `json:"etcdClientURL"`
 	EtcdRealMetrics string `json:"etcdRealMetrics"`
@@ -297,7 +307,7 @@ func Up(ctx context.Context, o Options) (l *Lab, err error) {
 		}
 	}
 
-	o.Log("starting per-node sources: Talos MachineService shims, Cilium, kube-ovn pinger, LINSTOR")
+	o.Log("starting per-node sources: Talos MachineService shims, Cilium and cilium-health, kube-ovn's OVS/OVN sockets and ovn-central raft members, LINSTOR")
 	if err := l.startDaemon(ctx); err != nil {
 		return nil, err
 	}
@@ -393,7 +403,15 @@ func (l *Lab) agentArgs(n *Node) []string {
 		"--fsync-probe-dir=" + filepath.Join(l.State.Dir, "nodes", n.Name),
 		"--proc-root=",
 		"--cilium-socket=" + n.CiliumSocket,
-		"--kube-ovn-pinger-url=" + n.PingerURL,
+		"--cilium-health-socket=" + n.CiliumHealth,
+		// The pinger listens on the pod network: not reachable from a real
+		// node's agent, so not configured here either.
+		"--kube-ovn-pinger-url=",
+		"--ovs-db-socket=" + filepath.Join(n.OVSRun, "db.sock"),
+		"--ovn-controller-pidfile=" + filepath.Join(n.OVNRun, "ovn-controller.pid"),
+		"--ovn-nb-ctl=" + filepath.Join(n.OVNRun, "ovnnb_db.ctl"),
+		"--ovn-sb-ctl=" + filepath.Join(n.OVNRun, "ovnsb_db.ctl"),
+		"--ovn-db-dir=" + n.OVNDBDir,
 		"--linstor-url=" + n.LinstorURL,
 		"--drbdsetup=",
 	}

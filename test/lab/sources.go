@@ -7,14 +7,20 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"path/filepath"
 	"strings"
 	"time"
 
 	"github.com/cozystack/cozy-health/test/sources/cilium"
-	"github.com/cozystack/cozy-health/test/sources/kubeovn"
 	"github.com/cozystack/cozy-health/test/sources/linstor"
+	"github.com/cozystack/cozy-health/test/sources/ovs"
 	"github.com/cozystack/cozy-health/test/sources/talos"
 )
+
+// ovnCentralMembers is how many nodes host ovn-central's NB and SB raft
+// members: kube-ovn runs one per master node, three in a Cozystack
+// management cluster (the first three lab nodes, like the etcd voters).
+const ovnCentralMembers = 3
 
 // talosRoles are the roles of the agents' Talos client certificate, as the
 // Talos ServiceAccount of talos/ grants them.
@@ -25,9 +31,15 @@ type nodeSources struct {
 	name    string
 	talos   *talos.Server
 	cilium  *cilium.Server
-	pinger  *kubeovn.Server
+	health  *cilium.Health
+	ovs     *ovs.Node
+	nb, sb  *ovs.Cluster    // shared by every node
 	linstor *linstor.Server // shared by every node
 	fsync   *fsyncProxy
+	// metricsAddr is where the agent reads etcd's metrics (the proxy);
+	// metricsSrv serves it, nil while the etcd-metrics-absent fault is on.
+	metricsAddr string
+	metricsSrv  *http.Server
 }
 
 // labResources are the LINSTOR resources of the lab: name -> replicas as
@@ -86,9 +98,15 @@ func startSources(ctx context.Context, s *State) (d *daemon, err error) {
 	if err != nil {
 		return nil, err
 	}
+	ips := map[string]string{}
+	for j, o := range names {
+		ips[o] = fmt.Sprintf("127.0.0.%d", j+10)
+	}
+	nb, sb := ovs.NewCluster("OVN_Northbound"), ovs.NewCluster("OVN_Southbound")
+	d.close = append(d.close, nb.Close, sb.Close)
 	for i := range s.Nodes {
 		n := &s.Nodes[i]
-		ns := &nodeSources{name: n.Name, linstor: ls}
+		ns := &nodeSources{name: n.Name, linstor: ls, nb: nb, sb: sb}
 		d.nodes[n.Name] = ns
 
 		ns.talos, err = talos.New(talos.Config{Hostname: n.Name, EtcdEndpoint: n.EtcdClient, TLS: pki.ServerTLS()})
@@ -107,40 +125,63 @@ func startSources(ctx context.Context, s *State) (d *daemon, err error) {
 			return nil, fmt.Errorf("start Cilium API for %s: %w", n.Name, err)
 		}
 		d.close = append(d.close, func() { _ = ns.cilium.Close() })
+		if ns.health, err = cilium.StartHealth(n.CiliumHealth, n.Name, ips); err != nil {
+			return nil, fmt.Errorf("start cilium-health for %s: %w", n.Name, err)
+		}
+		d.close = append(d.close, func() { _ = ns.health.Close() })
 
-		targets := map[string]string{}
-		for j, o := range names {
-			if o != n.Name {
-				targets[o] = fmt.Sprintf("127.0.0.%d", j+10)
+		if ns.ovs, err = ovs.StartNode(n.OVSRun, n.OVNRun, n.Name); err != nil {
+			return nil, fmt.Errorf("start ovs-ovn sockets for %s: %w", n.Name, err)
+		}
+		d.close = append(d.close, ns.ovs.Stop)
+		if n.OVNCentral {
+			ip := ips[n.Name]
+			if err := nb.AddMember(n.Name, "tcp:["+ip+"]:6643", filepath.Join(n.OVNRun, "ovnnb_db.ctl"), filepath.Join(n.OVNDBDir, "ovnnb_db.db")); err != nil {
+				return nil, err
+			}
+			if err := sb.AddMember(n.Name, "tcp:["+ip+"]:6644", filepath.Join(n.OVNRun, "ovnsb_db.ctl"), filepath.Join(n.OVNDBDir, "ovnsb_db.db")); err != nil {
+				return nil, err
 			}
 		}
-		pu, err := url.Parse(n.PingerURL)
-		if err != nil {
-			return nil, fmt.Errorf("pinger URL: %w", err)
-		}
-		ns.pinger, err = kubeovn.Start(pu.Host, kubeovn.Config{
-			Node: n.Name, NodeIP: fmt.Sprintf("127.0.0.%d", i+10), Targets: targets, PingInterval: 2 * time.Second,
-		})
-		if err != nil {
-			return nil, fmt.Errorf("start kube-ovn pinger for %s: %w", n.Name, err)
-		}
-		d.close = append(d.close, func() { _ = ns.pinger.Close() })
 
 		mu, err := url.Parse(n.EtcdMetrics)
 		if err != nil {
 			return nil, fmt.Errorf("etcd metrics URL: %w", err)
 		}
 		ns.fsync = newFsyncProxy(n.EtcdRealMetrics)
-		ml, err := net.Listen("tcp", mu.Host)
-		if err != nil {
-			return nil, fmt.Errorf("listen etcd metrics proxy for %s: %w", n.Name, err)
+		ns.metricsAddr = mu.Host
+		if err := ns.serveMetrics(); err != nil {
+			return nil, fmt.Errorf("etcd metrics proxy for %s: %w", n.Name, err)
 		}
-		srv := &http.Server{Handler: ns.fsync, ReadHeaderTimeout: 5 * time.Second}
-		go func() { _ = srv.Serve(ml) }()
-		d.close = append(d.close, func() { _ = srv.Close() })
+		d.close = append(d.close, ns.stopMetrics)
 	}
 	_ = ctx
 	return d, nil
+}
+
+// serveMetrics serves etcd's metrics (through the fsync proxy) where the
+// agent reads them.
+func (ns *nodeSources) serveMetrics() error {
+	if ns.metricsSrv != nil {
+		return nil
+	}
+	ml, err := net.Listen("tcp", ns.metricsAddr)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", ns.metricsAddr, err)
+	}
+	srv := &http.Server{Handler: ns.fsync, ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = srv.Serve(ml) }()
+	ns.metricsSrv = srv
+	return nil
+}
+
+// stopMetrics closes the metrics listener: nothing answers at the URL, as
+// on a Talos node without the listen-metrics-urls patch.
+func (ns *nodeSources) stopMetrics() {
+	if ns.metricsSrv != nil {
+		_ = ns.metricsSrv.Close()
+		ns.metricsSrv = nil
+	}
 }
 
 // fault changes the state of one of the node's source servers.
@@ -159,11 +200,53 @@ func (ns *nodeSources) fault(f, arg string) (string, error) {
 		ns.cilium.Recover()
 		return fmt.Sprintf("Cilium on %s reports Ok", ns.name), nil
 	case "ovs-down":
-		ns.pinger.SetOVS(false)
-		return fmt.Sprintf("OVS on %s is down (kube-ovn pinger metrics)", ns.name), nil
+		ns.ovs.Stop()
+		return fmt.Sprintf("ovs-ovn on %s is gone: ovsdb-server, ovs-vswitchd and ovn-controller stopped, their sockets removed", ns.name), nil
 	case "ovs-up":
-		ns.pinger.SetOVS(true)
-		return fmt.Sprintf("OVS on %s is up", ns.name), nil
+		if err := ns.ovs.Start(); err != nil {
+			return "", err
+		}
+		return fmt.Sprintf("ovs-ovn on %s runs again", ns.name), nil
+	case "ovn-central-stop", "ovn-central-start", "ovn-nb-stop", "ovn-nb-start":
+		clusters := []*ovs.Cluster{ns.nb, ns.sb}
+		if strings.HasPrefix(f, "ovn-nb-") {
+			clusters = clusters[:1]
+		}
+		var what []string
+		for _, c := range clusters {
+			var err error
+			if strings.HasSuffix(f, "-stop") {
+				err = c.Stop(ns.name)
+			} else {
+				err = c.Start(ns.name)
+			}
+			if err != nil {
+				return "", err
+			}
+			what = append(what, c.Name)
+		}
+		verb := "stopped (control socket gone, database file kept)"
+		if strings.HasSuffix(f, "-start") {
+			verb = "running"
+		}
+		return fmt.Sprintf("ovn-central %s member(s) on %s %s", strings.Join(what, " and "), ns.name, verb), nil
+	case "cilium-unreachable", "cilium-reachable":
+		if arg == "" || arg == ns.name {
+			return "", fmt.Errorf("%s needs another node's name", f)
+		}
+		ns.health.SetUnreachable(arg, f == "cilium-unreachable")
+		if f == "cilium-unreachable" {
+			return fmt.Sprintf("cilium-health on %s cannot reach %s (ICMP and HTTP to its address and health endpoint fail)", ns.name, arg), nil
+		}
+		return fmt.Sprintf("cilium-health on %s reaches %s again", ns.name, arg), nil
+	case "etcd-metrics-absent":
+		ns.stopMetrics()
+		return fmt.Sprintf("nothing answers at etcd's metrics URL on %s (as without the listen-metrics-urls patch)", ns.name), nil
+	case "etcd-metrics-present":
+		if err := ns.serveMetrics(); err != nil {
+			return "", err
+		}
+		return fmt.Sprintf("etcd's metrics are served on %s again", ns.name), nil
 	case "linstor-offline":
 		ns.linstor.SetNode(ns.name, "OFFLINE")
 		return fmt.Sprintf("the LINSTOR controller sees the satellite %s OFFLINE", ns.name), nil
