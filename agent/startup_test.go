@@ -26,7 +26,8 @@ func TestStartupExitCodes(t *testing.T) {
 	require.NoError(t, err)
 	defer taken.Close()
 	// Every source off but the fsync probe: run-once needs nothing else.
-	quiet := []string{"--talosconfig", "", "--etcd-metrics-url", "", "--cilium-socket", "", "--fsync-probe-dir", dir, "--proc-root", "", "--drbdsetup", ""}
+	quiet := []string{"--talosconfig", "", "--etcd-metrics-url", "", "--cilium-socket", "", "--cilium-health-socket", "",
+		"--ovs-db-socket", "", "--ovn-nb-ctl", "", "--ovn-sb-ctl", "", "--fsync-probe-dir", dir, "--proc-root", "", "--drbdsetup", ""}
 	missing := filepath.Join(dir, "missing.yaml")
 
 	for _, tc := range []struct {

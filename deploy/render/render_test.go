@@ -124,6 +124,12 @@ func TestDefaultsRender(t *testing.T) {
 	assert.Contains(t, args, "--talos-node=$(HOST_IP)")
 	assert.Contains(t, args, "--drbdsetup=", "the image has no drbdsetup: DRBD state comes from LINSTOR")
 	assert.Contains(t, args, "--etcd-db-quota-bytes=2147483648", "no float formatting of large integers")
+	// kube-ovn from the node's own sockets (Cozystack's OVN_DIR is
+	// /var/lib/ovn); the pinger is on the pod network, off by default.
+	for _, a := range []string{"--ovs-db-socket=/run/openvswitch/db.sock", "--ovn-nb-ctl=/var/run/ovn/ovnnb_db.ctl", "--ovn-sb-ctl=/var/run/ovn/ovnsb_db.ctl",
+		"--ovn-controller-pidfile=/var/run/ovn/ovn-controller.pid", "--ovn-db-dir=/var/lib/ovn", "--cilium-health-socket=/var/run/cilium/health.sock", "--kube-ovn-pinger-url="} {
+		assert.Contains(t, args, a)
+	}
 	assert.Equal(t, "ghcr.io/cozystack/cozy-health-agent:0.1.0", nested(t, ds, "spec", "template", "spec", "containers", 0, "image"))
 	assert.Equal(t, "RuntimeDefault", nested(t, ds, "spec", "template", "spec", "securityContext", "seccompProfile", "type"))
 	assert.Equal(t, "127.0.0.1", nested(t, ds, "spec", "template", "spec", "containers", 0, "livenessProbe", "httpGet", "host"))
@@ -172,12 +178,14 @@ func TestDisabledSourcesDropTheirMounts(t *testing.T) {
 		"talos": map[string]any{"enabled": false}, "cilium": map[string]any{"runPath": ""},
 		"fsyncProbe": map[string]any{"hostPath": ""}, "diskstats": map[string]any{"enabled": false},
 		"linstor": map[string]any{"url": ""},
+		"kubeOVN": map[string]any{"ovsRunPath": "", "ovnRunPath": "", "ovnDBPath": ""},
 	}}}})
 	require.NoError(t, err)
 	ds, err := r.Object("DaemonSet", "cozy-health-agent")
 	require.NoError(t, err)
 	args := containerArgs(t, ds)
-	for _, a := range []string{"--talosconfig=", "--cilium-socket=", "--fsync-probe-dir=", "--proc-root=", "--linstor-url="} {
+	for _, a := range []string{"--talosconfig=", "--cilium-socket=", "--cilium-health-socket=", "--fsync-probe-dir=", "--proc-root=", "--linstor-url=",
+		"--ovs-db-socket=", "--ovn-controller-pidfile=", "--ovn-nb-ctl=", "--ovn-sb-ctl=", "--ovn-db-dir="} {
 		assert.Contains(t, args, a)
 	}
 	vols, _, _ := unstructured.NestedSlice(ds.Object, "spec", "template", "spec", "volumes")

@@ -112,7 +112,7 @@ const (
 	// leader or follower with a known leader; Down when the member runs
 	// without a leader (a candidate: the cluster lost its quorum as this
 	// member sees it), failed, left the cluster, or is not running where the
-	// node holds its database file (/etc/origin/ovn/ovnnb_db.db); Degraded
+	// node holds its database file (kube-ovn's OVN_DIR, /var/lib/ovn in Cozystack: ovnnb_db.db); Degraded
 	// while joining; Unknown when its status cannot be read. Not sent on
 	// nodes that host no member (no control socket, no database file).
 	// Attributes: AttrRaftServers, AttrIsLeader, AttrRaftTerm,

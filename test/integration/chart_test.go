@@ -115,7 +115,8 @@ func TestChartOnTalosPodSecurity(t *testing.T) {
 	}{
 		{"plain-manifests", render.Options{Set: []string{"namespace.create=true"}}},
 		{"delegated", render.Options{Set: []string{"namespace.create=true", "aggregator.drainAuth=delegated"}}},
-		{"sources-off", render.Options{Set: []string{"namespace.create=true", "agent.sources.talos.enabled=false", "agent.sources.cilium.runPath=", "agent.sources.linstor.url=", "agent.sources.fsyncProbe.hostPath=", "agent.sources.diskstats.enabled=false"}}},
+		{"sources-off", render.Options{Set: []string{"namespace.create=true", "agent.sources.talos.enabled=false", "agent.sources.cilium.runPath=", "agent.sources.linstor.url=", "agent.sources.fsyncProbe.hostPath=", "agent.sources.diskstats.enabled=false",
+			"agent.sources.kubeOVN.ovsRunPath=", "agent.sources.kubeOVN.ovnRunPath=", "agent.sources.kubeOVN.ovnDBPath="}}},
 		{"drain-subjects", render.Options{Values: map[string]any{"namespace": map[string]any{"create": true},
 			"drainCheck": map[string]any{"subjects": []any{map[string]any{"kind": "Group", "name": "operators", "apiGroup": "rbac.authorization.k8s.io"}}}}}},
 	}

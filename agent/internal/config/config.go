@@ -178,12 +178,14 @@ func Default() Config {
 			// cilium-health's socket (pkg/health/defaults).
 			CiliumHealthSocket: "/var/run/cilium/health.sock",
 			// kube-ovn's ovs-ovn and ovn-central share these with the host
-			// (hostPath /run/openvswitch, /var/run/ovn, /etc/origin/ovn).
+			// (hostPath /run/openvswitch, /var/run/ovn, and OVN_DIR for the
+			// database files: /var/lib/ovn in Cozystack, /etc/origin/ovn
+			// upstream).
 			OVSDBSocket:          "/run/openvswitch/db.sock",
 			OVNControllerPidfile: "/var/run/ovn/ovn-controller.pid",
 			OVNNBCtl:             "/var/run/ovn/ovnnb_db.ctl",
 			OVNSBCtl:             "/var/run/ovn/ovnsb_db.ctl",
-			OVNDBDir:             "/etc/origin/ovn",
+			OVNDBDir:             "/var/lib/ovn",
 			DrbdsetupPath:        "drbdsetup",
 		},
 		Thresholds: Thresholds{

@@ -38,7 +38,7 @@ func NewCluster(name string) *Cluster {
 
 // AddMember adds node's member, with its raft address (tcp:[ip]:6643), its
 // control socket path and its database file (created, as ovn-central's
-// start-db.sh leaves /etc/origin/ovn/ovnnb_db.db on the host), and starts it.
+// start-db.sh leaves <OVN_DIR>/ovnnb_db.db on the host), and starts it.
 func (c *Cluster) AddMember(node, address, ctl, dbFile string) error {
 	c.mu.Lock()
 	m := &member{node: node, address: address, ctl: ctl, dbFile: dbFile, sid: newUUID()}

@@ -132,10 +132,11 @@ func (c *Check) absent(ctx context.Context, cause error) ([]report.Observation, 
 		return []report.Observation{{Status: report.StatusUnknown, Reason: ReasonEtcdNotRunning,
 			Message: fmt.Sprintf("no etcd metrics at %s: %s", c.url, talosservices.Describe(svc))}}, nil
 	}
+	// The fix first: consumers see the message cut at 256 characters.
 	return []report.Observation{{Status: report.StatusUnknown, Reason: ReasonMetricsEndpointUnreachable,
-		Message: fmt.Sprintf("etcd runs on this node (Talos service %s) but nothing answers at %s (%v): its WAL fsync and backend commit latency are unknown; "+
-			"set %s in the Talos machine config of control-plane nodes (talos/manifests/etcd-metrics-patch.yaml)",
-			talosservices.Describe(svc), c.url, cause, MetricsPatch)}}, nil
+		Message: fmt.Sprintf("nothing answers at %s though etcd runs here (Talos service %s): set %s on control-plane nodes (talos/manifests/etcd-metrics-patch.yaml); "+
+			"WAL fsync and backend commit latency unknown until then (%v)",
+			c.url, talosservices.Describe(svc), MetricsPatch, cause)}}, nil
 }
 
 func (c *Check) judge(wal, commit Histogram) report.Observation {

@@ -4,8 +4,8 @@
 // ovnsb_db.ctl, shared with the host by kube-ovn's ovn-central pods), for
 // `cluster/status <db>` exactly as `ovn-appctl -t <ctl> cluster/status <db>`
 // does, and judges the member from its role, status, leader and
-// connections. A node holding a database file (/etc/origin/ovn, the
-// ovn-central pod's hostPath) but no answering control socket hosts a member
+// connections. A node holding a database file (kube-ovn's OVN_DIR, the
+// ovn-central pod's hostPath: /var/lib/ovn in Cozystack) but no answering control socket hosts a member
 // that is not running; a node with neither hosts none.
 package ovncentral
 
@@ -50,7 +50,8 @@ type Config struct {
 	// --ovn-sb-ctl); empty skips that database.
 	NBCtl, SBCtl string
 	// DBDir holds the ovn-central database files on the host
-	// (--ovn-db-dir, kube-ovn's /etc/origin/ovn); empty: a missing control
+	// (--ovn-db-dir, kube-ovn's OVN_DIR: /var/lib/ovn in Cozystack,
+	// /etc/origin/ovn upstream); empty: a missing control
 	// socket always means "no member here".
 	DBDir string
 }
@@ -120,7 +121,7 @@ func (c *Check) member(ctx context.Context, db database) (o report.Observation, 
 	text, err := ovsrpc.Appctl(ctx, db.ctl, "cluster/status", db.name)
 	switch {
 	case err == nil:
-	case ctx.Err() != nil:
+	case ctx.Err() != nil, errors.Is(err, context.DeadlineExceeded):
 		return o, true, fmt.Errorf("read %s cluster/status: %w", db.name, err)
 	case errors.Is(err, syscall.ECONNREFUSED):
 		return report.Observation{Status: report.StatusDown, Reason: ReasonMemberNotListening,

@@ -86,7 +86,7 @@ func FuzzParse(f *testing.F) {
 }
 
 // cluster is a 3-member NB and SB cluster across node-1..3, each node with
-// its /var/run/ovn and /etc/origin/ovn.
+// its /var/run/ovn and OVN_DIR (/var/lib/ovn in Cozystack).
 type cluster struct {
 	nb, sb *ovssrc.Cluster
 	run    map[string]string
