@@ -2,7 +2,8 @@
 // while it runs every check at a 5 s interval against real-shaped sources
 // (a real etcd member behind the Talos shim, etcd's own metrics endpoint,
 // the fsync probe on a real directory, the host's /proc/diskstats, Cilium on
-// a unix socket, kube-ovn-pinger metrics, LINSTOR REST and drbdsetup).
+// a unix socket, cilium-health, kube-ovn's OVS/OVN sockets, kube-ovn-pinger metrics,
+// LINSTOR REST and drbdsetup).
 // Run with `make bench-agent`; BENCH_AGENT_DURATION (default 60s) sets the
 // measured window.
 package agent
@@ -32,6 +33,7 @@ import (
 	"github.com/cozystack/cozy-health/test/sources/drbdsetup"
 	kubeovnsrc "github.com/cozystack/cozy-health/test/sources/kubeovn"
 	linstorsrc "github.com/cozystack/cozy-health/test/sources/linstor"
+	ovssrc "github.com/cozystack/cozy-health/test/sources/ovs"
 	"github.com/cozystack/cozy-health/test/sources/talos"
 )
 
@@ -90,6 +92,25 @@ func sources(b *testing.B) []string {
 	cil, err := ciliumsrc.Start(filepath.Join(sockDir, "cilium.sock"))
 	require.NoError(b, err)
 	b.Cleanup(func() { _ = cil.Close() })
+	health, err := ciliumsrc.StartHealth(filepath.Join(sockDir, "health.sock"), "node-0",
+		map[string]string{"node-0": "10.0.0.10", "node-1": "10.0.0.11", "node-2": "10.0.0.12"})
+	require.NoError(b, err)
+	b.Cleanup(func() { _ = health.Close() })
+
+	// kube-ovn's sockets: ovs-ovn on this node and ovn-central's NB and SB
+	// members (one-member clusters).
+	ovsRun, ovnRun, ovnDB := filepath.Join(sockDir, "ovs"), filepath.Join(sockDir, "ovn"), filepath.Join(sockDir, "ovn-db")
+	for _, d := range []string{ovsRun, ovnRun, ovnDB} {
+		require.NoError(b, os.Mkdir(d, 0o700))
+	}
+	ovsNode, err := ovssrc.StartNode(ovsRun, ovnRun, "node-0")
+	require.NoError(b, err)
+	b.Cleanup(ovsNode.Stop)
+	for _, db := range []struct{ name, ctl, file string }{{"OVN_Northbound", "ovnnb_db.ctl", "ovnnb_db.db"}, {"OVN_Southbound", "ovnsb_db.ctl", "ovnsb_db.db"}} {
+		c := ovssrc.NewCluster(db.name)
+		require.NoError(b, c.AddMember("node-0", "tcp:[10.0.0.10]:6643", filepath.Join(ovnRun, db.ctl), filepath.Join(ovnDB, db.file)))
+		b.Cleanup(c.Close)
+	}
 
 	pinger, err := kubeovnsrc.Start("", kubeovnsrc.Config{Node: "node-0", NodeIP: "10.0.0.10",
 		Targets: map[string]string{"node-1": "10.0.0.11", "node-2": "10.0.0.12"}, PingInterval: interval})
@@ -127,7 +148,13 @@ func sources(b *testing.B) []string {
 		"--fsync-probe-dir", probe,
 		"--proc-root", "/proc",
 		"--cilium-socket", cil.Socket,
+		"--cilium-health-socket", health.Socket,
 		"--kube-ovn-pinger-url", pinger.URL,
+		"--ovs-db-socket", ovsNode.DBSocket(),
+		"--ovn-controller-pidfile", ovsNode.ControllerPidfile(),
+		"--ovn-nb-ctl", filepath.Join(ovnRun, "ovnnb_db.ctl"),
+		"--ovn-sb-ctl", filepath.Join(ovnRun, "ovnsb_db.ctl"),
+		"--ovn-db-dir", ovnDB,
 		"--linstor-url", ls.URL,
 		"--drbdsetup", fake.Path,
 		"--log-level", "warn",
