@@ -44,7 +44,7 @@ const (
 	defaultDuration    = 60 * time.Second
 	warmup             = 10 * time.Second
 	interval           = 5 * time.Second
-	expectedChecks     = 11
+	expectedChecks     = 14
 	agentBinaryEnvName = "COZY_HEALTH_BIN"
 )
 
