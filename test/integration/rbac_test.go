@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -76,9 +77,14 @@ func TestShippedRBAC(t *testing.T) {
 	_, err = aggCore.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 	require.NoError(t, err)
 
-	// The aggregator cannot write Health objects outside the platform scope.
-	_, err = agg.HealthV1alpha1().Healths("tenant-foo").Apply(ctx, ac.Health("etcd", "tenant-foo").WithSpec(ac.HealthSpec().WithComponent("etcd")), apply)
-	assert.True(t, apierrors.IsForbidden(err), "aggregator in tenant-foo: %v", err)
+	// The aggregator writes Health objects into tenant namespaces (the
+	// cluster adapters' scopes) and nothing else there.
+	_, err = agg.HealthV1alpha1().Healths("tenant-foo").Apply(ctx, ac.Health("backups", "tenant-foo").WithSpec(ac.HealthSpec().WithComponent("backups")), apply)
+	assert.NoError(t, err, "aggregator in tenant-foo")
+	_, err = aggCore.CoreV1().ConfigMaps("tenant-foo").Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "x"}}, metav1.CreateOptions{})
+	assert.True(t, apierrors.IsForbidden(err), "aggregator creates a ConfigMap in tenant-foo: %v", err)
+	_, err = aggCore.CoreV1().Secrets("tenant-foo").List(ctx, metav1.ListOptions{})
+	assert.True(t, apierrors.IsForbidden(err), "aggregator lists Secrets: %v", err)
 
 	// The agent can neither write nor even read them.
 	_, err = agent.HealthV1alpha1().Healths("cozy-system").ApplyStatus(ctx,

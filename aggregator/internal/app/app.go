@@ -38,6 +38,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/utils/clock"
 
+	"github.com/cozystack/cozy-health/aggregator/internal/adapter"
 	"github.com/cozystack/cozy-health/aggregator/internal/config"
 	"github.com/cozystack/cozy-health/aggregator/internal/drain"
 	"github.com/cozystack/cozy-health/aggregator/internal/ingest"
@@ -88,12 +89,16 @@ type App struct {
 	nodes   labels.Selector
 	writer  *writer.Writer
 	engine  *Engine
-	drain   *drain.Service
-	ingest  *ingest.Server
-	grpc    *grpc.Server
-	health  *health.Server
-	httpSrv *http.Server
-	metSrv  *http.Server
+	// adapters runs the cluster adapters (nil with --adapters=false); its
+	// informers are dynamic, one per served API, started and stopped as
+	// CRDs come and go, under Run's errgroup.
+	adapters *adapter.Manager
+	drain    *drain.Service
+	ingest   *ingest.Server
+	grpc     *grpc.Server
+	health   *health.Server
+	httpSrv  *http.Server
+	metSrv   *http.Server
 
 	// certs serves the certificate of the watched Secret (--tls-mode
 	// secret or self-signed); nil with --tls-mode=files. Its informer comes
@@ -165,6 +170,7 @@ func New(cfg config.Config, log *zap.Logger, opts Options) (a *App, err error) {
 	a.writer, err = writer.New(writer.Config{
 		Namespace: cfg.Namespace, FreshFor: cfg.FreshFor(), RefreshPeriod: cfg.RefreshPeriod,
 		WritesPerSecond: cfg.WritesPerSecond, WriteBurst: cfg.WriteBurst,
+		AdapterFreshFor: cfg.AdapterFreshFor, AdapterRefreshPeriod: cfg.AdapterRefreshPeriod, AdapterWritesPerSecond: cfg.AdapterWritesPerSecond,
 	}, hc, a.metrics, a.log, a.clock)
 	if err != nil {
 		return nil, err
@@ -173,6 +179,12 @@ func New(cfg config.Config, log *zap.Logger, opts Options) (a *App, err error) {
 		rollup.Config{HeartbeatGrace: cfg.HeartbeatGrace, DefaultInterval: cfg.ReportInterval, FreshForMultiple: cfg.FreshForMultiple},
 		rollup.Holds{Degraded: cfg.DampDegraded, Down: cfg.DampDown, Unknown: cfg.DampUnknown},
 		rollup.DefaultMaxListed, a.metrics, a.writer, a.clock, a.log)
+
+	if cfg.Adapters {
+		if a.adapters, err = a.newAdapters(cfg, rc); err != nil {
+			return nil, err
+		}
+	}
 
 	a.informers = informers.NewSharedInformerFactory(a.kube, 10*time.Minute)
 	nodes := a.informers.Core().V1().Nodes()
@@ -346,6 +358,12 @@ func (a *App) Run(ctx context.Context) error {
 		return nil
 	})
 	g.Go(func() error { a.drain.Run(ctx); return nil })
+	if a.adapters != nil {
+		g.Go(func() error {
+			a.seedAdapterTransitions(ctx)
+			return a.adapters.Run(ctx)
+		})
+	}
 	g.Go(func() error { return serveHTTP(a.httpSrv, a.httpLis) })
 	g.Go(func() error { return serveHTTP(a.metSrv, a.metLis) })
 	g.Go(func() error {

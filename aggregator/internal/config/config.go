@@ -136,6 +136,30 @@ type Config struct {
 
 	// LogLevel is the zap level (debug, info, warn, error).
 	LogLevel string
+
+	// Adapters runs the cluster adapters (--adapters): HelmReleases,
+	// backups, Kamaji control planes, WorkloadMonitors.
+	Adapters bool
+	// BackupMaxAge is the backup SLA per namespace (--backup-max-age,
+	// "tenant-foo=26h,*=48h"; "*" is every other namespace). Written as
+	// spec.sla.maxAge of the namespace's backups object; without one the
+	// maxAge is derived from each backup's schedule.
+	BackupMaxAge string
+	// AdapterFreshFor is spec.sla.freshFor of the adapters' objects
+	// (--adapter-fresh-for).
+	AdapterFreshFor time.Duration
+	// AdapterRefreshPeriod: an unchanged adapter object is rewritten this
+	// often (--adapter-refresh-period).
+	AdapterRefreshPeriod time.Duration
+	// AdapterPeriod: every adapter is judged again this often, besides on
+	// every change (--adapter-period).
+	AdapterPeriod time.Duration
+	// AdapterSyncTimeout: an adapter whose informer has not synced this
+	// long after it started reads Unknown (--adapter-sync-timeout).
+	AdapterSyncTimeout time.Duration
+	// AdapterWritesPerSecond is the token-bucket rate of the adapters'
+	// writes, beside the node components' (--adapter-writes-per-second).
+	AdapterWritesPerSecond float64
 }
 
 // TLS modes (Config.TLSMode).
@@ -189,6 +213,13 @@ func Default() Config {
 		DrainAuth:           DrainAuthNone,
 		TrimStartupPages:    true,
 		LogLevel:            "info",
+
+		Adapters:               true,
+		AdapterFreshFor:        10 * time.Minute,
+		AdapterRefreshPeriod:   4 * time.Minute,
+		AdapterPeriod:          10 * time.Second,
+		AdapterSyncTimeout:     30 * time.Second,
+		AdapterWritesPerSecond: 5,
 	}
 }
 
@@ -237,6 +268,13 @@ func bind(fs *flag.FlagSet, c *Config) {
 	fs.BoolVar(&c.Pprof, "pprof", c.Pprof, "serve /debug/pprof/ on --metrics-addr")
 	fs.BoolVar(&c.TrimStartupPages, "trim-startup-pages", c.TrimStartupPages, "after the warm-up, release the executable's read-only pages only start-up used (they fault back in on use)")
 	logging.RegisterLevelFlag(fs, &c.LogLevel)
+	fs.BoolVar(&c.Adapters, "adapters", c.Adapters, "run the cluster adapters (HelmReleases, CNPG/Cozystack/velero backups, Kamaji control planes, WorkloadMonitors)")
+	fs.StringVar(&c.BackupMaxAge, "backup-max-age", c.BackupMaxAge, "backup SLA per namespace, e.g. tenant-foo=26h,*=48h (* is every other namespace); without one, 1.5x each backup's schedule interval")
+	fs.DurationVar(&c.AdapterFreshFor, "adapter-fresh-for", c.AdapterFreshFor, "spec.sla.freshFor of the adapters' Health objects")
+	fs.DurationVar(&c.AdapterRefreshPeriod, "adapter-refresh-period", c.AdapterRefreshPeriod, "rewrite unchanged adapter Health objects this often (at most half of --adapter-fresh-for)")
+	fs.DurationVar(&c.AdapterPeriod, "adapter-period", c.AdapterPeriod, "judge every adapter again this often, besides on every change (backups age without events)")
+	fs.DurationVar(&c.AdapterSyncTimeout, "adapter-sync-timeout", c.AdapterSyncTimeout, "an adapter whose informer has not synced this long after it started reads Unknown")
+	fs.Float64Var(&c.AdapterWritesPerSecond, "adapter-writes-per-second", c.AdapterWritesPerSecond, "token-bucket rate of the adapters' writes (beside --writes-per-second)")
 }
 
 // Load parses args (without the program name), applies the --config file if
@@ -379,6 +417,24 @@ func (c *Config) Validate() error {
 	default:
 		bad("drain-auth", "want %s or %s, got %q", DrainAuthNone, DrainAuthDelegated, c.DrainAuth)
 	}
+	if _, err := ParseMaxAges(c.BackupMaxAge); err != nil {
+		bad("backup-max-age", "%v", err)
+	}
+	if c.AdapterFreshFor < time.Second {
+		bad("adapter-fresh-for", "must be >= 1s, got %s", c.AdapterFreshFor)
+	}
+	if c.AdapterRefreshPeriod <= 0 || c.AdapterRefreshPeriod > c.AdapterFreshFor/2 {
+		bad("adapter-refresh-period", "must be > 0 and <= half of --adapter-fresh-for (%s), got %s", c.AdapterFreshFor/2, c.AdapterRefreshPeriod)
+	}
+	if c.AdapterPeriod <= 0 || c.AdapterPeriod > c.AdapterRefreshPeriod {
+		bad("adapter-period", "must be > 0 and <= --adapter-refresh-period (%s), got %s", c.AdapterRefreshPeriod, c.AdapterPeriod)
+	}
+	if c.AdapterSyncTimeout <= 0 {
+		bad("adapter-sync-timeout", "must be > 0, got %s", c.AdapterSyncTimeout)
+	}
+	if c.AdapterWritesPerSecond <= 0 {
+		bad("adapter-writes-per-second", "must be > 0, got %g", c.AdapterWritesPerSecond)
+	}
 	if err := logging.ValidateLevel(c.LogLevel); err != nil {
 		errs = append(errs, err)
 	}
@@ -432,4 +488,28 @@ func (c *Config) Nodes() (labels.Selector, error) {
 // FreshFor is how long a written status stays trustworthy.
 func (c *Config) FreshFor() time.Duration {
 	return time.Duration(c.FreshForMultiple) * c.ReportInterval
+}
+
+// ParseMaxAges parses --backup-max-age: comma-separated namespace=duration
+// pairs, "*" for every other namespace.
+func ParseMaxAges(s string) (map[string]time.Duration, error) {
+	out := map[string]time.Duration{}
+	if strings.TrimSpace(s) == "" {
+		return out, nil
+	}
+	for _, part := range strings.Split(s, ",") {
+		ns, v, ok := strings.Cut(strings.TrimSpace(part), "=")
+		if !ok || ns == "" {
+			return nil, fmt.Errorf("want namespace=duration, got %q", part)
+		}
+		d, err := time.ParseDuration(v)
+		if err != nil || d <= 0 {
+			return nil, fmt.Errorf("%s: want a positive duration, got %q", ns, v)
+		}
+		if _, dup := out[ns]; dup {
+			return nil, fmt.Errorf("%s given twice", ns)
+		}
+		out[ns] = d
+	}
+	return out, nil
 }
