@@ -110,12 +110,13 @@ func TestDefaultsRender(t *testing.T) {
 		kinds[m.Kind]++
 	}
 	assert.Zero(t, kinds["Namespace"], "Helm installs never own the namespace by default")
-	for _, k := range []string{"DaemonSet", "Deployment", "Service", "PodDisruptionBudget", "NetworkPolicy", "ConfigMap", "ClusterRoleBinding"} {
+	for _, k := range []string{"DaemonSet", "Deployment", "Service", "PodDisruptionBudget", "NetworkPolicy", "ConfigMap"} {
 		assert.Equal(t, 1, kinds[k], k)
 	}
+	assert.Equal(t, 2, kinds["ClusterRoleBinding"], "aggregator; the adapters' Health objects in every namespace")
 	assert.Equal(t, 2, kinds["Role"], "Health objects and Lease; the TLS Secret and CA ConfigMap")
 	assert.Equal(t, 2, kinds["RoleBinding"])
-	assert.Equal(t, 3, kinds["ClusterRole"], "aggregator, drain-check, tenant view")
+	assert.Equal(t, 4, kinds["ClusterRole"], "aggregator, the adapters' Health objects, drain-check, tenant view")
 
 	ds, err := r.Object("DaemonSet", "cozy-health-agent")
 	require.NoError(t, err)
