@@ -2,8 +2,6 @@ package integration
 
 import (
 	"context"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -13,8 +11,9 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/yaml"
+	"k8s.io/apimachinery/pkg/runtime"
 
+	"github.com/cozystack/cozy-health/deploy/render"
 	healthv1alpha1 "github.com/cozystack/cozy-health/pkg/apis/health/v1alpha1"
 	ac "github.com/cozystack/cozy-health/pkg/applyconfiguration/health/v1alpha1"
 	"github.com/cozystack/cozy-health/pkg/client/clientset/versioned"
@@ -188,11 +187,14 @@ func TestTenantReadsOnlyItsNamespace(t *testing.T) {
 		require.NoError(t, err)
 	}
 
-	// The shipped read-only ClusterRole, bound by a RoleBinding in tenant-foo.
-	raw, err := os.ReadFile(filepath.Join(harness.RepoRoot(), "deploy", "rbac", "tenant-view.yaml"))
+	// The shipped read-only ClusterRole (rendered from the chart), bound by
+	// a RoleBinding in tenant-foo.
+	rel, err := render.Render(render.Options{})
+	require.NoError(t, err)
+	u, err := rel.Object("ClusterRole", "cozy-health-view")
 	require.NoError(t, err)
 	var role rbacv1.ClusterRole
-	require.NoError(t, yaml.Unmarshal(raw, &role))
+	require.NoError(t, runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &role))
 	admin := cp.Clientset()
 	_, err = admin.RbacV1().ClusterRoles().Create(ctx, &role, metav1.CreateOptions{})
 	require.NoError(t, err)
