@@ -85,6 +85,10 @@ bench-ingest: ## Measure verified reports per second per core against bare ed255
 bench-aggregator: build testbin ## 5,000 simulated nodes through the real ingest path: CPU, RSS, writes/s, staleness.
 	COZY_HEALTH_TESTBIN="$(TESTBIN)" COZY_HEALTH_BIN="$(CURDIR)/$(BIN)" go test -run '^$$' -bench . -benchtime 1x -timeout 20m ./test/bench/aggregator/
 
+.PHONY: bench-lab
+bench-lab: build testbin ## Start and stop the lab COZY_HEALTH_BENCH_LAB_RUNS times (default 20, 1-3 nodes) and count failed starts.
+	COZY_HEALTH_TESTBIN="$(TESTBIN)" COZY_HEALTH_BIN="$(CURDIR)/$(BIN)" go test -run '^$$' -bench BenchmarkLabUpDown -benchtime 1x -timeout 120m ./test/lab/
+
 .PHONY: bench-drain
 bench-drain: ## drain-check latency with 5,000 simulated nodes.
 	go test -run '^$$' -bench . -benchmem ./aggregator/internal/drain/

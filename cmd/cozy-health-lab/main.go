@@ -166,15 +166,21 @@ member's /metrics); it does not slow the disk.`,
 		},
 	}
 
+	var listenFDs int
 	serve := &cobra.Command{
 		Use:    "serve",
 		Short:  "Run the lab's source servers (started by up; not for direct use)",
 		Hidden: true,
 		Args:   cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return lab.Serve(cmd.Context(), dir)
+			listeners, err := lab.InheritedListeners(listenFDs)
+			if err != nil {
+				return err
+			}
+			return lab.Serve(cmd.Context(), dir, listeners)
 		},
 	}
+	serve.Flags().IntVar(&listenFDs, "listen-fds", 0, "number of listening sockets handed over as descriptors 3, 4, ... (by up)")
 
 	demo := &cobra.Command{
 		Use:   "demo",

@@ -84,8 +84,34 @@ func StartEtcdClusterT(t testing.TB, n int) *EtcdCluster {
 	return c
 }
 
-// StartEtcdCluster starts the cluster and waits until every member is healthy.
+// StartEtcdCluster starts the cluster and waits until every member is
+// healthy. The members bind ports picked just before they start; if one was
+// taken in between (the member exits), the cluster is started again on
+// fresh ports, up to three times.
 func StartEtcdCluster(ctx context.Context, o EtcdClusterOptions) (*EtcdCluster, error) {
+	var lastErr error
+	for attempt := 0; attempt < 3; attempt++ {
+		c, err := startEtcdCluster(ctx, o)
+		if err == nil {
+			return c, nil
+		}
+		lastErr = err
+		if c != nil {
+			// A member that started holds data naming the old peer URLs.
+			for _, m := range c.Members {
+				_ = os.RemoveAll(m.DataDir)
+			}
+		}
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	return nil, lastErr
+}
+
+// startEtcdCluster is one attempt of StartEtcdCluster; on failure it stops
+// what it started and returns the cluster (for its data dirs) with the error.
+func startEtcdCluster(ctx context.Context, o EtcdClusterOptions) (*EtcdCluster, error) {
 	if len(o.Names) > 0 {
 		o.Members = len(o.Names)
 	}
@@ -132,18 +158,35 @@ func StartEtcdCluster(ctx context.Context, o EtcdClusterOptions) (*EtcdCluster, 
 		m.args = memberArgs(m, initial, "new")
 		if err := c.spawn(m); err != nil {
 			_ = c.Stop()
-			return nil, err
+			return c, err
 		}
+	}
+	// A voter that exits (its port was taken) leaves the others without a
+	// quorum: stop waiting at once, with its error, rather than at ctx's end.
+	wctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	for _, m := range c.Members[:o.Voters] {
+		go func(p *process) {
+			select {
+			case <-p.done:
+				cancel(fmt.Errorf("%s exited (%v); log tail:\n%s", p.name, p.err, p.tail()))
+			case <-wctx.Done():
+			}
+		}(m.proc)
 	}
 	for i := range c.Members[:o.Voters] {
-		if err := c.WaitHealthy(ctx, i); err != nil {
+		if err := c.WaitHealthy(wctx, i); err != nil {
+			if cause := context.Cause(wctx); ctx.Err() == nil && cause != nil {
+				err = cause
+			}
 			_ = c.Stop()
-			return nil, err
+			return c, err
 		}
 	}
+	cancel(nil)
 	if err := c.addMembers(ctx, o.Voters, initial); err != nil {
 		_ = c.Stop()
-		return nil, err
+		return c, err
 	}
 	return c, nil
 }

@@ -575,7 +575,16 @@ func (p *process) tail() string {
 // httpOK is a probe for waitFor: GET url must answer 200.
 func httpOK(client *http.Client, url string) func() error {
 	return func() error {
-		resp, err := client.Get(url)
+		// One probe never outlasts a few seconds: etcd's /health blocks
+		// while the member has no quorum, and waitFor must see its
+		// deadline and the process's exit.
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		defer cancel()
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if err != nil {
+			return err
+		}
+		resp, err := client.Do(req)
 		if err != nil {
 			return err
 		}

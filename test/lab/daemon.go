@@ -8,10 +8,10 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
-
-	"github.com/cozystack/cozy-health/test/harness"
 )
 
 // The lab daemon hosts the in-process source servers of every simulated
@@ -30,18 +30,47 @@ type daemon struct {
 
 // Serve runs the lab daemon for the lab in dir until ctx ends. The lab's
 // addresses are read from dir/lab.json (written by up before it starts the
-// daemon); the daemon writes the talosconfigs.
-func Serve(ctx context.Context, dir string) error {
+// daemon); listeners are the sockets up bound for them and handed over
+// (InheritedListeners), matched by address; an address without one is
+// bound here. The daemon writes the talosconfigs.
+func Serve(ctx context.Context, dir string, listeners []net.Listener) error {
+	bound := make(map[string]net.Listener, len(listeners))
+	for _, l := range listeners {
+		bound[l.Addr().String()] = l
+	}
 	s, err := LoadState(dir)
 	if err != nil {
+		for _, l := range listeners {
+			_ = l.Close()
+		}
 		return err
 	}
-	d, err := startSources(ctx, s)
+	d, err := startSources(s, bound)
 	if err != nil {
 		return err
 	}
 	defer d.stop()
 	return d.serveControl(ctx, s.ControlSocket)
+}
+
+// InheritedListeners turns the n descriptors after stderr (3, 4, ...), the
+// listeners up hands to `cozy-health-lab serve --listen-fds n`, into
+// listeners.
+func InheritedListeners(n int) ([]net.Listener, error) {
+	out := make([]net.Listener, 0, n)
+	for i := range n {
+		f := os.NewFile(uintptr(3+i), fmt.Sprintf("listener-%d", i))
+		if f == nil {
+			return nil, fmt.Errorf("inherited listener %d: no descriptor %d", i, 3+i)
+		}
+		l, err := net.FileListener(f)
+		_ = f.Close()
+		if err != nil {
+			return nil, fmt.Errorf("inherited listener %d: %w", i, err)
+		}
+		out = append(out, l)
+	}
+	return out, nil
 }
 
 func (d *daemon) stop() {
@@ -91,12 +120,28 @@ func (d *daemon) fault(node, fault, arg string) (string, error) {
 	return ns.fault(fault, arg)
 }
 
-// startDaemon picks the source addresses, records them in lab.json and runs
+// startDaemon binds the source addresses, records them in lab.json and runs
 // the daemon: as a detached `cozy-health-lab serve` process, or in-process.
-func (l *Lab) startDaemon(ctx context.Context) error {
+// The listeners are handed to the daemon, never closed and bound again, so
+// no other process can take a port between its choice and its use.
+func (l *Lab) startDaemon(ctx context.Context) (err error) {
 	s := l.State
 	s.ControlSocket = filepath.Join(s.Dir, "lab.sock")
-	linstorAddr, err := harness.FreeAddr()
+	var listeners []net.Listener
+	defer func() {
+		for _, ln := range listeners {
+			_ = ln.Close()
+		}
+	}()
+	bind := func() (string, error) {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return "", fmt.Errorf("lab: bind a source address: %w", err)
+		}
+		listeners = append(listeners, ln)
+		return ln.Addr().String(), nil
+	}
+	linstorAddr, err := bind()
 	if err != nil {
 		return err
 	}
@@ -106,11 +151,11 @@ func (l *Lab) startDaemon(ctx context.Context) error {
 		if err := os.MkdirAll(nd, 0o700); err != nil {
 			return fmt.Errorf("lab: %w", err)
 		}
-		if n.Talos, err = harness.FreeAddr(); err != nil {
+		if n.Talos, err = bind(); err != nil {
 			return err
 		}
 		n.Talosconfig = filepath.Join(nd, "talosconfig")
-		metrics, err := harness.FreeAddr()
+		metrics, err := bind()
 		if err != nil {
 			return err
 		}
@@ -137,7 +182,21 @@ func (l *Lab) startDaemon(ctx context.Context) error {
 		if filepath.Base(self) != "cozy-health-lab" {
 			self = filepath.Join(l.opts.BinDir, "cozy-health-lab")
 		}
-		p, err := startProc(s.Dir, "lab-daemon", []string{self, "serve", "--dir", s.Dir}, true)
+		files := make([]*os.File, 0, len(listeners))
+		defer func() {
+			for _, f := range files {
+				_ = f.Close()
+			}
+		}()
+		for _, ln := range listeners {
+			f, err := ln.(*net.TCPListener).File()
+			if err != nil {
+				return fmt.Errorf("lab: hand a listener to the daemon: %w", err)
+			}
+			files = append(files, f)
+		}
+		args := []string{self, "serve", "--dir", s.Dir, "--listen-fds", strconv.Itoa(len(files))}
+		p, err := startProc(s.Dir, "lab-daemon", args, true, files...)
 		if err != nil {
 			return err
 		}
@@ -146,12 +205,16 @@ func (l *Lab) startDaemon(ctx context.Context) error {
 			return err
 		}
 	} else {
-		dctx, cancel := context.WithCancel(context.Background())
-		d, err := startSources(dctx, s)
+		bound := make(map[string]net.Listener, len(listeners))
+		for _, ln := range listeners {
+			bound[ln.Addr().String()] = ln
+		}
+		listeners = nil // startSources owns them now
+		d, err := startSources(s, bound)
 		if err != nil {
-			cancel()
 			return err
 		}
+		dctx, cancel := context.WithCancel(context.Background())
 		done := make(chan struct{})
 		go func() {
 			defer close(done)
@@ -163,11 +226,13 @@ func (l *Lab) startDaemon(ctx context.Context) error {
 			d.stop()
 		}
 	}
-	return waitControl(ctx, s.ControlSocket, s.DaemonPid)
+	return waitControl(ctx, s.ControlSocket, s.DaemonPid, filepath.Join(s.Dir, "logs", "lab-daemon.log"))
 }
 
-// waitControl waits until the daemon answers on its control socket.
-func waitControl(ctx context.Context, socket string, pid int) error {
+// waitControl waits until the daemon answers on its control socket. A
+// daemon process that exits first is reported with the last line of its
+// log (its error).
+func waitControl(ctx context.Context, socket string, pid int, log string) error {
 	client := &http.Client{Transport: &http.Transport{
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 			var d net.Dialer
@@ -182,7 +247,7 @@ func waitControl(ctx context.Context, socket string, pid int) error {
 			return nil
 		}
 		if pid != 0 && !alive(pid) {
-			return fmt.Errorf("lab daemon (pid %d) exited; see its log", pid)
+			return fmt.Errorf("lab daemon (pid %d) exited: %s (log: %s)", pid, lastLine(log), log)
 		}
 		select {
 		case <-ctx.Done():
@@ -191,4 +256,18 @@ func waitControl(ctx context.Context, socket string, pid int) error {
 		}
 	}
 	return fmt.Errorf("lab daemon did not answer on %s", socket)
+}
+
+// lastLine is the last non-empty line of the file at path, or a note that
+// it has none.
+func lastLine(path string) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "no log"
+	}
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	if last := strings.TrimSpace(lines[len(lines)-1]); last != "" {
+		return last
+	}
+	return "empty log"
 }

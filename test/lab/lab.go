@@ -15,6 +15,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -323,6 +324,11 @@ func Up(ctx context.Context, o Options) (l *Lab, err error) {
 			return nil, err
 		}
 	}
+	for i := range s.Aggregators {
+		if err := l.waitAggregator(ctx, i, files); err != nil {
+			return nil, err
+		}
+	}
 	if err := s.save(); err != nil {
 		return nil, err
 	}
@@ -387,6 +393,56 @@ func (l *Lab) startAggregator(a *Aggregator) error {
 	}
 	a.Pid = p.Pid
 	return nil
+}
+
+// waitAggregator waits until aggregator i serves its probes. The
+// aggregator binds the addresses the lab picked for it; one that another
+// process took in between makes it exit ("address already in use"), and it
+// is started again on fresh addresses (up to three times).
+func (l *Lab) waitAggregator(ctx context.Context, i int, files tlsutil.Files) error {
+	for attempt := 1; ; attempt++ {
+		a := &l.State.Aggregators[i]
+		err := waitHTTP(ctx, "http://"+a.HTTP+"/healthz", a.Pid)
+		if err == nil {
+			return nil
+		}
+		log := filepath.Join(l.State.Dir, "logs", a.Name+".log")
+		last := lastLine(log)
+		if attempt == 3 || !strings.Contains(last, "address already in use") {
+			return fmt.Errorf("lab: %s: %w: %s (log: %s)", a.Name, err, last, log)
+		}
+		l.opts.Log("%s lost a port to another process (%s); starting it on fresh addresses", a.Name, last)
+		if *a, err = l.aggregatorSpec(i, files); err != nil {
+			return err
+		}
+		if err := l.startAggregator(a); err != nil {
+			return err
+		}
+	}
+}
+
+// waitHTTP waits until url answers 200, while pid runs.
+func waitHTTP(ctx context.Context, url string, pid int) error {
+	client := &http.Client{Timeout: time.Second}
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		resp, err := client.Get(url)
+		if err == nil {
+			_ = resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+		if !alive(pid) {
+			return fmt.Errorf("exited (pid %d)", pid)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	return fmt.Errorf("no answer on %s", url)
 }
 
 func (l *Lab) agentArgs(n *Node) []string {

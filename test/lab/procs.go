@@ -21,8 +21,9 @@ type Proc struct {
 
 // startProc starts args[0] with args[1:], output to dir/<name>.log. Detached
 // processes get their own session and outlive the caller (the lab's `up`);
-// attached ones die with the caller (tests).
-func startProc(dir, name string, args []string, detach bool) (*Proc, error) {
+// attached ones die with the caller (tests). extra are passed as
+// descriptors 3, 4, ...
+func startProc(dir, name string, args []string, detach bool, extra ...*os.File) (*Proc, error) {
 	logPath := filepath.Join(dir, "logs", name+".log")
 	if err := os.MkdirAll(filepath.Dir(logPath), 0o700); err != nil {
 		return nil, fmt.Errorf("create log dir: %w", err)
@@ -34,6 +35,7 @@ func startProc(dir, name string, args []string, detach bool) (*Proc, error) {
 	defer f.Close()
 	cmd := exec.Command(args[0], args[1:]...)
 	cmd.Stdout, cmd.Stderr = f, f
+	cmd.ExtraFiles = extra
 	if detach {
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	} else {

@@ -1,7 +1,6 @@
 package lab
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -63,14 +62,32 @@ func labReplicas(nodes []string) []linstor.Replica {
 }
 
 // startSources starts every node's source servers at the addresses recorded
-// in the lab state and writes each node's talosconfig.
-func startSources(ctx context.Context, s *State) (d *daemon, err error) {
-	d = &daemon{nodes: map[string]*nodeSources{}}
+// in the lab state and writes each node's talosconfig. A server whose
+// address has a listener in bound (keyed by address: up binds every address
+// once and hands the listeners over, so no other process can take a port
+// between its choice and its use) serves on it; any other address is bound
+// here. Every listener in bound is used or closed.
+func startSources(s *State, bound map[string]net.Listener) (_ *daemon, err error) {
+	d := &daemon{nodes: map[string]*nodeSources{}}
 	defer func() {
+		for _, l := range bound {
+			_ = l.Close()
+		}
 		if err != nil {
 			d.stop()
 		}
 	}()
+	listen := func(addr string) (net.Listener, error) {
+		if l, ok := bound[addr]; ok {
+			delete(bound, addr)
+			return l, nil
+		}
+		l, err := net.Listen("tcp", addr)
+		if err != nil {
+			return nil, fmt.Errorf("listen on %s: %w", addr, err)
+		}
+		return l, nil
+	}
 	if len(s.Nodes) == 0 {
 		return nil, errors.New("lab state has no nodes")
 	}
@@ -82,10 +99,11 @@ func startSources(ctx context.Context, s *State) (d *daemon, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("linstor URL: %w", err)
 	}
-	ls, err := linstor.Start(lu.Host, nil)
+	ll, err := listen(lu.Host)
 	if err != nil {
 		return nil, fmt.Errorf("start LINSTOR controller: %w", err)
 	}
+	ls := linstor.Serve(ll, nil)
 	d.close = append(d.close, func() { _ = ls.Close() })
 	for _, n := range names {
 		ls.SetNode(n, "ONLINE")
@@ -113,10 +131,12 @@ func startSources(ctx context.Context, s *State) (d *daemon, err error) {
 		if err != nil {
 			return nil, err
 		}
-		if _, err := ns.talos.Listen(n.Talos); err != nil {
-			return nil, err
-		}
 		d.close = append(d.close, ns.talos.Stop)
+		tl, err := listen(n.Talos)
+		if err != nil {
+			return nil, fmt.Errorf("start Talos API for %s: %w", n.Name, err)
+		}
+		go func() { _ = ns.talos.Serve(tl) }()
 		if err := pki.WriteTalosconfig(n.Talosconfig, []string{n.Talos}); err != nil {
 			return nil, err
 		}
@@ -150,12 +170,13 @@ func startSources(ctx context.Context, s *State) (d *daemon, err error) {
 		}
 		ns.fsync = newFsyncProxy(n.EtcdRealMetrics)
 		ns.metricsAddr = mu.Host
-		if err := ns.serveMetrics(); err != nil {
-			return nil, fmt.Errorf("etcd metrics proxy for %s: %w", n.Name, err)
+		ml, err := listen(mu.Host)
+		if err != nil {
+			return nil, fmt.Errorf("start etcd metrics proxy for %s: %w", n.Name, err)
 		}
+		ns.serveMetricsOn(ml)
 		d.close = append(d.close, ns.stopMetrics)
 	}
-	_ = ctx
 	return d, nil
 }
 
@@ -169,10 +190,15 @@ func (ns *nodeSources) serveMetrics() error {
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", ns.metricsAddr, err)
 	}
+	ns.serveMetricsOn(ml)
+	return nil
+}
+
+// serveMetricsOn serves etcd's metrics (through the fsync proxy) on ml.
+func (ns *nodeSources) serveMetricsOn(ml net.Listener) {
 	srv := &http.Server{Handler: ns.fsync, ReadHeaderTimeout: 5 * time.Second}
 	go func() { _ = srv.Serve(ml) }()
 	ns.metricsSrv = srv
-	return nil
 }
 
 // stopMetrics closes the metrics listener: nothing answers at the URL, as

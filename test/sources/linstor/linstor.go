@@ -55,6 +55,13 @@ func Start(addr string, tlsCfg *tls.Config) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("linstor stand-in: listen: %w", err)
 	}
+	return Serve(ln, tlsCfg), nil
+}
+
+// Serve serves on ln, already bound (the lab binds its addresses once and
+// hands the listeners over); with tlsCfg non-nil it serves HTTPS. Close
+// closes ln.
+func Serve(ln net.Listener, tlsCfg *tls.Config) *Server {
 	s := &Server{nodes: map[string]string{}, minor: 1000}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/nodes", s.listNodes)
@@ -67,7 +74,7 @@ func Start(addr string, tlsCfg *tls.Config) (*Server, error) {
 	}
 	s.URL = scheme + "://" + ln.Addr().String()
 	go func() { _ = s.srv.Serve(ln) }()
-	return s, nil
+	return s
 }
 
 // SetNode adds or updates a node's connection status (ONLINE, OFFLINE...).
