@@ -63,6 +63,8 @@ type EtcdClusterOptions struct {
 	// unless LearnersAsVoters.
 	Voters           int
 	LearnersAsVoters bool
+	// Logf, when set, is told when the cluster is started again.
+	Logf func(format string, args ...any)
 }
 
 // Args returns the member's full command line, binary first, so that
@@ -74,6 +76,7 @@ func (m *EtcdMember) Args(c *EtcdCluster) []string {
 // StartEtcdClusterT starts an n-member cluster stopped at the test's end.
 func StartEtcdClusterT(t testing.TB, n int) *EtcdCluster {
 	t.Helper()
+	SkipShort(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	c, err := StartEtcdCluster(ctx, EtcdClusterOptions{Dir: t.TempDir(), Members: n})
@@ -96,6 +99,9 @@ func StartEtcdCluster(ctx context.Context, o EtcdClusterOptions) (*EtcdCluster, 
 			return c, nil
 		}
 		lastErr = err
+		if o.Logf != nil && attempt < 2 && ctx.Err() == nil {
+			o.Logf("etcd cluster did not start (%v); starting it again on fresh ports", firstLine(err))
+		}
 		if c != nil {
 			// A member that started holds data naming the old peer URLs.
 			for _, m := range c.Members {
@@ -332,4 +338,10 @@ func (c *EtcdCluster) Stop() error {
 		}
 	}
 	return first
+}
+
+// firstLine is the first line of err's message.
+func firstLine(err error) string {
+	msg, _, _ := strings.Cut(err.Error(), "\n")
+	return msg
 }

@@ -274,7 +274,7 @@ func Up(ctx context.Context, o Options) (l *Lab, err error) {
 	o.Log("starting the management etcd under observation: %d members (%d voting)", o.Nodes, o.Voters)
 	cluster, err := harness.StartEtcdCluster(ctx, harness.EtcdClusterOptions{
 		Dir: filepath.Join(o.Dir, "etcd"), Names: names, Voters: o.Voters,
-		LearnersAsVoters: o.LearnersAsVoters, Detach: o.Detach,
+		LearnersAsVoters: o.LearnersAsVoters, Detach: o.Detach, Logf: o.Log,
 	})
 	if err != nil {
 		return nil, err

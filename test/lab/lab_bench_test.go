@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 )
@@ -15,7 +16,9 @@ import (
 // `down` do (every process detached, the source servers in the lab daemon
 // process) $COZY_HEALTH_BENCH_LAB_RUNS times in a row (default 20), with
 // 1, 2 and 3 nodes in turn, and reports how many starts failed, each with
-// its error and the end of the lab daemon's log. Any failure fails the
+// its error and the end of the lab daemon's log, and how many times a port
+// picked for an etcd member or an aggregator was taken before it was bound
+// (the lab then starts it again on fresh ports). Any failure fails the
 // benchmark: the lab must not flake. Run by `make bench-lab`.
 func BenchmarkLabUpDown(b *testing.B) {
 	runs := 20
@@ -27,14 +30,19 @@ func BenchmarkLabUpDown(b *testing.B) {
 		runs = n
 	}
 	for range b.N {
-		failures := 0
+		failures, retries := 0, 0
 		var upTime time.Duration
 		for i := range runs {
 			nodes := 1 + i%3
 			dir := filepath.Join(b.TempDir(), "lab")
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 			start := time.Now()
-			l, err := Up(ctx, Options{Dir: dir, Nodes: nodes, Detach: true})
+			l, err := Up(ctx, Options{Dir: dir, Nodes: nodes, Detach: true, Log: func(format string, args ...any) {
+				if line := fmt.Sprintf(format, args...); strings.Contains(line, "fresh") {
+					retries++
+					b.Logf("run %d (%d nodes): %s", i+1, nodes, line)
+				}
+			}})
 			cancel()
 			if err != nil {
 				failures++
@@ -50,8 +58,9 @@ func BenchmarkLabUpDown(b *testing.B) {
 			b.Logf("run %d (%d nodes): up in %s", i+1, nodes, time.Since(start).Round(time.Millisecond))
 		}
 		ok := runs - failures
-		fmt.Printf("lab up/down: %d runs, %d failed\n", runs, failures)
+		fmt.Printf("lab up/down: %d runs, %d failed, %d port retries\n", runs, failures, retries)
 		b.ReportMetric(float64(failures), "failures")
+		b.ReportMetric(float64(retries), "retries")
 		if ok > 0 {
 			b.ReportMetric(upTime.Seconds()/float64(ok), "s/up")
 		}
