@@ -43,6 +43,10 @@ nodebin: testbin ## Build (once, cached outside the repo) kubelet, kube-proxy, k
 test: testbin nodebin promtool build ## Run every test: unit, integration on a real kube-apiserver + etcd, e2e on a real kubelet node, alert rules.
 	COZY_HEALTH_TESTBIN="$(TESTBIN)" COZY_HEALTH_NODEBIN="$(NODEBIN)" COZY_HEALTH_PROMTOOL="$(PROMTOOL)" COZY_HEALTH_BIN="$(CURDIR)/$(BIN)" go test $(GO_TEST_FLAGS) ./...
 
+.PHONY: test-unit
+test-unit: ## The inner loop: every test that needs no apiserver, etcd, kubelet node or built binary (go test -short).
+	COZY_HEALTH_TESTBIN=/nonexistent/test-unit-starts-no-control-plane COZY_HEALTH_BIN=/nonexistent/test-unit-runs-no-built-binary go test -short $(GO_TEST_FLAGS) ./...
+
 .PHONY: generate
 generate: ## Regenerate deepcopy, applyconfigurations, clientset, CRD and protobuf code.
 	bash hack/generate.sh

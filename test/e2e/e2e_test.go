@@ -51,6 +51,7 @@ func binDir(t *testing.T) string {
 }
 
 func TestFaultMatrix(t *testing.T) {
+	harness.SkipShort(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
 	l, err := lab.Up(ctx, lab.Options{

@@ -139,6 +139,7 @@ func Start(t testing.TB) *ControlPlane {
 // temporary directory) and stops it at the test's end.
 func StartWith(t testing.TB, o Options) *ControlPlane {
 	t.Helper()
+	SkipShort(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	if o.Dir == "" {

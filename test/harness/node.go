@@ -197,6 +197,7 @@ const cniBinDir = "/usr/lib/cni"
 // restoring the host, at the test's end.
 func StartWithNode(t testing.TB) *Cluster {
 	t.Helper()
+	SkipShort(t)
 	if err := NodePrerequisites(); err != nil {
 		t.Fatalf("start node: %v", err)
 	}

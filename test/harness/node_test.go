@@ -77,6 +77,7 @@ func snapshotHost(t *testing.T) hostSnapshot {
 // reaches each, logs come back through the apiserver; then Stop puts the
 // host back exactly as it was.
 func TestClusterWithNode(t *testing.T) {
+	SkipShort(t)
 	require.NoError(t, NodePrerequisites())
 	before := snapshotHost(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)

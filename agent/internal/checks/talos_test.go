@@ -244,6 +244,7 @@ func TestTalosWorkerAndHang(t *testing.T) {
 // isLearner=1) and leaves the member and alarm lists, which etcd does not
 // serve to learners, to the voting members (not applicable, not Unknown).
 func TestTalosChecksOnALearner(t *testing.T) {
+	harness.SkipShort(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	cluster, err := harness.StartEtcdCluster(ctx, harness.EtcdClusterOptions{Dir: t.TempDir(), Members: 3, Voters: 2})

@@ -149,17 +149,20 @@ func TestKubectlHealthDrainCheckDirect(t *testing.T) {
 
 	// Through kubectl itself: `kubectl health ...` finds kubectl-health on
 	// PATH and passes the arguments and the exit code through.
-	bin, err := harness.BinDir()
-	require.NoError(t, err)
-	kctx, kcancel := context.WithTimeout(context.Background(), time.Minute)
-	defer kcancel()
-	kubectl := exec.CommandContext(kctx, filepath.Join(bin, "kubectl"), "health", "drain-check", "node-1", "--aggregator-url", base)
-	kubectl.Env = append(os.Environ(), "PATH="+filepath.Dir(plugin(t))+string(os.PathListSeparator)+os.Getenv("PATH"), "KUBECONFIG=/nonexistent")
-	kout, err := kubectl.Output()
-	var kexit *exec.ExitError
-	require.ErrorAs(t, err, &kexit)
-	assert.Equal(t, 1, kexit.ExitCode())
-	assert.Contains(t, string(kout), "Node node-1: BLOCKED")
+	t.Run("through kubectl", func(t *testing.T) {
+		harness.SkipShort(t)
+		bin, err := harness.BinDir()
+		require.NoError(t, err)
+		kctx, kcancel := context.WithTimeout(context.Background(), time.Minute)
+		defer kcancel()
+		kubectl := exec.CommandContext(kctx, filepath.Join(bin, "kubectl"), "health", "drain-check", "node-1", "--aggregator-url", base)
+		kubectl.Env = append(os.Environ(), "PATH="+filepath.Dir(plugin(t))+string(os.PathListSeparator)+os.Getenv("PATH"), "KUBECONFIG=/nonexistent")
+		kout, err := kubectl.Output()
+		var kexit *exec.ExitError
+		require.ErrorAs(t, err, &kexit)
+		assert.Equal(t, 1, kexit.ExitCode())
+		assert.Contains(t, string(kout), "Node node-1: BLOCKED")
+	})
 
 	code, _, errOut = runPlugin(t, "drain-check", "node-1", "--aggregator-url", "http://127.0.0.1:1")
 	assert.Equal(t, 2, code)
