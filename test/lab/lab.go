@@ -343,6 +343,11 @@ func Up(ctx context.Context, o Options) (l *Lab, err error) {
 			return nil, err
 		}
 	}
+	for i := range s.Nodes {
+		if err := l.waitAgent(ctx, s.Nodes[i].Name); err != nil {
+			return nil, err
+		}
+	}
 	if err := s.save(); err != nil {
 		return nil, err
 	}
@@ -395,27 +400,58 @@ func (l *Lab) startAggregator(a *Aggregator) error {
 	return nil
 }
 
-// waitAggregator waits until aggregator i serves its probes. The
-// aggregator binds the addresses the lab picked for it; one that another
-// process took in between makes it exit ("address already in use"), and it
-// is started again on fresh addresses (up to three times).
+// waitAggregator waits until aggregator i serves its probes, starting it
+// again on fresh addresses if it lost one (see waitServing).
 func (l *Lab) waitAggregator(ctx context.Context, i int, files tlsutil.Files) error {
+	a := &l.State.Aggregators[i]
+	return l.waitServing(ctx, a.Name,
+		func() (string, int) { return "http://" + a.HTTP + "/healthz", a.Pid },
+		func() error {
+			var err error
+			if *a, err = l.aggregatorSpec(i, files); err != nil {
+				return err
+			}
+			return l.startAggregator(a)
+		})
+}
+
+// waitAgent waits until node's agent serves its metrics, starting it again
+// on a fresh address if it lost it (see waitServing).
+func (l *Lab) waitAgent(ctx context.Context, node string) error {
+	n, err := l.State.Node(node)
+	if err != nil {
+		return err
+	}
+	return l.waitServing(ctx, "agent-"+n.Name,
+		func() (string, int) { return "http://" + n.AgentMetrics + "/metrics", n.AgentPid },
+		func() error {
+			if n.AgentMetrics, err = harness.FreeAddr(); err != nil {
+				return err
+			}
+			n.AgentArgs = l.agentArgs(n)
+			return l.StartAgent(n.Name)
+		})
+}
+
+// waitServing waits until the process name answers on its URL (probe
+// returns the URL and the pid). The lab picks the addresses a binary binds
+// and the binary binds them a moment later; one that another process took
+// in between makes it exit ("address already in use"), and again starts it
+// on fresh addresses (up to three times).
+func (l *Lab) waitServing(ctx context.Context, name string, probe func() (url string, pid int), again func() error) error {
 	for attempt := 1; ; attempt++ {
-		a := &l.State.Aggregators[i]
-		err := waitHTTP(ctx, "http://"+a.HTTP+"/healthz", a.Pid)
+		url, pid := probe()
+		err := waitHTTP(ctx, url, pid)
 		if err == nil {
 			return nil
 		}
-		log := filepath.Join(l.State.Dir, "logs", a.Name+".log")
+		log := filepath.Join(l.State.Dir, "logs", name+".log")
 		last := lastLine(log)
 		if attempt == 3 || !strings.Contains(last, "address already in use") {
-			return fmt.Errorf("lab: %s: %w: %s (log: %s)", a.Name, err, last, log)
+			return fmt.Errorf("lab: %s: %w: %s (log: %s)", name, err, last, log)
 		}
-		l.opts.Log("%s lost a port to another process (%s); starting it on fresh addresses", a.Name, last)
-		if *a, err = l.aggregatorSpec(i, files); err != nil {
-			return err
-		}
-		if err := l.startAggregator(a); err != nil {
+		l.opts.Log("%s lost a port to another process (%s); starting it on fresh addresses", name, last)
+		if err := again(); err != nil {
 			return err
 		}
 	}
