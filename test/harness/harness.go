@@ -27,6 +27,8 @@ import (
 
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+
+	"github.com/cozystack/cozy-health/pkg/tlsutil"
 )
 
 // KubernetesVersion is the version of the control-plane binaries.
@@ -71,7 +73,7 @@ type ControlPlane struct {
 	bin    string
 	detach bool
 	opts   Options
-	ca     *certAuthority // signs client certificates (--client-ca-file)
+	ca     *tlsutil.CA // signs client certificates (--client-ca-file)
 
 	mu        sync.Mutex // guards the processes below
 	etcd      *process
@@ -263,7 +265,7 @@ func (c *ControlPlane) start(ctx context.Context) error {
 		c.apiArgs = append(c.apiArgs, "--endpoint-reconciler-type=none")
 	}
 	if c.opts.kubelet {
-		certPEM, keyPEM, err := ca.issueClient("kube-apiserver-kubelet-client", []string{"system:masters"})
+		certPEM, keyPEM, err := issueClient(ca, "kube-apiserver-kubelet-client", []string{"system:masters"})
 		if err != nil {
 			return err
 		}
@@ -441,7 +443,7 @@ func RunKubectl(ctx context.Context, kubectl, kubeconfig string, args ...string)
 // UserConfig returns a client config authenticating as user with groups by
 // an x509 client certificate signed by the apiserver's client CA.
 func (c *ControlPlane) UserConfig(user string, groups ...string) (*rest.Config, error) {
-	certPEM, keyPEM, err := c.ca.issueClient(user, groups)
+	certPEM, keyPEM, err := issueClient(c.ca, user, groups)
 	if err != nil {
 		return nil, err
 	}
@@ -455,7 +457,7 @@ func (c *ControlPlane) UserConfig(user string, groups ...string) (*rest.Config, 
 // UserKubeconfig writes a kubeconfig for user (see UserConfig) into Dir and
 // returns its path.
 func (c *ControlPlane) UserKubeconfig(user string, groups ...string) (string, error) {
-	certPEM, keyPEM, err := c.ca.issueClient(user, groups)
+	certPEM, keyPEM, err := issueClient(c.ca, user, groups)
 	if err != nil {
 		return "", err
 	}

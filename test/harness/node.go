@@ -914,7 +914,7 @@ conntrack:
 // clientKubeconfig writes a kubeconfig for user with groups (an x509 client
 // certificate from the client CA) and returns its path.
 func (n *Node) clientKubeconfig(pki, name, user string, groups ...string) (string, error) {
-	certPEM, keyPEM, err := n.cp.ca.issueClient(user, groups)
+	certPEM, keyPEM, err := issueClient(n.cp.ca, user, groups)
 	if err != nil {
 		return "", err
 	}

@@ -1,23 +1,21 @@
 package harness
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/rsa"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/base64"
 	"encoding/pem"
 	"errors"
 	"fmt"
-	"math/big"
 	"os"
 	"path/filepath"
 	"time"
 
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
+	"github.com/cozystack/cozy-health/pkg/tlsutil"
 )
 
 // writeServiceAccountKeys writes the RSA key pair the apiserver signs and
@@ -44,101 +42,45 @@ func writeServiceAccountKeys(dir string) error {
 	return nil
 }
 
-// certAuthority signs client certificates for UserConfig.
-type certAuthority struct {
-	cert *x509.Certificate
-	key  *ecdsa.PrivateKey
-}
-
-// loadOrCreateCA loads name.crt/name.key from dir, or creates them.
-func loadOrCreateCA(dir, name string) (*certAuthority, error) {
+// loadOrCreateCA loads name.crt/name.key from dir (a control plane started
+// again in the same directory keeps its client CA), or creates them.
+func loadOrCreateCA(dir, name string) (*tlsutil.CA, error) {
 	crtPath, keyPath := filepath.Join(dir, name+".crt"), filepath.Join(dir, name+".key")
 	if crtPEM, err := os.ReadFile(crtPath); err == nil {
 		keyPEM, err := os.ReadFile(keyPath)
 		if err != nil {
 			return nil, fmt.Errorf("read %s: %w", keyPath, err)
 		}
-		cb, _ := pem.Decode(crtPEM)
-		kb, _ := pem.Decode(keyPEM)
-		if cb == nil || kb == nil {
-			return nil, fmt.Errorf("decode CA %s: no PEM block", name)
-		}
-		cert, err := x509.ParseCertificate(cb.Bytes)
+		ca, err := tlsutil.LoadCA(crtPEM, keyPEM)
 		if err != nil {
-			return nil, fmt.Errorf("parse CA %s: %w", name, err)
+			return nil, fmt.Errorf("CA %s: %w", name, err)
 		}
-		key, err := x509.ParseECPrivateKey(kb.Bytes)
-		if err != nil {
-			return nil, fmt.Errorf("parse CA key %s: %w", name, err)
-		}
-		return &certAuthority{cert: cert, key: key}, nil
+		return ca, nil
 	}
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	ca, err := tlsutil.NewCA("cozy-health-harness-"+name, 10*365*24*time.Hour)
 	if err != nil {
-		return nil, fmt.Errorf("generate CA key: %w", err)
+		return nil, err
 	}
-	tmpl := &x509.Certificate{
-		SerialNumber:          big.NewInt(1),
-		Subject:               pkix.Name{CommonName: "cozy-health-harness-" + name},
-		NotBefore:             time.Now().Add(-time.Hour),
-		NotAfter:              time.Now().Add(10 * 365 * 24 * time.Hour),
-		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
-		BasicConstraintsValid: true,
-		IsCA:                  true,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	keyPEM, err := ca.KeyPEM()
 	if err != nil {
-		return nil, fmt.Errorf("create CA certificate: %w", err)
+		return nil, err
 	}
-	cert, err := x509.ParseCertificate(der)
-	if err != nil {
-		return nil, fmt.Errorf("parse CA certificate: %w", err)
-	}
-	keyDER, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		return nil, fmt.Errorf("marshal CA key: %w", err)
-	}
-	if err := os.WriteFile(crtPath, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
+	if err := os.WriteFile(crtPath, ca.CertPEM, 0o600); err != nil {
 		return nil, fmt.Errorf("write CA certificate: %w", err)
 	}
-	if err := os.WriteFile(keyPath, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), 0o600); err != nil {
+	if err := os.WriteFile(keyPath, keyPEM, 0o600); err != nil {
 		return nil, fmt.Errorf("write CA key: %w", err)
 	}
-	return &certAuthority{cert: cert, key: key}, nil
+	return ca, nil
 }
 
-// issueClient issues a client certificate: the apiserver reads the user from
-// CN and the groups from O.
-func (ca *certAuthority) issueClient(user string, groups []string) (certPEM, keyPEM []byte, err error) {
+// issueClient issues a client certificate valid for a day: the apiserver
+// reads the user from CN and the groups from O.
+func issueClient(ca *tlsutil.CA, user string, groups []string) (certPEM, keyPEM []byte, err error) {
 	if ca == nil {
 		return nil, nil, errors.New("issue client certificate: control plane not started")
 	}
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return nil, nil, fmt.Errorf("generate client key: %w", err)
-	}
-	serial, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 62))
-	if err != nil {
-		return nil, nil, fmt.Errorf("generate serial: %w", err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: serial,
-		Subject:      pkix.Name{CommonName: user, Organization: groups},
-		NotBefore:    time.Now().Add(-time.Hour),
-		NotAfter:     time.Now().Add(24 * time.Hour),
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
-	if err != nil {
-		return nil, nil, fmt.Errorf("sign client certificate for %s: %w", user, err)
-	}
-	keyDER, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		return nil, nil, fmt.Errorf("marshal client key: %w", err)
-	}
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
-		pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), nil
+	return ca.IssueClient(user, groups, 24*time.Hour)
 }
 
 // writeKubeconfig writes a one-context kubeconfig. auth keys: "token", or
