@@ -3,6 +3,7 @@ package adapter_test
 import (
 	"context"
 	"fmt"
+	"maps"
 	"strings"
 	"testing"
 	"time"
@@ -40,6 +41,8 @@ type env struct {
 	cp  *harness.ControlPlane
 	dyn dynamic.Interface
 	hc  versioned.Interface
+	// reg is the aggregator's metrics registry (what the alert rules read).
+	reg *prometheus.Registry
 }
 
 // start brings up a control plane with the Health CRD, the platform and
@@ -67,7 +70,8 @@ func start(t *testing.T, cfg adapter.Config, setup func(e *env) *rest.Config) *e
 	if setup != nil {
 		rc = setup(e)
 	}
-	m, err := metrics.New(prometheus.NewRegistry(), platformNS)
+	e.reg = prometheus.NewRegistry()
+	m, err := metrics.New(e.reg, platformNS)
 	require.NoError(t, err)
 	log := zaptest.NewLogger(t)
 	w, err := writer.New(writer.Config{Namespace: platformNS, FreshFor: time.Minute, RefreshPeriod: 20 * time.Second,
@@ -89,6 +93,29 @@ func start(t *testing.T, cfg adapter.Config, setup func(e *env) *rest.Config) *e
 	go func() { w.Run(ctx); done <- struct{}{} }()
 	t.Cleanup(func() { cancel(); <-done; <-done })
 	return e
+}
+
+// gauge is the value of the series name{want} in the aggregator's
+// metrics; -1 when there is no such series.
+func (e *env) gauge(name string, want map[string]string) float64 {
+	e.t.Helper()
+	mfs, err := e.reg.Gather()
+	require.NoError(e.t, err)
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			got := map[string]string{}
+			for _, lp := range m.GetLabel() {
+				got[lp.GetName()] = lp.GetValue()
+			}
+			if maps.Equal(got, want) {
+				return m.GetGauge().GetValue()
+			}
+		}
+	}
+	return -1
 }
 
 // create creates obj (YAML) and, when it has a status, moves the status in
@@ -326,6 +353,10 @@ conditions:
 		assert.Equal(t, 24*time.Hour, c.MaxAge.Duration, "the namespace's SLA, not the schedule's 36h")
 		require.NotNil(t, c.ObservedAge)
 		assert.InDelta(t, (50 * time.Hour).Seconds(), c.ObservedAge.Seconds(), 120)
+		// What CozyHealthBackupsStale reads (every replica exports it).
+		assert.Equal(t, 1.0, e.gauge("cozy_health_component_status", map[string]string{"namespace": "tenant-foo", "component": "backups", "status": "Degraded"}))
+		assert.Equal(t, 1.0, e.gauge("cozy_health_issue", map[string]string{"namespace": "tenant-foo", "component": "backups", "node": "",
+			"type": "Backup", "resource": "postgres-db", "reason": adapter.ReasonBackupStale, "status": "Degraded"}), "cozy_health_issue names the stale backup")
 		require.NotNil(t, h.Spec.SLA)
 		require.NotNil(t, h.Spec.SLA.MaxAge)
 		assert.Equal(t, 24*time.Hour, h.Spec.SLA.MaxAge.Duration)

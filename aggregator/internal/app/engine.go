@@ -127,7 +127,7 @@ func (e *Engine) recompute(snap state.Snapshot, now time.Time) map[string]*rollu
 				nodes[n] = ns.Status
 			}
 			e.metrics.Publish(comp, cs.Overall, nodes)
-			e.metrics.PublishIssues(comp, issuesOf(cs))
+			e.metrics.PublishIssues(comp, writer.IssuesOf(cs))
 		}
 		if e.writer != nil {
 			e.writer.Update(cs)
@@ -165,21 +165,4 @@ func (e *Engine) Run(ctx context.Context, period time.Duration) {
 		case <-t.C():
 		}
 	}
-}
-
-// issuesOf lists a compacted status's conditions that are not True, as
-// cozy_health_issue exports them.
-func issuesOf(cs *rollup.ComponentStatus) []metrics.Issue {
-	var out []metrics.Issue
-	for _, c := range cs.Conditions {
-		if c.Severity == report.StatusHealthy {
-			continue
-		}
-		is := metrics.Issue{Node: c.Node, Type: c.Type, Reason: c.Reason, Status: c.Severity}
-		if c.Resource != nil {
-			is.Resource = c.Resource.Name
-		}
-		out = append(out, is)
-	}
-	return out
 }

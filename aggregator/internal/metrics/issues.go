@@ -26,15 +26,15 @@ type Issue struct {
 }
 
 // issueTable is the collector of cozy_health_issue: one series per
-// published condition that is not True, replaced as a whole per component
-// when the rollup recomputes it. The published conditions are compacted
+// published condition that is not True, replaced as a whole per namespace
+// and component when the rollup (or an adapter) publishes it again. The published conditions are compacted
 // (at most rollup.DefaultMaxListed node conditions per component), so the
 // series stay bounded however many nodes fail. A scrape sees either the
 // old or the new set of a component, never a gap between them, so an
 // alert's pending state survives a republish.
 type issueTable struct {
 	desc *prometheus.Desc
-	// mu guards byComponent.
+	// mu guards byComponent, keyed by namespace + "/" + component.
 	mu          sync.RWMutex
 	byComponent map[string][]prometheus.Metric
 }
@@ -62,10 +62,10 @@ func (t *issueTable) publish(namespace, component string, issues []Issue) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if len(series) == 0 {
-		delete(t.byComponent, component)
+		delete(t.byComponent, namespace+"/"+component)
 		return
 	}
-	t.byComponent[component] = series
+	t.byComponent[namespace+"/"+component] = series
 }
 
 // Describe implements prometheus.Collector.

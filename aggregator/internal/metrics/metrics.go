@@ -122,6 +122,27 @@ func (m *Metrics) PublishIssues(component string, issues []Issue) {
 	m.issues.publish(m.namespace, component, issues)
 }
 
+// PublishIn exports the published overall status and the issues of a
+// component in any namespace: what the cluster adapters publish (platform,
+// apps, backups, control-plane, in the platform and tenant namespaces).
+func (m *Metrics) PublishIn(namespace, component string, overall report.Status, issues []Issue) {
+	for _, s := range report.Statuses {
+		v := 0.0
+		if s == overall {
+			v = 1
+		}
+		m.componentStatus.WithLabelValues(namespace, component, s.String()).Set(v)
+	}
+	m.issues.publish(namespace, component, issues)
+}
+
+// RemoveIn drops a component's status and issue series in namespace (an
+// adapter withdrew its object).
+func (m *Metrics) RemoveIn(namespace, component string) {
+	m.componentStatus.DeletePartialMatch(prometheus.Labels{"namespace": namespace, "component": component})
+	m.issues.publish(namespace, component, nil)
+}
+
 // HealthFreshUntil records a Health object's status.freshUntil.
 func (m *Metrics) HealthFreshUntil(namespace, component string, at time.Time) {
 	m.freshUntil.WithLabelValues(namespace, component).Set(float64(at.UnixNano()) / 1e9)

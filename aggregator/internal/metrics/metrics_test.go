@@ -93,3 +93,32 @@ cozy_health_issue{component="linstor",namespace="cozy-system",node="node-1",reas
 cozy_health_issue{component="etcd",namespace="cozy-system",node="",reason="QuorumAtRisk",resource="",status="Degraded",type="Quorum"} 1
 `), "cozy_health_issue"))
 }
+
+// TestPublishIn: an adapter's component in a tenant namespace gets its
+// status and issue series beside the platform's; withdrawing it removes
+// them and nothing else.
+func TestPublishIn(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m, err := New(reg, "cozy-system")
+	require.NoError(t, err)
+	m.PublishIssues(report.ComponentEtcd, []Issue{{Type: "Quorum", Reason: "QuorumAtRisk", Status: report.StatusDegraded}})
+	m.PublishIn("tenant-a", "backups", report.StatusDegraded, []Issue{{Resource: "pg", Type: "Backup", Reason: "BackupStale", Status: report.StatusDegraded}})
+	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(`
+# HELP cozy_health_component_status 1 for the component's current published overall status, 0 for the others.
+# TYPE cozy_health_component_status gauge
+cozy_health_component_status{component="backups",namespace="tenant-a",status="Degraded"} 1
+cozy_health_component_status{component="backups",namespace="tenant-a",status="Down"} 0
+cozy_health_component_status{component="backups",namespace="tenant-a",status="Healthy"} 0
+cozy_health_component_status{component="backups",namespace="tenant-a",status="Unknown"} 0
+# HELP cozy_health_issue 1 for every published condition that is not True (status is its severity: Degraded, Down or Unknown), with the node and resource it is pinned to and its reason; node is empty for component-level conditions.
+# TYPE cozy_health_issue gauge
+cozy_health_issue{component="backups",namespace="tenant-a",node="",reason="BackupStale",resource="pg",status="Degraded",type="Backup"} 1
+cozy_health_issue{component="etcd",namespace="cozy-system",node="",reason="QuorumAtRisk",resource="",status="Degraded",type="Quorum"} 1
+`), "cozy_health_component_status", "cozy_health_issue"))
+	m.RemoveIn("tenant-a", "backups")
+	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(`
+# HELP cozy_health_issue 1 for every published condition that is not True (status is its severity: Degraded, Down or Unknown), with the node and resource it is pinned to and its reason; node is empty for component-level conditions.
+# TYPE cozy_health_issue gauge
+cozy_health_issue{component="etcd",namespace="cozy-system",node="",reason="QuorumAtRisk",resource="",status="Degraded",type="Quorum"} 1
+`), "cozy_health_component_status", "cozy_health_issue"))
+}

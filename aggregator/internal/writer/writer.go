@@ -168,12 +168,14 @@ func New(cfg Config, client versioned.Interface, m *metrics.Metrics, log *zap.Lo
 // observedAt (its spec.sla.freshFor).
 func (w *Writer) AdapterFreshFor() time.Duration { return w.cfg.AdapterFreshFor }
 
-// UpdateIn records the desired status of an adapter object in namespace
-// and, while leading, queues a write when it changed or when the last write
+// UpdateIn records the desired status of an adapter object in namespace,
+// exports it to the metrics (on every replica, as the engine does for the
+// node components) and, while leading, queues a write when it changed or when the last write
 // is older than the adapter refresh period.
 func (w *Writer) UpdateIn(namespace string, cs *rollup.ComponentStatus, spec Spec) {
 	fp := Fingerprint(cs) ^ uint64(spec.MaxAge)
 	k := Key{namespace, cs.Component}
+	w.metrics.PublishIn(namespace, cs.Component, cs.Overall, IssuesOf(cs))
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	delete(w.removed, k)
@@ -190,6 +192,7 @@ func (w *Writer) Remove(namespace, component string) {
 	if ok && !d.adapter {
 		return
 	}
+	w.metrics.RemoveIn(namespace, component)
 	delete(w.desired, k)
 	delete(w.written, k)
 	w.removed[k] = true
