@@ -93,6 +93,10 @@ bench-aggregator: build testbin ## 5,000 simulated nodes through the real ingest
 bench-lab: build testbin ## Start and stop the lab COZY_HEALTH_BENCH_LAB_RUNS times (default 20, 1-3 nodes) and count failed starts.
 	COZY_HEALTH_TESTBIN="$(TESTBIN)" COZY_HEALTH_BIN="$(CURDIR)/$(BIN)" go test -run '^$$' -bench BenchmarkLabUpDown -benchtime 1x -timeout 120m ./test/lab/
 
+.PHONY: bench-adapters
+bench-adapters: build testbin ## 5,000 HelmReleases and 2,000 CNPG Clusters: adapter memory and CPU per 1,000 objects, status change -> Health p50/p99.
+	COZY_HEALTH_TESTBIN="$(TESTBIN)" COZY_HEALTH_BIN="$(CURDIR)/$(BIN)" go test -run '^$$' -bench . -benchtime 1x -timeout 30m ./test/bench/adapters/
+
 .PHONY: bench-drain
 bench-drain: ## drain-check latency with 5,000 simulated nodes.
 	go test -run '^$$' -bench . -benchmem ./aggregator/internal/drain/

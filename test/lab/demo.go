@@ -210,7 +210,8 @@ func containsNode(list, node string) bool {
 
 // Demo is `make demo`: a 3-node lab, all Healthy; etcd stopped on one node
 // (etcd Degraded naming it); the agent stopped on another (its entries go
-// Unknown); both restored (Healthy again); torn down.
+// Unknown); both restored (Healthy again); a failing HelmRelease with three
+// releases waiting on it read as one root cause; torn down.
 func Demo(ctx context.Context, o Options, w io.Writer) (err error) {
 	if o.Nodes < 3 {
 		return fmt.Errorf("demo needs at least 3 nodes, got %d", o.Nodes)
@@ -233,7 +234,7 @@ func Demo(ctx context.Context, o Options, w io.Writer) (err error) {
 		return err
 	}
 	defer func() {
-		step(5, "tear the lab down (logs stay in %s/logs)", o.Dir)
+		step(6, "tear the lab down (logs stay in %s/logs)", o.Dir)
 		if derr := l.Down(); derr != nil && err == nil {
 			err = derr
 		}
@@ -293,7 +294,9 @@ func Demo(ctx context.Context, o Options, w io.Writer) (err error) {
 		return err
 	}
 	show("get", "chz", "-A")
-	return nil
+
+	step(5, "a HelmRelease whose upgrade failed and three releases waiting on it: the platform object names one root cause, not four failures")
+	return l.DemoRootCause(ctx, w, show)
 }
 
 // isTerminal reports whether w is a terminal (progress lines redraw in

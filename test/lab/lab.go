@@ -250,6 +250,9 @@ func Up(ctx context.Context, o Options) (l *Lab, err error) {
 	if err := cp.InstallCRDs(ctx); err != nil {
 		return nil, err
 	}
+	if err := cp.InstallAdapterCRDs(ctx, LabAdapterCRDs...); err != nil {
+		return nil, err
+	}
 	for _, ns := range []string{PlatformNamespace, AgentNamespace} {
 		if err := cp.EnsureNamespace(ctx, ns); err != nil {
 			return nil, err
