@@ -331,7 +331,7 @@ func readyStatus(status, reason, msg string) map[string]any {
 		"lastAttemptedReleaseAction": "upgrade", "storageNamespace": "tenant-root",
 		"history": []any{map[string]any{"name": "app", "namespace": "tenant-root", "version": int64(3), "status": "deployed",
 			"chartName": "app", "chartVersion": "0.1.0", "appVersion": "1.0.0", "configDigest": "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
-			"digest": "sha256:fedcba9876543210fedcba9876543210fedcba9876543210fedcba9876543210",
+			"digest":        "sha256:fedcba9876543210fedcba9876543210fedcba9876543210fedcba9876543210",
 			"firstDeployed": at, "lastDeployed": at}},
 		"conditions": []any{
 			map[string]any{"type": "Ready", "status": status, "reason": reason, "message": msg, "observedGeneration": int64(1), "lastTransitionTime": at},
