@@ -13,8 +13,11 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap/zaptest"
 
+	"github.com/cozystack/cozy-health/agent/internal/check"
 	"github.com/cozystack/cozy-health/agent/internal/checks"
+	"github.com/cozystack/cozy-health/agent/internal/checks/cilium"
 	"github.com/cozystack/cozy-health/agent/internal/checks/linstor"
+	"github.com/cozystack/cozy-health/agent/internal/checks/talosservices"
 	"github.com/cozystack/cozy-health/agent/internal/config"
 	"github.com/cozystack/cozy-health/agent/internal/runner"
 	"github.com/cozystack/cozy-health/pkg/report"
@@ -159,4 +162,18 @@ func errorsTotal(t *testing.T, reg *prometheus.Registry, check, reason string) f
 	}
 	t.Fatalf("no cozy_health_agent_check_errors_total{check=%q,reason=%q}", check, reason)
 	return 0
+}
+
+// The messages end up in a Health node entry ("<Type>: <message>", 256
+// bytes at most): with the chart's paths the whole fix stays readable.
+func TestInputMessagesFitAHealthEntry(t *testing.T) {
+	for _, m := range []struct{ what, path, fix string }{
+		{"LINSTOR client certificate", "/etc/linstor/client/tls.crt", linstor.InputFix},
+		{"talosconfig", config.DefaultTalosConfig, talosservices.InputFix},
+		{"Cilium agent socket", "/var/run/cilium/cilium.sock", cilium.InputFix},
+	} {
+		err := check.Input(m.what, m.path, m.fix, os.ErrNotExist)
+		entry := "LinstorSatellite: " + err.Error()
+		assert.LessOrEqual(t, len(entry), 256, entry)
+	}
 }

@@ -64,7 +64,7 @@ const (
 // InputFix says what to do when the socket is not there: the agent reaches
 // it through a hostPath mount of Cilium's run directory; connecting to a
 // unix socket needs write permission on it.
-const InputFix = "mount hostPath /var/run/cilium (Cilium's run directory) writable at the directory of --cilium-socket, and check that the Cilium agent runs on this node; on a cluster without Cilium set --cilium-socket= to disable the check"
+const InputFix = "mount hostPath /var/run/cilium (the Cilium agent's run directory) writable there, or set --cilium-socket= on a cluster without Cilium"
 
 // Check is the cilium-health check.
 type Check struct {

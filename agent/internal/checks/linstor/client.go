@@ -27,10 +27,11 @@ type ClientConfig struct {
 	CAFile, CertFile, KeyFile string
 }
 
-// InputFix says what to do when the LINSTOR TLS files are missing: Cozystack
-// keeps the client certificate in this Secret, which the agent mounts
-// optional so that a node without it still reports everything else.
-const InputFix = "mount Secret linstor-client-tls from cozy-linstor (keys ca.crt, tls.crt, tls.key) at the paths of --linstor-ca-file, --linstor-client-cert-file and --linstor-client-key-file"
+// InputFix says what to do when a LINSTOR TLS file is missing (the message
+// names the file): Cozystack keeps the client certificate in this Secret,
+// which the agent mounts optional so that a node without it still reports
+// everything else. Short: it ends up in a Health message of 256 bytes.
+const InputFix = "mount Secret linstor-client-tls from cozy-linstor (ca.crt, tls.crt, tls.key) there"
 
 // Client is a minimal LINSTOR REST client.
 type Client struct {

@@ -49,9 +49,7 @@ func (c *Check) Run(ctx context.Context) ([]report.Observation, error) {
 }
 
 // InputFix says what to do when the talosconfig is missing or unusable.
-const InputFix = "mount Secret cozy-health-agent-talos-secrets (key config) at the directory of --talosconfig; " +
-	"Talos creates it for the talos.dev ServiceAccount of that name once the machine-config patch enabling kubernetesTalosAPIAccess " +
-	"(role os:reader, the agent's namespace) is applied on the control-plane nodes"
+const InputFix = "mount Secret cozy-health-agent-talos-secrets there; Talos issues it for the talos.dev ServiceAccount once the kubernetesTalosAPIAccess machine-config patch is applied"
 
 // ServiceList reads the services. No talosconfig configured is "not
 // applicable"; one configured but missing or unusable is a
