@@ -46,13 +46,14 @@ func TestTLSSelfSignedWithoutCertManager(t *testing.T) {
 	assert.Empty(t, certManagerKinds(r))
 	cfg := configYAML(t, r)
 	for _, want := range []string{"tls-mode: self-signed", "tls-secret: cozy-health-aggregator-tls", "tls-ca-configmap: cozy-health-ca",
-		"tls-service: cozy-health-aggregator", "tls-cluster-domain: cluster.local", "tls-ca-validity: 43800h", "tls-cert-validity: 2160h", "tls-ca-overlap: 24h"} {
+		"tls-owner-configmap: cozy-health-aggregator", "tls-service: cozy-health-aggregator", "tls-cluster-domain: cluster.local", "tls-ca-validity: 43800h", "tls-cert-validity: 2160h", "tls-ca-overlap: 24h"} {
 		assert.Contains(t, cfg, want)
 	}
 	assert.ElementsMatch(t, []any{
 		map[string]any{"apiGroups": []any{""}, "resources": []any{"secrets"}, "resourceNames": []any{"cozy-health-aggregator-tls"}, "verbs": []any{"get", "list", "watch", "update"}},
 		map[string]any{"apiGroups": []any{""}, "resources": []any{"secrets"}, "verbs": []any{"create"}},
 		map[string]any{"apiGroups": []any{""}, "resources": []any{"configmaps"}, "resourceNames": []any{"cozy-health-ca"}, "verbs": []any{"get", "patch"}},
+		map[string]any{"apiGroups": []any{""}, "resources": []any{"configmaps"}, "resourceNames": []any{"cozy-health-aggregator"}, "verbs": []any{"get"}},
 		map[string]any{"apiGroups": []any{""}, "resources": []any{"configmaps"}, "verbs": []any{"create"}},
 	}, tlsRules(t, r))
 
@@ -118,6 +119,7 @@ func TestTLSCertManagerWhenServed(t *testing.T) {
 	assert.ElementsMatch(t, []any{
 		map[string]any{"apiGroups": []any{""}, "resources": []any{"secrets"}, "resourceNames": []any{"cozy-health-aggregator-tls"}, "verbs": []any{"get", "list", "watch"}},
 		map[string]any{"apiGroups": []any{""}, "resources": []any{"configmaps"}, "resourceNames": []any{"cozy-health-ca"}, "verbs": []any{"get", "patch"}},
+		map[string]any{"apiGroups": []any{""}, "resources": []any{"configmaps"}, "resourceNames": []any{"cozy-health-aggregator"}, "verbs": []any{"get"}},
 		map[string]any{"apiGroups": []any{""}, "resources": []any{"configmaps"}, "verbs": []any{"create"}},
 	}, tlsRules(t, r), "the aggregator never writes a Secret cert-manager owns")
 

@@ -207,7 +207,7 @@ func New(cfg config.Config, log *zap.Logger, opts Options) (a *App, err error) {
 	if cfg.TLSMode == config.TLSModeSecret || cfg.TLSMode == config.TLSModeSelfSigned {
 		a.secretInformers = servingcert.InformerFactory(a.kube, cfg.TLSNamespace, cfg.TLSSecret)
 		a.certs, err = servingcert.New(servingcert.Config{
-			Mode: cfg.TLSMode, Namespace: cfg.TLSNamespace, SecretName: cfg.TLSSecret, ConfigMapName: cfg.TLSCAConfigMap,
+			Mode: cfg.TLSMode, Namespace: cfg.TLSNamespace, SecretName: cfg.TLSSecret, ConfigMapName: cfg.TLSCAConfigMap, OwnerConfigMap: cfg.TLSOwnerConfigMap,
 			Hosts: cfg.TLSHosts(), CAValidity: cfg.TLSCAValidity, CertValidity: cfg.TLSCertValidity, CAOverlap: cfg.TLSCAOverlap,
 		}, a.kube, a.secretInformers.Core().V1().Secrets(), a.reg, log, a.clock)
 		if err != nil {

@@ -77,6 +77,11 @@ type Config struct {
 	// TLSCAConfigMap is the ConfigMap the agents' CA bundle is published in
 	// (--tls-ca-configmap); empty publishes nothing (secret mode only).
 	TLSCAConfigMap string
+	// TLSOwnerConfigMap names a ConfigMap in the TLS namespace (the chart's
+	// aggregator configuration) made the owner of the Secret and the CA
+	// ConfigMap the aggregator creates (--tls-owner-configmap), so deleting
+	// it (helm uninstall) garbage-collects them; empty: no owner.
+	TLSOwnerConfigMap string
 	// TLSServices are the Services whose DNS names the self-signed serving
 	// certificate carries (--tls-service, comma list).
 	TLSServices []string
@@ -246,6 +251,7 @@ func bind(fs *flag.FlagSet, c *Config) {
 	fs.StringVar(&c.TLSNamespace, "tls-namespace", c.TLSNamespace, "namespace of the serving Secret and the CA ConfigMap (default $POD_NAMESPACE)")
 	fs.StringVar(&c.TLSSecret, "tls-secret", c.TLSSecret, "serving Secret (tls.crt, tls.key, ca.crt), watched in secret and self-signed modes")
 	fs.StringVar(&c.TLSCAConfigMap, "tls-ca-configmap", c.TLSCAConfigMap, "ConfigMap the CA bundle agents trust is published in (key ca.crt); empty: none (secret mode only)")
+	fs.StringVar(&c.TLSOwnerConfigMap, "tls-owner-configmap", c.TLSOwnerConfigMap, "ConfigMap (in the TLS namespace) that owns the Secret and the CA ConfigMap the aggregator creates, so deleting it garbage-collects them (the chart's own configuration ConfigMap); empty: no owner")
 	fs.Var(&listFlag{p: &c.TLSServices}, "tls-service", "Service whose DNS names (<svc>, <svc>.<ns>, <svc>.<ns>.svc, <svc>.<ns>.svc.<cluster domain>) the self-signed serving certificate carries (comma list)")
 	fs.StringVar(&c.TLSClusterDomain, "tls-cluster-domain", c.TLSClusterDomain, "cluster DNS domain for the self-signed serving certificate's names")
 	fs.Var(&listFlag{p: &c.TLSExtraSANs}, "tls-extra-san", "more DNS names or IP addresses for the self-signed serving certificate (comma list)")

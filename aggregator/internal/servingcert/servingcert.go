@@ -44,6 +44,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
+	metav1ac "k8s.io/client-go/applyconfigurations/meta/v1"
 	"k8s.io/client-go/informers"
 	coreinformers "k8s.io/client-go/informers/core/v1"
 	"k8s.io/client-go/kubernetes"
@@ -78,6 +79,12 @@ type Config struct {
 	// ConfigMapName is the CA ConfigMap (cozy-health-ca); "" publishes
 	// nothing.
 	ConfigMapName string
+	// OwnerConfigMap names a ConfigMap in Namespace that becomes the owner
+	// (metadata.ownerReferences) of the Secret this Manager creates and of
+	// the CA ConfigMap, so the garbage collector removes both when it is
+	// deleted (helm uninstall deletes the chart's configuration ConfigMap).
+	// Empty: no owner.
+	OwnerConfigMap string
 	// Hosts are the serving certificate's SANs (ModeSelfSigned): DNS names
 	// and IP addresses; the first is also the subject's common name.
 	Hosts []string
@@ -106,6 +113,7 @@ func InformerFactory(kube kubernetes.Interface, namespace, secretName string) in
 // ConfigMap.
 type Manager struct {
 	cfg   Config
+	owner *metav1.OwnerReference // resolved OwnerConfigMap
 	kube  kubernetes.Interface
 	log   *zap.Logger
 	clock clock.Clock
@@ -278,10 +286,17 @@ func (m *Manager) bootstrap(ctx context.Context, now time.Time) (*corev1.Secret,
 	if err != nil {
 		return nil, err
 	}
+	owner, err := m.ownerRef(ctx)
+	if err != nil {
+		return nil, err
+	}
 	s := &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Name: m.cfg.SecretName, Namespace: m.cfg.Namespace, Labels: managedLabels},
 		Type:       corev1.SecretTypeTLS,
 		Data:       data,
+	}
+	if owner != nil {
+		s.OwnerReferences = []metav1.OwnerReference{*owner}
 	}
 	api := m.kube.CoreV1().Secrets(m.cfg.Namespace)
 	created, err := api.Create(ctx, s, metav1.CreateOptions{FieldManager: FieldManager})
@@ -334,6 +349,20 @@ func (m *Manager) maintain(ctx context.Context, sec *corev1.Secret) (*corev1.Sec
 	}
 }
 
+// ownerRef returns the owner reference to OwnerConfigMap (read once; nil
+// when none is configured).
+func (m *Manager) ownerRef(ctx context.Context) (*metav1.OwnerReference, error) {
+	if m.cfg.OwnerConfigMap == "" || m.owner != nil {
+		return m.owner, nil
+	}
+	cm, err := m.kube.CoreV1().ConfigMaps(m.cfg.Namespace).Get(ctx, m.cfg.OwnerConfigMap, metav1.GetOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("read the owner ConfigMap %s/%s: %w", m.cfg.Namespace, m.cfg.OwnerConfigMap, err)
+	}
+	m.owner = &metav1.OwnerReference{APIVersion: "v1", Kind: "ConfigMap", Name: cm.Name, UID: cm.UID}
+	return m.owner, nil
+}
+
 // configMapHolds reports whether the CA ConfigMap already carries bundle.
 func (m *Manager) configMapHolds(ctx context.Context, bundle []byte) bool {
 	if m.cfg.ConfigMapName == "" {
@@ -384,9 +413,17 @@ func (m *Manager) publish(ctx context.Context, bundle []byte) error {
 	if bytes.Equal(bundle, m.published) && now.Sub(m.publishedAt) < m.cfg.Resync {
 		return nil
 	}
+	owner, err := m.ownerRef(ctx)
+	if err != nil {
+		return err
+	}
 	ac := corev1ac.ConfigMap(m.cfg.ConfigMapName, m.cfg.Namespace).
 		WithLabels(managedLabels).
 		WithData(map[string]string{KeyCA: string(bundle)})
+	if owner != nil {
+		ac.WithOwnerReferences(metav1ac.OwnerReference().
+			WithAPIVersion(owner.APIVersion).WithKind(owner.Kind).WithName(owner.Name).WithUID(owner.UID))
+	}
 	if _, err := m.kube.CoreV1().ConfigMaps(m.cfg.Namespace).Apply(ctx, ac, metav1.ApplyOptions{FieldManager: FieldManager, Force: true}); err != nil {
 		return fmt.Errorf("apply ConfigMap %s/%s: %w", m.cfg.Namespace, m.cfg.ConfigMapName, err)
 	}
