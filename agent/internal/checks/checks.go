@@ -76,7 +76,9 @@ var table = []func(d deps) check.Check{
 		return ovncentral.New(ovncentral.Config{NBCtl: s.OVNNBCtl, SBCtl: s.OVNSBCtl, DBDir: s.OVNDBDir})
 	},
 	func(d deps) check.Check { return linstor.NewSatellite(d.linstor, d.cfg.NodeName) },
-	func(d deps) check.Check { return drbd.New(d.linstor, d.cfg.Sources.DrbdsetupPath, d.cfg.NodeName) },
+	func(d deps) check.Check {
+		return drbd.New(d.linstor, d.cfg.Sources.DrbdsetupPath, d.cfg.NodeName).WithProcRoot(d.cfg.Sources.ProcRoot)
+	},
 }
 
 // Set is the built checks and what they hold open.

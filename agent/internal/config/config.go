@@ -186,7 +186,9 @@ func Default() Config {
 			OVNNBCtl:             "/var/run/ovn/ovnnb_db.ctl",
 			OVNSBCtl:             "/var/run/ovn/ovnsb_db.ctl",
 			OVNDBDir:             "/var/lib/ovn",
-			DrbdsetupPath:        "drbdsetup",
+			// The shipped image has no drbdsetup: DRBD state comes from
+			// LINSTOR's view (see checks/drbd).
+			DrbdsetupPath: "",
 		},
 		Thresholds: Thresholds{
 			// etcd's mixin: etcdHighFsyncDurations p99 > 0.5 s warning, > 1 s critical.
@@ -253,7 +255,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&s.LinstorCAFile, "linstor-ca-file", s.LinstorCAFile, "CA verifying the LINSTOR controller")
 	fs.StringVar(&s.LinstorCertFile, "linstor-client-cert-file", s.LinstorCertFile, "TLS client certificate for LINSTOR")
 	fs.StringVar(&s.LinstorKeyFile, "linstor-client-key-file", s.LinstorKeyFile, "TLS client key for LINSTOR")
-	fs.StringVar(&s.DrbdsetupPath, "drbdsetup", s.DrbdsetupPath, "drbdsetup binary (name or path); empty disables local DRBD state")
+	fs.StringVar(&s.DrbdsetupPath, "drbdsetup", s.DrbdsetupPath, "drbdsetup binary (name or path) for the kernel's own DRBD state; empty: LINSTOR's view only (the shipped image has none)")
 
 	t := &c.Thresholds
 	fs.DurationVar(&t.WALFsyncDegraded, "etcd-wal-fsync-p99-degraded", t.WALFsyncDegraded, "etcd WAL fsync p99 above which etcd is Degraded")

@@ -3,13 +3,25 @@
 // rules need) and, where the drbdsetup binary is present, as the local
 // kernel sees it (`drbdsetup status --json`, run without a shell under the
 // check's deadline). The local view wins for the disk state.
+//
+// The shipped agent image is FROM scratch and carries no drbdsetup: DRBD 9
+// no longer lists resources in /proc/drbd, and reading the kernel's drbd
+// genetlink family needs CAP_NET_ADMIN in the host's network namespace. The
+// LINSTOR satellite on every node already follows the kernel's state
+// (`drbdsetup events2`) and reports it to the controller, so the image reads
+// DRBD through LINSTOR's view. A node where DRBD is loaded (<proc-root>/drbd
+// exists) but neither source is configured, or whose configured drbdsetup is
+// missing, reads Unknown (InputMissing) naming the fix, never "not
+// applicable": DRBD state is never silently dropped.
 package drbd
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"sort"
 
@@ -23,6 +35,7 @@ type Check struct {
 	linstor   *linstor.Client
 	drbdsetup string
 	node      string
+	procRoot  string
 }
 
 var _ check.Check = (*Check)(nil)
@@ -35,6 +48,17 @@ func New(c *linstor.Client, drbdsetup, node string) *Check {
 	return &Check{linstor: c, drbdsetup: drbdsetup, node: node}
 }
 
+// WithProcRoot makes the check look for <root>/drbd (the DRBD module is
+// loaded) when it has no source of DRBD state; "" skips the look.
+func (c *Check) WithProcRoot(root string) *Check {
+	c.procRoot = root
+	return c
+}
+
+// Fix is what the Unknown observation of a node without a DRBD state source
+// tells the operator.
+const Fix = "set --linstor-url (chart: agent.sources.linstor.url) to read DRBD state from LINSTOR's satellites, or --drbdsetup with an image that ships drbd-utils"
+
 // Name implements check.Check.
 func (*Check) Name() string { return report.CheckDRBDResource }
 
@@ -44,13 +68,26 @@ func (*Check) Component() string { return report.ComponentLinstor }
 // Run implements check.Check.
 func (c *Check) Run(ctx context.Context) ([]report.Observation, error) {
 	bin := ""
+	var lookErr error
 	if c.drbdsetup != "" {
-		if p, err := exec.LookPath(c.drbdsetup); err == nil {
-			bin = p
+		if bin, lookErr = exec.LookPath(c.drbdsetup); lookErr != nil {
+			bin = ""
 		}
 	}
 	if c.linstor == nil && bin == "" {
-		return nil, check.NotApplicable("no LINSTOR URL configured and no drbdsetup binary")
+		if lookErr != nil {
+			// Asked for, not there: the operator expects local DRBD state.
+			return nil, &check.InputError{Reason: report.ReasonInputMissing,
+				Message: fmt.Sprintf("drbdsetup %q not found (%v): %s", c.drbdsetup, lookErr, Fix), Err: lookErr}
+		}
+		if c.procRoot != "" {
+			path := filepath.Join(c.procRoot, "drbd")
+			if _, err := os.Stat(path); err == nil {
+				return nil, &check.InputError{Reason: report.ReasonInputMissing,
+					Message: fmt.Sprintf("DRBD is loaded on this node (%s exists) but no source of its state is configured: %s", path, Fix)}
+			}
+		}
+		return nil, check.NotApplicable("no LINSTOR URL configured, no drbdsetup, and the DRBD module is not loaded")
 	}
 	var view []linstor.ResourceWithVolumes
 	linstorOn := c.linstor != nil

@@ -135,11 +135,43 @@ func TestDrbdsetupOnly(t *testing.T) {
 	_, err = New(nil, fake.Path, "node-0").Run(context.Background())
 	require.ErrorContains(t, err, "decode drbdsetup status")
 
-	// Neither LINSTOR nor drbdsetup: not applicable.
-	_, err = New(nil, filepath.Join(t.TempDir(), "no-drbdsetup"), "node-0").Run(context.Background())
-	require.ErrorIs(t, err, check.ErrNotApplicable)
+	// Neither LINSTOR nor drbdsetup, and DRBD not loaded: not applicable.
 	_, err = New(nil, "", "node-0").Run(context.Background())
 	require.ErrorIs(t, err, check.ErrNotApplicable)
+	_, err = New(nil, "", "node-0").WithProcRoot(t.TempDir()).Run(context.Background())
+	require.ErrorIs(t, err, check.ErrNotApplicable)
+}
+
+// A missing tool never hides DRBD state: a configured drbdsetup that is not
+// there, or a loaded DRBD module with no source of its state, reads Unknown
+// with the fix, never "not applicable".
+func TestNoSourceOfDRBDStateIsUnknown(t *testing.T) {
+	missing := filepath.Join(t.TempDir(), "no-drbdsetup")
+	_, err := New(nil, missing, "node-0").Run(context.Background())
+	var ie *check.InputError
+	require.ErrorAs(t, err, &ie)
+	assert.Equal(t, report.ReasonInputMissing, ie.Reason)
+	assert.Contains(t, ie.Message, missing)
+	assert.Contains(t, ie.Message, "--linstor-url")
+	assert.NotErrorIs(t, err, check.ErrNotApplicable)
+
+	proc := t.TempDir()
+	// DRBD 9's /proc/drbd: the version only, no resources.
+	require.NoError(t, os.WriteFile(filepath.Join(proc, "drbd"), []byte("version: 9.2.12 (api:2/proto:86-122)\nGIT-hash: 0000 build by builder, 2024-11-01 00:00:00\nTransports (api:21): tcp (9.2.12)\n"), 0o444))
+	_, err = New(nil, "", "node-0").WithProcRoot(proc).Run(context.Background())
+	require.ErrorAs(t, err, &ie)
+	assert.Equal(t, report.ReasonInputMissing, ie.Reason)
+	assert.Contains(t, ie.Message, "DRBD is loaded on this node")
+	assert.Contains(t, ie.Message, "agent.sources.linstor.url")
+
+	// With LINSTOR, a missing drbdsetup still leaves LINSTOR's view.
+	_, c := cluster(t)
+	obs, err := New(c, missing, "node-0").WithProcRoot(proc).Run(context.Background())
+	require.NoError(t, err)
+	require.NotEmpty(t, obs)
+	for _, o := range obs {
+		assert.Contains(t, o.Message, "from LINSTOR")
+	}
 }
 
 // TestDrbdsetupHangs: a stuck drbdsetup is killed at the deadline.
