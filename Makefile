@@ -27,6 +27,10 @@ build: ## Build cozy-health-agent, cozy-health-aggregator, kubectl-health and co
 	CGO_ENABLED=0 go build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN)/kubectl-health ./cmd/kubectl-health
 	CGO_ENABLED=0 go build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN)/cozy-health-lab ./cmd/cozy-health-lab
 
+.PHONY: image
+image: ## OCI images of the agent and aggregator (linux/amd64+arm64, no Docker) as archives in bin/images; prints sizes and digests.
+	go run ./hack/image -out $(BIN)/images -version $(VERSION)
+
 .PHONY: testbin
 testbin: ## Build (once, cached outside the repo) kube-apiserver, kubectl and etcd v1.37.2 for tests.
 	@bash hack/testbin.sh

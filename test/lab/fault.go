@@ -79,7 +79,7 @@ func Fault(ctx context.Context, dir, node, fault, arg string) (string, error) {
 		if alive(n.AgentPid) {
 			return fmt.Sprintf("the agent on %s already runs (pid %d)", n.Name, n.AgentPid), nil
 		}
-		p, err := startProc(s.Dir, "agent-"+n.Name, n.AgentArgs, s.Detached)
+		p, err := startProcEnv(s.Dir, "agent-"+n.Name, n.AgentArgs, n.AgentEnv, s.Detached)
 		if err != nil {
 			return "", err
 		}
@@ -159,7 +159,7 @@ func aggregatorsStart(s *State) (string, error) {
 		if alive(a.Pid) {
 			continue
 		}
-		p, err := startProc(s.Dir, a.Name, a.Args, s.Detached)
+		p, err := startProcEnv(s.Dir, a.Name, a.Args, a.Env, s.Detached)
 		if err != nil {
 			return "", err
 		}

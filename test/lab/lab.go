@@ -92,6 +92,7 @@ type Node struct {
 	// AgentMetrics is the agent's --metrics-addr (host:port, loopback).
 	AgentMetrics string   `json:"agentMetrics"`
 	AgentArgs    []string `json:"agentArgs"`
+	AgentEnv     []string `json:"agentEnv"`
 	EtcdArgs     []string `json:"etcdArgs"`
 }
 
@@ -103,6 +104,7 @@ type Aggregator struct {
 	Metrics string   `json:"metrics"`
 	Pid     int      `json:"pid"`
 	Args    []string `json:"args"`
+	Env     []string `json:"env"`
 }
 
 // State is lab.json: where everything is.
@@ -223,6 +225,12 @@ func Up(ctx context.Context, o Options) (l *Lab, err error) {
 	if err := os.MkdirAll(o.Dir, 0o700); err != nil {
 		return nil, fmt.Errorf("lab: create %s: %w", o.Dir, err)
 	}
+	// The chart says how agents and aggregators are started: a chart that
+	// does not render stops the lab before anything starts.
+	chart, err := renderChart(o)
+	if err != nil {
+		return nil, err
+	}
 	l = &Lab{opts: o, State: &State{Dir: o.Dir, Detached: o.Detach}}
 	started := l
 	defer func() {
@@ -318,7 +326,7 @@ func Up(ctx context.Context, o Options) (l *Lab, err error) {
 
 	o.Log("starting %d aggregator replicas (leader election on Lease %s/%s)", Aggregators, PlatformNamespace, LeaseName)
 	for i := 0; i < Aggregators; i++ {
-		a, err := l.aggregatorSpec(i, files)
+		a, err := l.aggregatorSpec(i, chart, files)
 		if err != nil {
 			return nil, err
 		}
@@ -328,7 +336,7 @@ func Up(ctx context.Context, o Options) (l *Lab, err error) {
 		}
 	}
 	for i := range s.Aggregators {
-		if err := l.waitAggregator(ctx, i, files); err != nil {
+		if err := l.waitAggregator(ctx, i, chart, files); err != nil {
 			return nil, err
 		}
 	}
@@ -341,13 +349,15 @@ func Up(ctx context.Context, o Options) (l *Lab, err error) {
 		if n.AgentMetrics, err = harness.FreeAddr(); err != nil {
 			return nil, err
 		}
-		n.AgentArgs = l.agentArgs(n)
+		if n.AgentArgs, n.AgentEnv, err = l.agentProcess(chart, n); err != nil {
+			return nil, err
+		}
 		if err := l.StartAgent(n.Name); err != nil {
 			return nil, err
 		}
 	}
 	for i := range s.Nodes {
-		if err := l.waitAgent(ctx, s.Nodes[i].Name); err != nil {
+		if err := l.waitAgent(ctx, chart, s.Nodes[i].Name); err != nil {
 			return nil, err
 		}
 	}
@@ -361,7 +371,7 @@ func Up(ctx context.Context, o Options) (l *Lab, err error) {
 	return l, nil
 }
 
-func (l *Lab) aggregatorSpec(i int, files tlsutil.Files) (Aggregator, error) {
+func (l *Lab) aggregatorSpec(i int, chart *chartRelease, files tlsutil.Files) (Aggregator, error) {
 	a := Aggregator{Name: "aggregator-" + strconv.Itoa(i)}
 	var err error
 	for _, p := range []*string{&a.GRPC, &a.HTTP, &a.Metrics} {
@@ -369,33 +379,12 @@ func (l *Lab) aggregatorSpec(i int, files tlsutil.Files) (Aggregator, error) {
 			return a, err
 		}
 	}
-	a.Args = []string{
-		filepath.Join(l.opts.BinDir, "cozy-health-aggregator"),
-		"--kubeconfig=" + l.State.Kubeconfig,
-		"--namespace=" + PlatformNamespace,
-		"--lease-name=" + LeaseName,
-		"--lease-duration=" + l.opts.LeaseDuration.String(),
-		"--renew-deadline=" + (l.opts.LeaseDuration * 2 / 3).String(),
-		"--retry-period=" + (l.opts.LeaseDuration / 6).String(),
-		"--identity=" + a.Name,
-		"--report-interval=" + l.opts.Interval.String(),
-		// freshUntil must outlive a leader failover (lease duration plus a
-		// write), or readers see a lapse while a new leader takes over.
-		"--fresh-for-multiple=" + strconv.Itoa(freshMultiple(l.opts.Interval, l.opts.LeaseDuration)),
-		"--refresh-period=" + l.opts.Interval.String(),
-		"--listen=" + a.GRPC,
-		"--http-addr=" + a.HTTP,
-		"--metrics-addr=" + a.Metrics,
-		"--tls-cert=" + files.CertFile,
-		"--tls-key=" + files.KeyFile,
-		"--token-audience=" + TokenAudience,
-		"--agent-service-account=" + AgentNamespace + "/" + AgentServiceAccount,
-	}
-	return a, nil
+	a.Args, a.Env, err = l.aggregatorProcess(chart, &a, filepath.Dir(files.CertFile))
+	return a, err
 }
 
 func (l *Lab) startAggregator(a *Aggregator) error {
-	p, err := startProc(l.State.Dir, a.Name, a.Args, l.opts.Detach)
+	p, err := startProcEnv(l.State.Dir, a.Name, a.Args, a.Env, l.opts.Detach)
 	if err != nil {
 		return err
 	}
@@ -405,13 +394,13 @@ func (l *Lab) startAggregator(a *Aggregator) error {
 
 // waitAggregator waits until aggregator i serves its probes, starting it
 // again on fresh addresses if it lost one (see waitServing).
-func (l *Lab) waitAggregator(ctx context.Context, i int, files tlsutil.Files) error {
+func (l *Lab) waitAggregator(ctx context.Context, i int, chart *chartRelease, files tlsutil.Files) error {
 	a := &l.State.Aggregators[i]
 	return l.waitServing(ctx, a.Name,
 		func() (string, int) { return "http://" + a.HTTP + "/healthz", a.Pid },
 		func() error {
 			var err error
-			if *a, err = l.aggregatorSpec(i, files); err != nil {
+			if *a, err = l.aggregatorSpec(i, chart, files); err != nil {
 				return err
 			}
 			return l.startAggregator(a)
@@ -420,7 +409,7 @@ func (l *Lab) waitAggregator(ctx context.Context, i int, files tlsutil.Files) er
 
 // waitAgent waits until node's agent serves its metrics, starting it again
 // on a fresh address if it lost it (see waitServing).
-func (l *Lab) waitAgent(ctx context.Context, node string) error {
+func (l *Lab) waitAgent(ctx context.Context, chart *chartRelease, node string) error {
 	n, err := l.State.Node(node)
 	if err != nil {
 		return err
@@ -431,7 +420,9 @@ func (l *Lab) waitAgent(ctx context.Context, node string) error {
 			if n.AgentMetrics, err = harness.FreeAddr(); err != nil {
 				return err
 			}
-			n.AgentArgs = l.agentArgs(n)
+			if n.AgentArgs, n.AgentEnv, err = l.agentProcess(chart, n); err != nil {
+				return err
+			}
 			return l.StartAgent(n.Name)
 		})
 }
@@ -484,38 +475,6 @@ func waitHTTP(ctx context.Context, url string, pid int) error {
 	return fmt.Errorf("no answer on %s", url)
 }
 
-func (l *Lab) agentArgs(n *Node) []string {
-	args := []string{
-		filepath.Join(l.opts.BinDir, "cozy-health-agent"), "run",
-		"--node-name=" + n.Name,
-		"--interval=" + l.opts.Interval.String(),
-		"--check-deadline=" + (l.opts.Interval / 2).String(),
-		"--metrics-addr=" + n.AgentMetrics,
-		"--ca-file=" + l.State.CAFile,
-		"--token-file=" + n.TokenFile,
-		"--talosconfig=" + n.Talosconfig,
-		"--etcd-metrics-url=" + n.EtcdMetrics,
-		"--fsync-probe-dir=" + filepath.Join(l.State.Dir, "nodes", n.Name),
-		"--proc-root=",
-		"--cilium-socket=" + n.CiliumSocket,
-		"--cilium-health-socket=" + n.CiliumHealth,
-		// The pinger listens on the pod network: not reachable from a real
-		// node's agent, so not configured here either.
-		"--kube-ovn-pinger-url=",
-		"--ovs-db-socket=" + filepath.Join(n.OVSRun, "db.sock"),
-		"--ovn-controller-pidfile=" + filepath.Join(n.OVNRun, "ovn-controller.pid"),
-		"--ovn-nb-ctl=" + filepath.Join(n.OVNRun, "ovnnb_db.ctl"),
-		"--ovn-sb-ctl=" + filepath.Join(n.OVNRun, "ovnsb_db.ctl"),
-		"--ovn-db-dir=" + n.OVNDBDir,
-		"--linstor-url=" + n.LinstorURL,
-		"--drbdsetup=",
-	}
-	for _, a := range l.State.Aggregators {
-		args = append(args, "--aggregator="+a.GRPC)
-	}
-	return args
-}
-
 // StartAgent starts (or restarts) the agent of node.
 func (l *Lab) StartAgent(node string) error {
 	n, err := l.State.Node(node)
@@ -525,7 +484,7 @@ func (l *Lab) StartAgent(node string) error {
 	if alive(n.AgentPid) {
 		return nil
 	}
-	p, err := startProc(l.State.Dir, "agent-"+n.Name, n.AgentArgs, l.opts.Detach)
+	p, err := startProcEnv(l.State.Dir, "agent-"+n.Name, n.AgentArgs, n.AgentEnv, l.opts.Detach)
 	if err != nil {
 		return err
 	}

@@ -24,6 +24,12 @@ type Proc struct {
 // attached ones die with the caller (tests). extra are passed as
 // descriptors 3, 4, ...
 func startProc(dir, name string, args []string, detach bool, extra ...*os.File) (*Proc, error) {
+	return startProcEnv(dir, name, args, nil, detach, extra...)
+}
+
+// startProcEnv is startProc with env added to this process's environment
+// (a pod's container environment).
+func startProcEnv(dir, name string, args, env []string, detach bool, extra ...*os.File) (*Proc, error) {
 	logPath := filepath.Join(dir, "logs", name+".log")
 	if err := os.MkdirAll(filepath.Dir(logPath), 0o700); err != nil {
 		return nil, fmt.Errorf("create log dir: %w", err)
@@ -36,6 +42,9 @@ func startProc(dir, name string, args []string, detach bool, extra ...*os.File) 
 	cmd := exec.Command(args[0], args[1:]...)
 	cmd.Stdout, cmd.Stderr = f, f
 	cmd.ExtraFiles = extra
+	if len(env) > 0 {
+		cmd.Env = append(os.Environ(), env...)
+	}
 	if detach {
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	} else {
