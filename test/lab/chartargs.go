@@ -1,14 +1,17 @@
 package lab
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
 	"sort"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/cozystack/cozy-health/deploy/render"
@@ -38,6 +41,8 @@ func labValues(o Options) map[string]any {
 				"linstor": map[string]any{"clientSecret": ""},
 			},
 		},
+		// Agents reach each replica on its loopback port.
+		"tls": map[string]any{"extraSANs": []any{"127.0.0.1", "localhost"}},
 		"aggregator": map[string]any{
 			"reportInterval": o.Interval.String(),
 			"refreshPeriod":  o.Interval.String(),
@@ -234,17 +239,16 @@ func onMount(mounts map[string]string, p string) (string, error) {
 }
 
 // aggregatorProcess is the command line and environment of replica a.
-func (l *Lab) aggregatorProcess(c *chartRelease, a *Aggregator, pkiDir string) ([]string, []string, error) {
+func (l *Lab) aggregatorProcess(c *chartRelease, a *Aggregator) ([]string, []string, error) {
 	confDir := filepath.Join(l.State.Dir, "aggregator-config")
 	if err := writeFiles(confDir, c.configMaps["cozy-health-aggregator"]); err != nil {
 		return nil, nil, err
 	}
 	s := standIn{
 		volumes: map[string]string{
-			"configMap:cozy-health-aggregator":  confDir,
-			"secret:cozy-health-aggregator-tls": pkiDir,
+			"configMap:cozy-health-aggregator": confDir,
 		},
-		fields: map[string]string{"metadata.name": a.Name},
+		fields: map[string]string{"metadata.name": a.Name, "metadata.namespace": AgentNamespace},
 		flags: map[string][]string{
 			"--kubeconfig":   {l.State.Kubeconfig}, // not in a pod: no in-cluster config
 			"--listen":       {a.GRPC},
@@ -315,4 +319,30 @@ func writeFiles(dir string, data map[string]string) error {
 		}
 	}
 	return nil
+}
+
+// caConfigMap is where the aggregators publish the CA of their serving
+// certificate (the agents mount it).
+const caConfigMap = "cozy-health-ca"
+
+// syncCA waits until the aggregators publish their CA and writes it where
+// the agents' ConfigMap volume is (State.CAFile), as the kubelet would.
+func (l *Lab) syncCA(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	cs := l.cp.Clientset()
+	for {
+		cm, err := cs.CoreV1().ConfigMaps(AgentNamespace).Get(ctx, caConfigMap, metav1.GetOptions{})
+		if err == nil && cm.Data["ca.crt"] != "" {
+			if err := os.MkdirAll(filepath.Dir(l.State.CAFile), 0o700); err != nil {
+				return fmt.Errorf("lab: %w", err)
+			}
+			return os.WriteFile(l.State.CAFile, []byte(cm.Data["ca.crt"]), 0o600)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("lab: the aggregators published no CA in ConfigMap %s/%s (logs in %s/logs): %w", AgentNamespace, caConfigMap, l.State.Dir, ctx.Err())
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
 }

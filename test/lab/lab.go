@@ -27,7 +27,6 @@ import (
 
 	"github.com/cozystack/cozy-health/pkg/client/clientset/versioned"
 	"github.com/cozystack/cozy-health/pkg/report"
-	"github.com/cozystack/cozy-health/pkg/tlsutil"
 	"github.com/cozystack/cozy-health/test/harness"
 )
 
@@ -270,13 +269,10 @@ func Up(ctx context.Context, o Options) (l *Lab, err error) {
 		return nil, err
 	}
 
-	// The aggregators' serving certificate, for 127.0.0.1.
-	pki := filepath.Join(o.Dir, "pki")
-	files, err := tlsutil.WriteServing(pki, "127.0.0.1", "localhost")
-	if err != nil {
-		return nil, fmt.Errorf("lab: aggregator certificate: %w", err)
-	}
-	s.CAFile = files.CAFile
+	// The aggregators keep their own CA and serving certificate (the chart's
+	// default TLS mode) and publish the CA in a ConfigMap; the agents'
+	// ConfigMap volume is this directory.
+	s.CAFile = filepath.Join(o.Dir, "ca", "ca.crt")
 
 	names := make([]string, o.Nodes)
 	for i := range names {
@@ -326,7 +322,7 @@ func Up(ctx context.Context, o Options) (l *Lab, err error) {
 
 	o.Log("starting %d aggregator replicas (leader election on Lease %s/%s)", Aggregators, PlatformNamespace, LeaseName)
 	for i := 0; i < Aggregators; i++ {
-		a, err := l.aggregatorSpec(i, chart, files)
+		a, err := l.aggregatorSpec(i, chart)
 		if err != nil {
 			return nil, err
 		}
@@ -341,6 +337,10 @@ func Up(ctx context.Context, o Options) (l *Lab, err error) {
 		}
 	}
 	if err := s.save(); err != nil {
+		return nil, err
+	}
+	o.Log("waiting for the aggregators' CA (ConfigMap %s/%s)", AgentNamespace, caConfigMap)
+	if err := l.syncCA(ctx); err != nil {
 		return nil, err
 	}
 	o.Log("starting %d agents (the real binary, one per node)", len(s.Nodes))
@@ -371,7 +371,7 @@ func Up(ctx context.Context, o Options) (l *Lab, err error) {
 	return l, nil
 }
 
-func (l *Lab) aggregatorSpec(i int, chart *chartRelease, files tlsutil.Files) (Aggregator, error) {
+func (l *Lab) aggregatorSpec(i int, chart *chartRelease) (Aggregator, error) {
 	a := Aggregator{Name: "aggregator-" + strconv.Itoa(i)}
 	var err error
 	for _, p := range []*string{&a.GRPC, &a.HTTP, &a.Metrics} {
@@ -379,7 +379,7 @@ func (l *Lab) aggregatorSpec(i int, chart *chartRelease, files tlsutil.Files) (A
 			return a, err
 		}
 	}
-	a.Args, a.Env, err = l.aggregatorProcess(chart, &a, filepath.Dir(files.CertFile))
+	a.Args, a.Env, err = l.aggregatorProcess(chart, &a)
 	return a, err
 }
 
