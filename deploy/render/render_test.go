@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"helm.sh/helm/v3/pkg/chart/loader"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/cozystack/cozy-health/deploy"
@@ -240,4 +241,28 @@ func nested(t *testing.T, obj *unstructured.Unstructured, path ...any) any {
 		}
 	}
 	return cur
+}
+
+// The Cozystack package (deploy/cozystack/cozy-health) lints and renders
+// with Cozystack's values: cert-manager TLS, VictoriaMetrics objects, no
+// namespace check (the package operator labels the namespace).
+func TestCozystackPackage(t *testing.T) {
+	dir := filepath.Join(repoRoot(t), "deploy", "cozystack", "cozy-health")
+	for _, m := range Lint(dir, nil, DefaultNamespace) {
+		t.Errorf("helm lint: %s", m)
+	}
+	c, err := loader.Load(dir)
+	require.NoError(t, err)
+	require.Len(t, c.Dependencies(), 1, "the upstream chart is vendored under charts/")
+	r, err := RenderChart(c, Options{APIVersions: []string{"cert-manager.io/v1", "operator.victoriametrics.com/v1beta1"}})
+	require.NoError(t, err)
+	kinds := map[string]bool{}
+	for _, m := range r.Manifests {
+		kinds[m.Kind] = true
+	}
+	for _, k := range []string{"DaemonSet", "Deployment", "Certificate", "Issuer", "VMServiceScrape", "VMRule"} {
+		assert.True(t, kinds[k], "the package renders a %s", k)
+	}
+	assert.False(t, kinds["Namespace"])
+	assert.NotEmpty(t, r.CRDs, "the dependency's CRD comes along")
 }

@@ -1,4 +1,7 @@
-// Package manifests holds the Talos machine-config patch and the Talos
-// ServiceAccount manifest that give the agent read-only (os:reader) access
-// to the Talos API; its test checks the roles against Talos' own role list.
+// Package manifests holds the Talos machine-config patches an operator
+// applies before installing the chart: Talos API access with the read-only
+// os:reader role for the agent's namespace (talos-api-access.yaml) and etcd's
+// plain-HTTP metrics listener on the loopback (etcd-metrics.yaml). Its test
+// checks them against Talos' own role list and against what the chart
+// renders (the talos.dev ServiceAccount, the agent's etcd metrics URL).
 package manifests
