@@ -43,7 +43,7 @@ func TestRolesAreRealAndReadOnly(t *testing.T) {
 			} `json:"features"`
 		} `json:"machine"`
 	}
-	b, err := os.ReadFile("talos-api-access.yaml")
+	b, err := os.ReadFile("talos-api-access-patch.yaml")
 	require.NoError(t, err)
 	require.NoError(t, yaml.UnmarshalStrict(b, &patch))
 	access := patch.Machine.Features.Access
@@ -79,7 +79,7 @@ func TestEtcdMetricsWhereTheAgentReads(t *testing.T) {
 			} `json:"etcd"`
 		} `json:"cluster"`
 	}
-	b, err := os.ReadFile("etcd-metrics.yaml")
+	b, err := os.ReadFile("etcd-metrics-patch.yaml")
 	require.NoError(t, err)
 	require.NoError(t, yaml.UnmarshalStrict(b, &patch))
 	listen, err := url.Parse(patch.Cluster.Etcd.ExtraArgs["listen-metrics-urls"])
