@@ -332,7 +332,7 @@ func Up(ctx context.Context, o Options) (l *Lab, err error) {
 		}
 	}
 	for i := range s.Aggregators {
-		if err := l.waitAggregator(ctx, i, chart, files); err != nil {
+		if err := l.waitAggregator(ctx, i, chart); err != nil {
 			return nil, err
 		}
 	}
@@ -394,13 +394,13 @@ func (l *Lab) startAggregator(a *Aggregator) error {
 
 // waitAggregator waits until aggregator i serves its probes, starting it
 // again on fresh addresses if it lost one (see waitServing).
-func (l *Lab) waitAggregator(ctx context.Context, i int, chart *chartRelease, files tlsutil.Files) error {
+func (l *Lab) waitAggregator(ctx context.Context, i int, chart *chartRelease) error {
 	a := &l.State.Aggregators[i]
 	return l.waitServing(ctx, a.Name,
 		func() (string, int) { return "http://" + a.HTTP + "/healthz", a.Pid },
 		func() error {
 			var err error
-			if *a, err = l.aggregatorSpec(i, chart, files); err != nil {
+			if *a, err = l.aggregatorSpec(i, chart); err != nil {
 				return err
 			}
 			return l.startAggregator(a)
