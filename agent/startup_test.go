@@ -1,14 +1,14 @@
 package main
 
 import (
-	"bytes"
 	"net"
-	"os"
 	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/cozystack/cozy-health/pkg/cli/clitest"
 )
 
 // TestStartupExitCodes: the agent reads its configuration the way the
@@ -17,43 +17,26 @@ import (
 // the file, 1 when running fails, 0 for --help.
 func TestStartupExitCodes(t *testing.T) {
 	dir := t.TempDir()
-	file := func(body string) string {
-		p := filepath.Join(t.TempDir(), "agent.yaml")
-		require.NoError(t, os.WriteFile(p, []byte(body), 0o600))
-		return p
-	}
 	taken, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	defer taken.Close()
 	// Every source off but the fsync probe: run-once needs nothing else.
-	quiet := []string{"--talosconfig", "", "--etcd-metrics-url", "", "--cilium-socket", "", "--cilium-health-socket", "",
-		"--ovs-db-socket", "", "--ovn-nb-ctl", "", "--ovn-sb-ctl", "", "--fsync-probe-dir", dir, "--proc-root", "", "--drbdsetup", ""}
+	quiet := []string{"--talosconfig", "", "--etcd-metrics-url", "", "--cilium-socket", "", "--cilium-health-socket", "", "--ovs-db-socket", "", "--ovn-nb-ctl", "", "--ovn-sb-ctl", "",
+		"--fsync-probe-dir", dir, "--proc-root", "", "--drbdsetup", ""}
 	missing := filepath.Join(dir, "missing.yaml")
 
-	for _, tc := range []struct {
-		name string
-		args []string
-		code int
-		say  string
-	}{
-		{"help", []string{"run", "-h"}, 0, "-node-name"},
-		{"unknown flag", []string{"run", "--frobnicate"}, 2, "frobnicate"},
-		{"unknown command", []string{"frobnicate"}, 2, `unknown command "frobnicate"`},
-		{"missing config file", []string{"run-once", "--config", missing}, 2, missing},
-		{"unknown config key", []string{"run-once", "--config", file("node-name: n1\nintervall: 5s\n")}, 2, `unknown key "intervall"`},
-		{"invalid value", []string{"run-once", "--node-name", "n1", "--log-level", "loud"}, 2, "--log-level"},
-		{"invalid value in the file", []string{"run-once", "--config", file("node-name: n1\ninterval: 10ms\n")}, 2, "--interval"},
-		{"file then flags", append([]string{"run-once", "--config", file("node-name: from-file\noutput: json\n"), "--output", "text"}, quiet...), 0, ""},
-		{"running fails", append([]string{"run", "--node-name", "n1", "--metrics-addr", taken.Addr().String()}, quiet...), 1, "listen for metrics"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			var stdout, stderr bytes.Buffer
-			code := run(tc.args, &stdout, &stderr)
-			assert.Equal(t, tc.code, code, "stderr: %s", stderr.String())
-			assert.Contains(t, stderr.String(), tc.say)
-			if tc.name == "file then flags" {
-				assert.Contains(t, stdout.String(), "COMPONENT", "--output text on the command line wins over the file's json")
-			}
-		})
-	}
+	clitest.Run(t, run, []clitest.Case{
+		{Name: "help", Args: []string{"run", "-h"}, Code: 0, Say: "-node-name"},
+		{Name: "unknown flag", Args: []string{"run", "--frobnicate"}, Code: 2, Say: "frobnicate"},
+		{Name: "unknown command", Args: []string{"frobnicate"}, Code: 2, Say: `unknown command "frobnicate"`},
+		{Name: "missing config file", Args: []string{"run-once", "--config", missing}, Code: 2, Say: missing},
+		{Name: "unknown config key", Args: []string{"run-once", "--config", clitest.File(t, "node-name: n1\nintervall: 5s\n")}, Code: 2, Say: `unknown key "intervall"`},
+		{Name: "invalid value", Args: []string{"run-once", "--node-name", "n1", "--log-level", "loud"}, Code: 2, Say: "--log-level"},
+		{Name: "invalid value in the file", Args: []string{"run-once", "--config", clitest.File(t, "node-name: n1\ninterval: 10ms\n")}, Code: 2, Say: "--interval"},
+		{Name: "file then flags", Args: append([]string{"run-once", "--config", clitest.File(t, "node-name: from-file\noutput: json\n"), "--output", "text"}, quiet...), Code: 0,
+			Check: func(t *testing.T, stdout string) {
+				assert.Contains(t, stdout, "COMPONENT", "--output text on the command line wins over the file's json")
+			}},
+		{Name: "running fails", Args: append([]string{"run", "--node-name", "n1", "--metrics-addr", taken.Addr().String()}, quiet...), Code: 1, Say: "listen for metrics"},
+	})
 }

@@ -1,13 +1,11 @@
 package main
 
 import (
-	"bytes"
-	"os"
+	"io"
 	"path/filepath"
 	"testing"
 
-	"github.com/stretchr/testify/assert"
-	"github.com/stretchr/testify/require"
+	"github.com/cozystack/cozy-health/pkg/cli/clitest"
 )
 
 // TestStartupExitCodes: the aggregator reads its configuration the way the
@@ -16,35 +14,19 @@ import (
 // file, 1 when running fails, 0 for --help.
 func TestStartupExitCodes(t *testing.T) {
 	dir := t.TempDir()
-	file := func(body string) string {
-		p := filepath.Join(t.TempDir(), "aggregator.yaml")
-		require.NoError(t, os.WriteFile(p, []byte(body), 0o600))
-		return p
-	}
 	base := []string{"--tls-cert", "/c.pem", "--tls-key", "/k.pem", "--identity", "me"}
 	missing := filepath.Join(dir, "missing.yaml")
 	noKubeconfig := filepath.Join(dir, "no-kubeconfig")
+	with := func(args ...string) []string { return append(args, base...) }
 
-	for _, tc := range []struct {
-		name string
-		args []string
-		code int
-		say  string
-	}{
-		{"help", []string{"-h"}, 0, "-drain-auth"},
-		{"unknown flag", []string{"--frobnicate"}, 2, "frobnicate"},
-		{"stray argument", append([]string{"serve"}, base...), 2, "unexpected arguments: serve"},
-		{"missing config file", append([]string{"--config", missing}, base...), 2, missing},
-		{"unknown config key", append([]string{"--config", file("namespce: x\n")}, base...), 2, `unknown key "namespce"`},
-		{"invalid value", append([]string{"--log-level", "loud"}, base...), 2, "--log-level"},
-		{"invalid value in the file", append([]string{"--config", file("heartbeat-grace: forever\n")}, base...), 2, "--heartbeat-grace"},
-		{"running fails", append([]string{"--config", file("kubeconfig: " + noKubeconfig + "\n")}, base...), 1, noKubeconfig},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			var stderr bytes.Buffer
-			code := run(tc.args, &stderr)
-			assert.Equal(t, tc.code, code, "stderr: %s", stderr.String())
-			assert.Contains(t, stderr.String(), tc.say)
-		})
-	}
+	clitest.Run(t, func(args []string, _, stderr io.Writer) int { return run(args, stderr) }, []clitest.Case{
+		{Name: "help", Args: []string{"-h"}, Code: 0, Say: "-drain-auth"},
+		{Name: "unknown flag", Args: []string{"--frobnicate"}, Code: 2, Say: "frobnicate"},
+		{Name: "stray argument", Args: with("serve"), Code: 2, Say: "unexpected arguments: serve"},
+		{Name: "missing config file", Args: with("--config", missing), Code: 2, Say: missing},
+		{Name: "unknown config key", Args: with("--config", clitest.File(t, "namespce: x\n")), Code: 2, Say: `unknown key "namespce"`},
+		{Name: "invalid value", Args: with("--log-level", "loud"), Code: 2, Say: "--log-level"},
+		{Name: "invalid value in the file", Args: with("--config", clitest.File(t, "heartbeat-grace: forever\n")), Code: 2, Say: "--heartbeat-grace"},
+		{Name: "running fails", Args: with("--config", clitest.File(t, "kubeconfig: "+noKubeconfig+"\n")), Code: 1, Say: noKubeconfig},
+	})
 }
