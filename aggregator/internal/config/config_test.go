@@ -174,3 +174,16 @@ func TestTLSModes(t *testing.T) {
 		assert.Contains(t, err.Error(), tc.want, "%v", tc.args)
 	}
 }
+
+func TestParseMaxAges(t *testing.T) {
+	got, err := ParseMaxAges("tenant-foo=26h, *=48h")
+	require.NoError(t, err)
+	assert.Equal(t, map[string]time.Duration{"tenant-foo": 26 * time.Hour, "*": 48 * time.Hour}, got)
+	got, err = ParseMaxAges("")
+	require.NoError(t, err)
+	assert.Empty(t, got)
+	for _, bad := range []string{"tenant-foo", "tenant-foo=", "tenant-foo=-1h", "=2h", "a=1h,a=2h"} {
+		_, err := ParseMaxAges(bad)
+		assert.Error(t, err, bad)
+	}
+}
