@@ -2,6 +2,7 @@ package adapter
 
 import (
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/robfig/cron/v3"
@@ -48,9 +49,45 @@ type BackupHistory struct {
 
 var cronParser = cron.NewParser(cron.SecondOptional | cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow | cron.Descriptor)
 
+// scheduleCache memoises ScheduleInterval: thousands of backed-up things
+// share a handful of schedules, and walking 16 runs of a cron schedule is
+// most of a backup judgement's cost. An entry is reused for an hour (the
+// longest gap moves only with calendar irregularities).
+var scheduleCache = struct {
+	sync.Mutex
+	m map[string]scheduleEntry
+}{m: map[string]scheduleEntry{}}
+
+type scheduleEntry struct {
+	interval time.Duration
+	sched    cron.Schedule
+	err      error
+	at       time.Time
+}
+
+const scheduleCacheTTL = time.Hour
+
 // ScheduleInterval is the longest gap between consecutive runs of a cron
 // schedule over its next 16 runs from now.
 func ScheduleInterval(schedule string, now time.Time) (time.Duration, cron.Schedule, error) {
+	scheduleCache.Lock()
+	e, ok := scheduleCache.m[schedule]
+	scheduleCache.Unlock()
+	if ok && !now.Before(e.at) && now.Sub(e.at) < scheduleCacheTTL {
+		return e.interval, e.sched, e.err
+	}
+	e = scheduleEntry{at: now}
+	e.interval, e.sched, e.err = scheduleInterval(schedule, now)
+	scheduleCache.Lock()
+	if len(scheduleCache.m) > 4096 {
+		clear(scheduleCache.m) // schedules are few; this bounds a pathological churn
+	}
+	scheduleCache.m[schedule] = e
+	scheduleCache.Unlock()
+	return e.interval, e.sched, e.err
+}
+
+func scheduleInterval(schedule string, now time.Time) (time.Duration, cron.Schedule, error) {
 	s, err := cronParser.Parse(schedule)
 	if err != nil {
 		return 0, nil, fmt.Errorf("parse schedule %q: %w", schedule, err)
