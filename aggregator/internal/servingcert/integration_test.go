@@ -425,3 +425,31 @@ func TestSelfSignedLeavesAForeignSecretAlone(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, sec.ResourceVersion, got.ResourceVersion, "not rewritten despite other hosts and a short validity")
 }
+
+// TestOwnerConfigMap: the objects the aggregator creates are owned by the
+// chart's configuration ConfigMap (helm uninstall deletes it, the garbage
+// collector the rest). Without that ConfigMap (the aggregator run outside
+// the chart) TLS comes up all the same, unowned.
+func TestOwnerConfigMap(t *testing.T) {
+	cp, kube := plane(t, chartRules(t, false))
+	admin := cp.Clientset()
+	ctx := context.Background()
+	cfg := servingcert.Config{Mode: servingcert.ModeSelfSigned, Namespace: ns, SecretName: secretName, ConfigMapName: cmName,
+		OwnerConfigMap: "cozy-health-aggregator", Hosts: hosts, CAValidity: time.Hour, CertValidity: time.Hour, CAOverlap: time.Minute}
+	startManagers(t, kube, cfg, 1) // fails the test unless a certificate is served
+	sec, err := admin.CoreV1().Secrets(ns).Get(ctx, secretName, metav1.GetOptions{})
+	require.NoError(t, err)
+	assert.Empty(t, sec.OwnerReferences, "no owner to point at")
+
+	owner, err := admin.CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "cozy-health-aggregator"}}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	require.NoError(t, admin.CoreV1().Secrets(ns).Delete(ctx, secretName, metav1.DeleteOptions{}))
+	require.Eventually(t, func() bool {
+		sec, err := admin.CoreV1().Secrets(ns).Get(ctx, secretName, metav1.GetOptions{})
+		return err == nil && len(sec.OwnerReferences) == 1 && sec.OwnerReferences[0].UID == owner.UID
+	}, 15*time.Second, 100*time.Millisecond, "the Secret made again is owned by the ConfigMap")
+	require.Eventually(t, func() bool {
+		cm, err := admin.CoreV1().ConfigMaps(ns).Get(ctx, cmName, metav1.GetOptions{})
+		return err == nil && len(cm.OwnerReferences) == 1 && cm.OwnerReferences[0].UID == owner.UID
+	}, 15*time.Second, 100*time.Millisecond, "so is the CA ConfigMap, published with the new CA")
+}

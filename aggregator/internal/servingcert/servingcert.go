@@ -133,6 +133,7 @@ type Manager struct {
 	publishedAt        time.Time
 	warnedUnmanaged    bool
 	warnedWaiting      bool
+	warnedOwner        string
 	consecutiveFailure int
 }
 
@@ -286,10 +287,7 @@ func (m *Manager) bootstrap(ctx context.Context, now time.Time) (*corev1.Secret,
 	if err != nil {
 		return nil, err
 	}
-	owner, err := m.ownerRef(ctx)
-	if err != nil {
-		return nil, err
-	}
+	owner := m.ownerRef(ctx)
 	s := &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Name: m.cfg.SecretName, Namespace: m.cfg.Namespace, Labels: managedLabels},
 		Type:       corev1.SecretTypeTLS,
@@ -350,17 +348,26 @@ func (m *Manager) maintain(ctx context.Context, sec *corev1.Secret) (*corev1.Sec
 }
 
 // ownerRef returns the owner reference to OwnerConfigMap (read once; nil
-// when none is configured).
-func (m *Manager) ownerRef(ctx context.Context) (*metav1.OwnerReference, error) {
+// when none is configured). An owner that cannot be read (not there: the
+// aggregator runs outside the chart, as in the lab; or not readable) never
+// holds up TLS: the objects are written without an owner, which only means
+// nothing garbage-collects them, and the owner is looked up again the next
+// time one is written.
+func (m *Manager) ownerRef(ctx context.Context) *metav1.OwnerReference {
 	if m.cfg.OwnerConfigMap == "" || m.owner != nil {
-		return m.owner, nil
+		return m.owner
 	}
 	cm, err := m.kube.CoreV1().ConfigMaps(m.cfg.Namespace).Get(ctx, m.cfg.OwnerConfigMap, metav1.GetOptions{})
 	if err != nil {
-		return nil, fmt.Errorf("read the owner ConfigMap %s/%s: %w", m.cfg.Namespace, m.cfg.OwnerConfigMap, err)
+		if msg := err.Error(); msg != m.warnedOwner {
+			m.log.Warn("the owner ConfigMap cannot be read: the serving Secret and the CA ConfigMap are written without an owner (nothing garbage-collects them on uninstall)",
+				zap.String("owner", m.cfg.Namespace+"/"+m.cfg.OwnerConfigMap), zap.Error(err))
+			m.warnedOwner = msg
+		}
+		return nil
 	}
 	m.owner = &metav1.OwnerReference{APIVersion: "v1", Kind: "ConfigMap", Name: cm.Name, UID: cm.UID}
-	return m.owner, nil
+	return m.owner
 }
 
 // configMapHolds reports whether the CA ConfigMap already carries bundle.
@@ -413,10 +420,7 @@ func (m *Manager) publish(ctx context.Context, bundle []byte) error {
 	if bytes.Equal(bundle, m.published) && now.Sub(m.publishedAt) < m.cfg.Resync {
 		return nil
 	}
-	owner, err := m.ownerRef(ctx)
-	if err != nil {
-		return err
-	}
+	owner := m.ownerRef(ctx)
 	ac := corev1ac.ConfigMap(m.cfg.ConfigMapName, m.cfg.Namespace).
 		WithLabels(managedLabels).
 		WithData(map[string]string{KeyCA: string(bundle)})
