@@ -408,8 +408,16 @@ func (s *NodeState) stopProcs() error {
 }
 
 // teardown stops everything recorded in the state (the control plane's
-// processes too) and restores the host. Idempotent.
+// processes too), restores the host and gives it up. Idempotent.
 func (s *NodeState) teardown() error {
+	err := s.teardownLocked()
+	releaseHost(s.Dir)
+	return err
+}
+
+// teardownLocked is teardown without giving the host up (the caller holds
+// the host lock).
+func (s *NodeState) teardownLocked() error {
 	var errs []error
 	if err := s.stopProcs(); err != nil {
 		errs = append(errs, err)
@@ -431,7 +439,6 @@ func (s *NodeState) teardown() error {
 			}
 		}
 	}
-	releaseHost(s.Dir)
 	return errors.Join(errs...)
 }
 

@@ -329,7 +329,10 @@ func acquireHost(ctx context.Context, dir string, logf func(string, ...any)) err
 }
 
 // tryAcquireHost takes the host for dir and returns "", or returns the
-// directory of the live node that holds it.
+// directory of the live node that holds it. The owner file names the owner's
+// directory and the pid of the process that started it: a node whose
+// starting process is gone (a killed test) is stale, whatever state it got
+// to, and is torn down from its node.json before the host is taken.
 func tryAcquireHost(dir string) (string, error) {
 	lf, err := os.OpenFile(hostLockPath, os.O_CREATE|os.O_RDWR, 0o600)
 	if err != nil {
@@ -341,20 +344,22 @@ func tryAcquireHost(dir string) (string, error) {
 	}
 	defer func() { _ = syscall.Flock(int(lf.Fd()), syscall.LOCK_UN) }()
 	if b, err := os.ReadFile(hostOwnerPath); err == nil {
-		owner := strings.TrimSpace(string(b))
-		if owner != "" && owner != dir {
-			st, err := LoadNodeState(owner)
-			if err == nil && st.anyAlive() {
+		f := strings.Fields(string(b))
+		if len(f) >= 1 && f[0] != dir {
+			owner, pid := f[0], 0
+			if len(f) >= 2 {
+				pid, _ = strconv.Atoi(f[1])
+			}
+			st, lerr := LoadNodeState(owner)
+			if pidAlive(pid) || (lerr == nil && st.anyAlive()) {
 				return owner, nil
 			}
-			if err == nil {
-				// A node whose processes are all gone (its test was
-				// killed): put the host back from its record.
-				_ = st.teardown()
+			if lerr == nil {
+				_ = st.teardownLocked() // the lock is held here: no releaseHost
 			}
 		}
 	}
-	if err := os.WriteFile(hostOwnerPath, []byte(dir+"\n"), 0o600); err != nil {
+	if err := os.WriteFile(hostOwnerPath, []byte(dir+" "+strconv.Itoa(os.Getpid())+"\n"), 0o600); err != nil {
 		return "", fmt.Errorf("write host owner: %w", err)
 	}
 	return "", nil
@@ -371,7 +376,9 @@ func releaseHost(dir string) {
 		return
 	}
 	defer func() { _ = syscall.Flock(int(lf.Fd()), syscall.LOCK_UN) }()
-	if b, err := os.ReadFile(hostOwnerPath); err == nil && strings.TrimSpace(string(b)) == dir {
-		_ = os.Remove(hostOwnerPath)
+	if b, err := os.ReadFile(hostOwnerPath); err == nil {
+		if f := strings.Fields(string(b)); len(f) >= 1 && f[0] == dir {
+			_ = os.Remove(hostOwnerPath)
+		}
 	}
 }
