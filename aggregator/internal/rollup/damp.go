@@ -177,10 +177,42 @@ func (d *Damper) Apply(cs *ComponentStatus, now time.Time) {
 	}
 	// gen marks the node states and conditions this Apply sees.
 	d.gen++
+	desired, desiredReason := cs.Overall, cs.Reason
 	held := d.applyOverall(cs, now)
 	held += d.applyNodes(cs, now)
 	held += d.applyConditions(cs, now)
+	floorOverall(cs, desired, desiredReason)
 	d.worsening[cs.Component] = held
+}
+
+// floorOverall keeps a held overall from contradicting the node states
+// published beside it. The overall and each node state are damped on their
+// own, by the state each worsens to: a silent node's entries turn
+// Unknown/HeartbeatMissed at once (no Unknown hold) while etcd's worsening
+// to Degraded (the quorum at risk) is held, and a node-local component one
+// of whose nodes is Down worsens to Degraded, held, while that node's Down
+// entry is not. Published as they are, the object would read Healthy
+// beside a node that is Unknown or Down. So the overall published is never
+// better than the better of what Compute desired and the worst node state
+// published: the facts behind a held worsening that are themselves
+// published show in the overall at once, and a worsening whose facts are
+// all held (a node's disk turning Degraded) stays held.
+func floorOverall(cs *ComponentStatus, desired report.Status, desiredReason string) {
+	worst := report.StatusHealthy
+	for _, ns := range cs.Nodes {
+		worst = report.Worse(worst, ns.Status)
+	}
+	floor := desired
+	if worst.Rank() < floor.Rank() {
+		floor = worst
+	}
+	if floor.Rank() <= cs.Overall.Rank() {
+		return
+	}
+	cs.Overall, cs.Reason = floor, desiredReason
+	if floor != desired {
+		cs.Reason = ReasonNodesNotHealthy
+	}
 }
 
 // applyOverall damps the component's overall and reason; it returns 1

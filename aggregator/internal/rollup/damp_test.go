@@ -160,3 +160,58 @@ func TestDamperSeedKeepsLastTransition(t *testing.T) {
 	d.Apply(cs, now)
 	assert.Equal(t, now, at(cs, "Quorum", ""))
 }
+
+// TestDamperOverallNeverBetterThanPublishedNodes: a held worsening of the
+// overall never leaves the object greener than the node states published
+// beside it; a worsening whose facts are all held stays held.
+func TestDamperOverallNeverBetterThanPublishedNodes(t *testing.T) {
+	mk := func(comp string, overall report.Status, reason string, nodes map[string]report.Status) *ComponentStatus {
+		cs := &ComponentStatus{Component: comp, Overall: overall, Reason: reason, Nodes: map[string]NodeState{}}
+		for n, s := range nodes {
+			cs.Nodes[n] = NodeState{Status: s}
+		}
+		return cs
+	}
+	type step struct {
+		at          time.Duration
+		in          *ComponentStatus
+		want        report.Status
+		wantReason  string
+		description string
+	}
+	for _, tc := range []struct {
+		name  string
+		holds Holds
+		steps []step
+	}{
+		{"a silent etcd member: Unknown at once, Degraded after the hold", Holds{Degraded: 10 * time.Second}, []step{
+			{0, mk(report.ComponentEtcd, H, ReasonQuorumHealthy, map[string]report.Status{"a": H, "b": H, "c": H}), H, ReasonQuorumHealthy, "all healthy"},
+			{time.Second, mk(report.ComponentEtcd, G, ReasonQuorumAtRisk, map[string]report.Status{"a": H, "b": H, "c": U}), U, ReasonNodesNotHealthy, "c's Unknown entry is published, so the overall is not Healthy"},
+			{11 * time.Second, mk(report.ComponentEtcd, G, ReasonQuorumAtRisk, map[string]report.Status{"a": H, "b": H, "c": U}), G, ReasonQuorumAtRisk, "the hold ran out"},
+			{12 * time.Second, mk(report.ComponentEtcd, H, ReasonQuorumHealthy, map[string]report.Status{"a": H, "b": H, "c": H}), H, ReasonQuorumHealthy, "recovery at once"},
+		}},
+		{"one node Down in a node-local component judged Degraded", Holds{Degraded: 10 * time.Second}, []step{
+			{0, mk(report.ComponentCilium, H, ReasonNodesHealthy, map[string]report.Status{"a": H, "b": H}), H, ReasonNodesHealthy, "all healthy"},
+			{time.Second, mk(report.ComponentCilium, G, ReasonNodesNotHealthy, map[string]report.Status{"a": D, "b": H}), G, ReasonNodesNotHealthy, "a's Down entry is published (no Down hold): Degraded at once, never Down"},
+		}},
+		{"a Degraded node held: the overall is held too", Holds{Degraded: 10 * time.Second}, []step{
+			{0, mk(report.ComponentDisk, H, ReasonNodesHealthy, map[string]report.Status{"a": H, "b": H}), H, ReasonNodesHealthy, "all healthy"},
+			{time.Second, mk(report.ComponentDisk, G, ReasonNodesNotHealthy, map[string]report.Status{"a": G, "b": H}), H, ReasonNodesHealthy, "a's Degraded entry is held, and so is the overall"},
+			{11 * time.Second, mk(report.ComponentDisk, G, ReasonNodesNotHealthy, map[string]report.Status{"a": G, "b": H}), G, ReasonNodesNotHealthy, "both published together"},
+		}},
+		{"an Unknown hold holds the overall with the entry", Holds{Degraded: 10 * time.Second, Unknown: 3 * time.Second}, []step{
+			{0, mk(report.ComponentEtcd, H, ReasonQuorumHealthy, map[string]report.Status{"a": H, "b": H, "c": H}), H, ReasonQuorumHealthy, "all healthy"},
+			{time.Second, mk(report.ComponentEtcd, G, ReasonQuorumAtRisk, map[string]report.Status{"a": H, "b": H, "c": U}), H, ReasonQuorumHealthy, "c's entry held"},
+			{4 * time.Second, mk(report.ComponentEtcd, G, ReasonQuorumAtRisk, map[string]report.Status{"a": H, "b": H, "c": U}), U, ReasonNodesNotHealthy, "c's entry published: Unknown"},
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d := NewDamper(tc.holds)
+			for i, s := range tc.steps {
+				d.Apply(s.in, t0.Add(s.at))
+				assert.Equal(t, s.want, s.in.Overall, "step %d: %s", i, s.description)
+				assert.Equal(t, s.wantReason, s.in.Reason, "step %d: %s", i, s.description)
+			}
+		})
+	}
+}
