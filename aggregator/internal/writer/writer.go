@@ -255,10 +255,16 @@ func (w *Writer) enqueueLocked(k Key, fp uint64) {
 		// this newest status. Adding it now would bypass the backoff.
 		return
 	}
-	last, ok := w.written[k]
-	if !ok || last.fp != fp || w.clock.Now().Sub(last.at) >= w.refreshPeriodOf(k, w.desired[k].adapter) {
+	if w.dueLocked(k, desiredEntry{fp: fp, adapter: w.desired[k].adapter}) {
 		w.queue.Add(k)
 	}
+}
+
+// dueLocked tells whether d differs from what this term last wrote of k,
+// or k's refresh is due. w.mu held.
+func (w *Writer) dueLocked(k Key, d desiredEntry) bool {
+	last, ok := w.written[k]
+	return !ok || last.fp != d.fp || w.clock.Now().Sub(last.at) >= w.refreshPeriodOf(k, d.adapter)
 }
 
 // Run writes until ctx is cancelled: every known component at once, then on
@@ -363,8 +369,16 @@ func (w *Writer) processNext(ctx context.Context, q workqueue.TypedRateLimitingI
 	w.mu.Lock()
 	d, ok := w.desired[k]
 	remove := !ok && w.removed[k]
+	due := remove || (ok && w.dueLocked(k, d))
 	w.mu.Unlock()
 	if !ok && !remove {
+		q.Forget(k)
+		return true
+	}
+	if !due {
+		// Queued again while a worker wrote it (the workqueue re-adds an
+		// object changed during its write), and that write already carried
+		// the change: another write would spend a token on nothing.
 		q.Forget(k)
 		return true
 	}
@@ -374,6 +388,19 @@ func (w *Writer) processNext(ctx context.Context, q workqueue.TypedRateLimitingI
 	}
 	if err := limiter.Wait(ctx); err != nil {
 		return ctx.Err() == nil
+	}
+	// The newest desired status, not the one read before the wait: the
+	// wait lasts up to workers/WritesPerSecond when the bucket is empty, and
+	// a rollup that changed the object meanwhile (a node falling silent
+	// changes every object at once) is written by this write instead of
+	// one more turn of the queue.
+	w.mu.Lock()
+	d, ok = w.desired[k]
+	remove = !ok && w.removed[k]
+	w.mu.Unlock()
+	if !ok && !remove {
+		q.Forget(k)
+		return true
 	}
 	start := time.Now()
 	var err error
@@ -391,6 +418,11 @@ func (w *Writer) processNext(ctx context.Context, q workqueue.TypedRateLimitingI
 			return false
 		}
 		w.metrics.Write(metrics.WriteError, took)
+		w.mu.Lock()
+		// What the object holds now is not known: write it again whatever
+		// its fingerprint.
+		delete(w.written, k)
+		w.mu.Unlock()
 		w.log.Warn("write Health object", zap.Stringer("health", k), zap.Int("retries", q.NumRequeues(k)), zap.Error(err))
 		q.AddRateLimited(k)
 		return true
