@@ -66,3 +66,13 @@ func TestChartProcess(t *testing.T) {
 	_, _, err = s.process(spec, "/bin/agent")
 	assert.ErrorContains(t, err, "metadata.uid")
 }
+
+// The demo's wait for every object to read a silent node Unknown is bound
+// by the write budget the chart gives the lab's aggregators.
+func TestWriteBoundFromChart(t *testing.T) {
+	l := &Lab{opts: Options{Interval: 2 * time.Second, LeaseDuration: 6 * time.Second}}
+	bound, perSecond, err := l.writeBound(6)
+	require.NoError(t, err)
+	assert.InDelta(t, 2.0, perSecond, 1e-9, "the chart's aggregator.writesPerSecond")
+	assert.Equal(t, 3*time.Second+5*time.Second, bound, "6 writes at 2/s, plus the slack")
+}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/yaml"
 
 	healthv1alpha1 "github.com/cozystack/cozy-health/pkg/apis/health/v1alpha1"
 	"github.com/cozystack/cozy-health/pkg/client/clientset/versioned"
@@ -183,6 +184,21 @@ func NodeEntryIs(component, node string, want healthv1alpha1.Status, reason stri
 	}
 }
 
+// Any holds when at least one condition holds.
+func Any(conds ...Condition) Condition {
+	return func(hs map[string]*healthv1alpha1.Health, now time.Time) (bool, string) {
+		seen := make([]string, 0, len(conds))
+		for _, c := range conds {
+			ok, s := c(hs, now)
+			if ok {
+				return true, s
+			}
+			seen = append(seen, s)
+		}
+		return false, strings.Join(seen, "; ")
+	}
+}
+
 // All holds when every condition holds.
 func All(conds ...Condition) Condition {
 	return func(hs map[string]*healthv1alpha1.Health, now time.Time) (bool, string) {
@@ -270,14 +286,30 @@ func Demo(ctx context.Context, o Options, w io.Writer) (err error) {
 		return err
 	}
 	fmt.Fprintf(w, "    %s\n", msg)
-	if _, err := l.WaitFor(ctx, w, agentNode+" entries Unknown", 60*time.Second,
-		All(NodeEntryIs("cilium", agentNode, healthv1alpha1.StatusUnknown, "HeartbeatMissed"),
-			NodeEntryIs("disk", agentNode, healthv1alpha1.StatusUnknown, "HeartbeatMissed"))); err != nil {
+	unknown := make([]Condition, 0, len(components))
+	for _, c := range components {
+		unknown = append(unknown, NodeEntryIs(c, agentNode, healthv1alpha1.StatusUnknown, "HeartbeatMissed"))
+	}
+	if _, err := l.WaitFor(ctx, w, agentNode+" Unknown in a first Health object", 60*time.Second, Any(unknown...)); err != nil {
 		return err
+	}
+	// One rollup turns the node Unknown in every object at once
+	// (TestSilentNodeUnknownEverywhereInOneRollup), but the leader writes
+	// the objects one at a time under its write budget: a listing taken
+	// between two writes shows the objects not yet written still green.
+	// Wait for all of them, within what the budget allows.
+	bound, perSecond, err := l.writeBound(len(components))
+	if err != nil {
+		return err
+	}
+	if _, err := l.WaitFor(ctx, w, "every Health object reading "+agentNode+" Unknown", bound, All(unknown...)); err != nil {
+		return fmt.Errorf("%w: the leader writes the %d objects at %g writes/s, so every one should read %s Unknown within %s of the first; "+
+			"one that does not was not written (see the aggregators' logs in %s/logs)", err, len(components), perSecond, agentNode, bound, o.Dir)
 	}
 	show("get", "chz", "-A")
 	if hs, err := l.Healths(ctx); err == nil {
 		printNodes(w, hs["cilium"])
+		printNodeEverywhere(w, hs, components, agentNode)
 	}
 	fmt.Fprintf(w, "\n    Note etcd: with %s unobserved, only 1 of 3 voting members is known healthy, so etcd reads\n"+
 		"    Down — an Unknown member is never counted healthy. Facts, never a silent green.\n", agentNode)
@@ -310,6 +342,20 @@ func isTerminal(w io.Writer) bool {
 	return err == nil && st.Mode()&os.ModeCharDevice != 0
 }
 
+// printNodeEverywhere prints node's entry in every component's object.
+func printNodeEverywhere(w io.Writer, hs map[string]*healthv1alpha1.Health, components []string, node string) {
+	fmt.Fprintf(w, "\n  %s in every object:\n", node)
+	for _, c := range components {
+		h, ok := hs[c]
+		if !ok {
+			fmt.Fprintf(w, "    %-9s (no object)\n", c)
+			continue
+		}
+		st := h.Status.Nodes[node]
+		fmt.Fprintf(w, "    %-9s overall %-9s %s %-9s %s\n", c, h.Status.Overall, node, st.Status, st.Reason)
+	}
+}
+
 // printNodes prints a Health object's status.nodes as a table.
 func printNodes(w io.Writer, h *healthv1alpha1.Health) {
 	if h == nil {
@@ -329,4 +375,27 @@ func printNodes(w io.Writer, h *healthv1alpha1.Health) {
 		}
 		fmt.Fprintf(w, "    %-8s %-9s %-16s %s\n", n, st.Status, st.Reason, last)
 	}
+}
+
+// writeBound is how long the leader may take to write n Health objects
+// that one rollup changed together, under the write budget the chart gives
+// the lab's aggregators (writes-per-second in their ConfigMap): n writes at
+// that rate, plus room for the apiserver and the polls on this loaded
+// machine. It returns the rate too, for messages.
+func (l *Lab) writeBound(n int) (time.Duration, float64, error) {
+	c, err := renderChart(l.opts)
+	if err != nil {
+		return 0, 0, err
+	}
+	var conf struct {
+		WritesPerSecond float64 `json:"writes-per-second"`
+	}
+	if err := yaml.Unmarshal([]byte(c.configMaps["cozy-health-aggregator"]["config.yaml"]), &conf); err != nil {
+		return 0, 0, fmt.Errorf("lab: the chart's aggregator config: %w", err)
+	}
+	if conf.WritesPerSecond <= 0 {
+		return 0, 0, fmt.Errorf("lab: the chart's aggregator config has no writes-per-second")
+	}
+	const slack = 5 * time.Second
+	return time.Duration(float64(n)/conf.WritesPerSecond*float64(time.Second)) + slack, conf.WritesPerSecond, nil
 }
