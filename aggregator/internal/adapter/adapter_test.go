@@ -6,6 +6,9 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/cozystack/cozy-health/aggregator/internal/rollup"
+	"github.com/cozystack/cozy-health/aggregator/internal/writer"
 )
 
 func TestIsTenantNamespace(t *testing.T) {
@@ -40,4 +43,34 @@ func TestScheduleInterval(t *testing.T) {
 	}
 	_, _, err := ScheduleInterval("every day", now)
 	assert.Error(t, err)
+}
+
+// TestBackupJudgementStableOverTime: judged again later with nothing new,
+// a backup condition is the same status for the writer (its fingerprint):
+// only observedAge moves, and it is refreshed with observedAt. A message
+// carrying the age made every periodic judgement rewrite every backups
+// object, which queued status changes behind those writes.
+func TestBackupJudgementStableOverTime(t *testing.T) {
+	now := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	histories := map[string]BackupHistory{
+		"recent":   {Schedule: "0 0 0 * * *", Since: now.Add(-72 * time.Hour), LastSuccess: now.Add(-2 * time.Hour)},
+		"stale":    {Schedule: "0 0 0 * * *", Since: now.Add(-72 * time.Hour), LastSuccess: now.Add(-50 * time.Hour)},
+		"failed":   {Schedule: "0 0 0 * * *", Since: now.Add(-72 * time.Hour), LastSuccess: now.Add(-26 * time.Hour), LastFailure: now.Add(-time.Hour), FailureMessage: "AccessDenied"},
+		"never":    {Schedule: "0 0 0 * * *", Since: now.Add(-72 * time.Hour)},
+		"awaiting": {Schedule: "0 0 0 * * *", Since: now.Add(-time.Hour)},
+		"no-sla":   {Since: now.Add(-72 * time.Hour), LastSuccess: now.Add(-2 * time.Hour)},
+	}
+	for name, h := range histories {
+		a := JudgeBackup(now, 0, h)
+		b := JudgeBackup(now.Add(37*time.Second), 0, h)
+		assert.Equal(t, a.Reason, b.Reason, name)
+		assert.Equal(t, a.Message, b.Message, name)
+		if !h.LastSuccess.IsZero() {
+			assert.Equal(t, 37*time.Second, b.Backup.ObservedAge-a.Backup.ObservedAge, "%s: observedAge moves", name)
+		}
+		fa := writer.Fingerprint(&rollup.ComponentStatus{Component: ComponentBackups, Overall: a.Severity, Conditions: []rollup.Condition{a}})
+		fb := writer.Fingerprint(&rollup.ComponentStatus{Component: ComponentBackups, Overall: b.Severity, Conditions: []rollup.Condition{b}})
+		assert.Equal(t, fa, fb, "%s: %q then %q", name, a.Message, b.Message)
+	}
+	assert.Equal(t, "last successful backup at 2026-11-29T08:00:00Z, stale since 2026-11-30T20:00:00Z (maxAge 36h0m0s)", JudgeBackup(now, 0, histories["stale"]).Message)
 }

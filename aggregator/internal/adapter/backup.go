@@ -184,14 +184,18 @@ func JudgeBackup(now time.Time, sla time.Duration, h BackupHistory) rollup.Condi
 		c.Severity, c.Reason, c.Message = report.StatusDegraded, ReasonBackupFailed, Truncate(failMsg)
 		return c
 	}
-	age := facts.ObservedAge.Round(time.Second)
+	// The messages name instants, never the age: the age moves at every
+	// judgement, and a message that moves is a new status to write
+	// (writer.Fingerprint). observedAge carries it, refreshed with
+	// observedAt.
+	last := h.LastSuccess.UTC().Format(time.RFC3339)
 	if facts.MaxAge > 0 && facts.ObservedAge > facts.MaxAge {
 		c.Severity, c.Reason = report.StatusDegraded, ReasonBackupStale
-		c.Message = fmt.Sprintf("last successful backup is %s old, older than its maxAge %s", age, facts.MaxAge)
+		c.Message = fmt.Sprintf("last successful backup at %s, stale since %s (maxAge %s)", last, h.LastSuccess.Add(facts.MaxAge).UTC().Format(time.RFC3339), facts.MaxAge)
 		return c
 	}
 	c.Severity, c.Reason = report.StatusHealthy, ReasonBackupRecent
-	c.Message = fmt.Sprintf("last successful backup is %s old", age)
+	c.Message = "last successful backup at " + last
 	if facts.MaxAge > 0 {
 		c.Message += fmt.Sprintf(" (maxAge %s)", facts.MaxAge)
 	}

@@ -416,7 +416,7 @@ func (m *Manager) evaluate(ctx context.Context, full bool) {
 				st.dirty = true // look again at the next tick
 				continue
 			}
-			st.findings = m.unknownFindings(i, now, ReasonSourceNotSynced, unsyncedMessage(unsynced, now.Sub(since)), unsynced[0])
+			st.findings = m.unknownFindings(i, now, ReasonSourceNotSynced, unsyncedMessage(unsynced, since), unsynced[0])
 			st.settled = true
 			continue
 		}
@@ -483,12 +483,14 @@ func (m *Manager) judge(ctx context.Context, a Adapter, in *Input) ([]Finding, e
 	}
 }
 
-func unsyncedMessage(srcs []Source, d time.Duration) string {
+// unsyncedMessage names when the watch started rather than how long ago:
+// a message that moves at every judgement would be a new status to write.
+func unsyncedMessage(srcs []Source, since time.Time) string {
 	names := make([]string, len(srcs))
 	for i, s := range srcs {
 		names[i] = s.CRDName()
 	}
-	return Truncate(fmt.Sprintf("cannot list and watch %v for %s", names, d.Round(time.Second)))
+	return Truncate(fmt.Sprintf("cannot list and watch %v since %s", names, since.UTC().Format(time.RFC3339)))
 }
 
 // unknownFindings are the findings of an adapter that has no trustworthy

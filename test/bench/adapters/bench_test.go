@@ -228,7 +228,13 @@ func run(b *testing.B, releases, pgs, tenants, samples int) {
 	time.Sleep(10 * time.Second)
 	full, err := liveMemory(metricsAddr)
 	require.NoError(b, err)
+	writes0, err := scrapeSum(metricsAddr, "cozy_health_writes_total")
+	require.NoError(b, err)
+	t0 := time.Now()
 	cpuFull := cpuOver(b, pid, 30*time.Second)
+	writes1, err := scrapeSum(metricsAddr, "cozy_health_writes_total")
+	require.NoError(b, err)
+	restWrites := (writes1 - writes0) / time.Since(t0).Seconds()
 	_, rss, err := procStat(pid)
 	require.NoError(b, err)
 
@@ -254,12 +260,14 @@ func run(b *testing.B, releases, pgs, tenants, samples int) {
 	b.ReportMetric(cpuPerK, "millicores_per_1000_objects")
 	b.ReportMetric(float64(pct(0.50).Milliseconds()), "change_to_health_p50_ms")
 	b.ReportMetric(float64(pct(0.99).Milliseconds()), "change_to_health_p99_ms")
+	b.ReportMetric(restWrites, "writes_per_s_at_rest")
 	fmt.Printf("    watched objects         %d (%d HelmReleases, %d Clusters, %d ScheduledBackups)\n", watched, releases, pgs, pgs)
 	fmt.Printf("    live memory             %s before, %s with them: %.0f KiB added per 1,000 objects = %.2f KiB per object (target <= 2 KiB)\n",
 		base, full, perK/1024, perK/1024/1000)
 	fmt.Printf("    RSS                     %.1f MiB at the end\n", float64(rss)/(1<<20))
 	fmt.Printf("    CPU                     %.1f millicores before, %.1f with them: %.2f millicores added per 1,000 objects (steady state, re-judged every 10 s)\n",
 		cpuBase*1000, cpuFull*1000, cpuPerK)
+	fmt.Printf("    writes at rest          %.2f Health writes/s while nothing changed (refreshes only; each queues ahead of a change)\n", restWrites)
 	fmt.Printf("    change -> Health        p50 %s, p99 %s, max %s over %d status changes (target p99 <= 2 s)\n",
 		pct(0.50).Round(time.Millisecond), pct(0.99).Round(time.Millisecond), lat[len(lat)-1].Round(time.Millisecond), len(lat))
 }
@@ -433,6 +441,26 @@ func liveMemory(metricsAddr string) (memory, error) {
 		return 0
 	}
 	return memory{heap: get("go_memstats_alloc_bytes"), stack: get("go_memstats_stack_inuse_bytes")}, nil
+}
+
+// scrapeSum is the sum of every series of a counter or gauge in the
+// aggregator's metrics.
+func scrapeSum(metricsAddr, name string) (float64, error) {
+	resp, err := http.Get("http://" + metricsAddr + "/metrics")
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	mfs, err := parser.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		return 0, err
+	}
+	sum := 0.0
+	for _, m := range mfs[name].GetMetric() {
+		sum += m.GetCounter().GetValue() + m.GetGauge().GetValue()
+	}
+	return sum, nil
 }
 
 func aggregatorBinary(b *testing.B) string {
