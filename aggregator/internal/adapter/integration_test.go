@@ -83,6 +83,7 @@ func start(t *testing.T, cfg adapter.Config, setup func(e *env) *rest.Config) *e
 	mdyn, err := dynamic.NewForConfig(rc)
 	require.NoError(t, err)
 	cfg.Namespace = platformNS
+	cfg.Metrics = m
 	cfg.Debounce = 100 * time.Millisecond
 	if cfg.Period == 0 {
 		cfg.Period = 2 * time.Second
@@ -96,7 +97,8 @@ func start(t *testing.T, cfg adapter.Config, setup func(e *env) *rest.Config) *e
 }
 
 // gauge is the value of the series name{want} in the aggregator's
-// metrics; -1 when there is no such series.
+// metrics (a gauge or a counter; a histogram's sample count); -1 when
+// there is no such series.
 func (e *env) gauge(name string, want map[string]string) float64 {
 	e.t.Helper()
 	mfs, err := e.reg.Gather()
@@ -111,7 +113,7 @@ func (e *env) gauge(name string, want map[string]string) float64 {
 				got[lp.GetName()] = lp.GetValue()
 			}
 			if maps.Equal(got, want) {
-				return m.GetGauge().GetValue()
+				return m.GetGauge().GetValue() + m.GetCounter().GetValue() + float64(m.GetHistogram().GetSampleCount())
 			}
 		}
 	}
@@ -240,10 +242,13 @@ func TestAdaptersOnTheRealAPIServer(t *testing.T) {
 	e := start(t, adapter.Config{BackupMaxAge: map[string]time.Duration{"tenant-foo": 24 * time.Hour}}, nil)
 	hr := helmrelease.Source.GVR
 
-	// Nothing installed: nothing to say, no object.
+	// Nothing installed: nothing to say, no object; the adapters' series
+	// say why (not applicable, so not synced either).
 	time.Sleep(time.Second)
 	_, err := e.hc.HealthV1alpha1().Healths(platformNS).Get(ctx, "platform", metav1.GetOptions{})
 	require.True(t, apierrors.IsNotFound(err), "platform written without any HelmRelease API: %v", err)
+	e.adapterState("helmrelease", 0, 0, 0)
+	e.adapterState("cnpg", 0, 0, 0)
 
 	require.NoError(t, e.cp.InstallAdapterCRDs(ctx, "helm.toolkit.fluxcd.io_helmreleases"))
 	t.Run("failing release with 3 dependents is one root cause", func(t *testing.T) {
@@ -275,6 +280,10 @@ func TestAdaptersOnTheRealAPIServer(t *testing.T) {
 		}
 		assert.Nil(t, cond(h, helmrelease.TypeRelease, "cilium"), "a ready release has no condition of its own")
 		assert.Equal(t, writer.SourceAdapters, h.Labels[writer.SourceLabel])
+		// Its CRD present and synced: the adapter's series count its objects.
+		e.adapterState("helmrelease", 1, 1, 5)
+		assert.Positive(t, e.gauge("cozy_health_adapter_judge_duration_seconds", map[string]string{"adapter": "helmrelease"}), "judgements observed")
+		e.adapterState("cnpg", 0, 0, 0)
 
 		// The fix: kubeovn upgrades, its dependents follow.
 		e.setStatus(hr, platformNS, "kubeovn", releaseStatus("True", "UpgradeSucceeded", "Helm upgrade succeeded"))
@@ -453,16 +462,41 @@ status:
 
 	t.Run("a CRD removed at runtime withdraws its objects", func(t *testing.T) {
 		e.t = t
+		e.adapterState("helmrelease", 1, 1, 7)
 		require.NoError(t, e.cp.DeleteCRD(ctx, "helmreleases.helm.toolkit.fluxcd.io"))
 		e.gone(platformNS, "platform")
 		e.gone("tenant-foo", "apps")
+		e.adapterState("helmrelease", 0, 0, 0)
+		// An API that went away is absence, not a failed watch.
+		assert.Equal(t, 0.0, e.gauge("cozy_health_adapter_errors_total", map[string]string{"adapter": "helmrelease", "reason": metrics.AdapterErrorWatch}))
+		e.adapterState("cnpg", 1, 1, 3)
 		// The other adapters go on.
 		e.health("tenant-foo", "backups", func(h *healthv1alpha1.Health) bool { return cond(h, "Backup", "postgres-db") != nil })
 		// And it comes back when the CRD does.
 		require.NoError(t, e.cp.InstallAdapterCRDs(ctx, "helm.toolkit.fluxcd.io_helmreleases"))
 		e.create(hr, helmRelease(platformNS, "cilium"))
 		e.health(platformNS, "platform", func(h *healthv1alpha1.Health) bool { return cond(h, helmrelease.TypeRelease, "cilium") != nil })
+		e.adapterState("helmrelease", 1, 1, 1)
 	})
+	for _, a := range []string{"helmrelease", "cnpg", "kamaji"} {
+		for _, r := range []string{metrics.AdapterErrorPanic, metrics.AdapterErrorTimeout, metrics.AdapterErrorNotSynced} {
+			assert.Equal(t, 0.0, e.gauge("cozy_health_adapter_errors_total", map[string]string{"adapter": a, "reason": r}), "%s %s", a, r)
+		}
+	}
+}
+
+// adapterState waits until an adapter's cozy_health_adapter_applicable,
+// _synced and _objects read the given values.
+func (e *env) adapterState(name string, applicable, synced, objects float64) {
+	e.t.Helper()
+	l := map[string]string{"adapter": name}
+	var got [3]float64
+	if !assert.Eventually(e.t, func() bool {
+		got = [3]float64{e.gauge("cozy_health_adapter_applicable", l), e.gauge("cozy_health_adapter_synced", l), e.gauge("cozy_health_adapter_objects", l)}
+		return got == [3]float64{applicable, synced, objects}
+	}, 30*time.Second, 50*time.Millisecond) {
+		e.t.Fatalf("%s: applicable, synced, objects = %v, want %v", name, got, [3]float64{applicable, synced, objects})
+	}
 }
 
 // TestAdapterSourceNotSynced gives the adapters a credential that may not
@@ -502,4 +536,11 @@ func TestAdapterSourceNotSynced(t *testing.T) {
 	assert.Equal(t, "backups.velero.io", c.ResourceRef.Name)
 	assert.Equal(t, healthv1alpha1.StatusUnknown, h.Status.Overall)
 	e.health(platformNS, "platform", func(h *healthv1alpha1.Health) bool { return h.Status.Overall == healthv1alpha1.StatusHealthy })
+	// The metrics say the same: velero applicable but not synced, its
+	// failed lists counted, SourceNotSynced counted once.
+	e.adapterState("velero", 1, 0, 0)
+	e.adapterState("helmrelease", 1, 1, 1)
+	assert.Equal(t, 1.0, e.gauge("cozy_health_adapter_errors_total", map[string]string{"adapter": "velero", "reason": metrics.AdapterErrorNotSynced}))
+	assert.Positive(t, e.gauge("cozy_health_adapter_errors_total", map[string]string{"adapter": "velero", "reason": metrics.AdapterErrorWatch}), "the forbidden list of velero Backups")
+	assert.Equal(t, 0.0, e.gauge("cozy_health_adapter_errors_total", map[string]string{"adapter": "helmrelease", "reason": metrics.AdapterErrorWatch}))
 }

@@ -3,12 +3,15 @@ package adapter
 import (
 	"context"
 	"fmt"
+	"io"
 	"runtime/debug"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -17,6 +20,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/clock"
 
+	"github.com/cozystack/cozy-health/aggregator/internal/metrics"
 	"github.com/cozystack/cozy-health/aggregator/internal/rollup"
 	"github.com/cozystack/cozy-health/aggregator/internal/writer"
 	"github.com/cozystack/cozy-health/pkg/report"
@@ -53,6 +57,9 @@ type Config struct {
 	// BackupMaxAge is the backup SLA per scope namespace ("*": every other
 	// scope); written as spec.sla.maxAge of the scope's backups object.
 	BackupMaxAge map[string]time.Duration
+	// Metrics receives the adapters' own metrics (applicable, synced,
+	// objects, judgement durations, errors); nil for none.
+	Metrics *metrics.Metrics
 }
 
 func (c *Config) defaults() {
@@ -102,7 +109,9 @@ type watch struct {
 	inf     cache.SharedIndexInformer
 	stop    chan struct{}
 	started time.Time
-	users   int
+	// objects counts the cached objects (adds minus deletes seen by the
+	// event handler), for cozy_health_adapter_objects.
+	objects atomic.Int64
 }
 
 type adapterState struct {
@@ -113,6 +122,9 @@ type adapterState struct {
 	judging bool
 	// settled: synced (and judged) or past the sync timeout once.
 	settled bool
+	// notSynced is set while the adapter reads SourceNotSynced (its error
+	// is counted once per occurrence).
+	notSynced bool
 }
 
 type transitionKey struct {
@@ -133,8 +145,13 @@ func NewManager(cfg Config, dyn dynamic.Interface, adapters []Adapter, pub Publi
 	m := &Manager{cfg: cfg, dyn: dyn, adapters: adapters, pub: pub, log: log.With(zap.String("component", "adapters")), clock: clk,
 		wake: make(chan struct{}, 1), watches: map[schema.GroupVersionResource]*watch{},
 		published: map[writer.Key]bool{}, transitions: map[transitionKey]transition{}}
-	for range adapters {
+	names := make([]string, 0, len(adapters))
+	for _, a := range adapters {
 		m.states = append(m.states, &adapterState{})
+		names = append(names, a.Name())
+	}
+	if cfg.Metrics != nil {
+		cfg.Metrics.AdaptersKnown(names)
 	}
 	return m
 }
@@ -338,12 +355,13 @@ func (m *Manager) reconcileWatches() {
 			continue
 		}
 		inf := m.informer(gvr, project)
-		_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-			AddFunc:    func(any) { m.markDirty(gvr) },
-			UpdateFunc: func(any, any) { m.markDirty(gvr) },
-			DeleteFunc: func(any) { m.markDirty(gvr) },
-		})
 		w := &watch{inf: inf, stop: make(chan struct{}), started: m.clock.Now()}
+		_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+			AddFunc:    func(any) { w.objects.Add(1); m.markDirty(gvr) },
+			UpdateFunc: func(any, any) { m.markDirty(gvr) },
+			DeleteFunc: func(any) { w.objects.Add(-1); m.markDirty(gvr) },
+		})
+		_ = inf.SetWatchErrorHandlerWithContext(m.watchErrorHandler(gvr))
 		m.watches[gvr] = w
 		go inf.Run(w.stop)
 		m.markUsers(gvr)
@@ -357,6 +375,30 @@ func (m *Manager) markUsers(gvr schema.GroupVersionResource) {
 		for _, s := range a.Sources() {
 			if s.GVR == gvr {
 				m.states[i].dirty = true
+			}
+		}
+	}
+}
+
+// watchErrorHandler logs and counts a failed list or watch of gvr for
+// every adapter reading it, as client-go's default handler would log it.
+// A watch that expired or closed is routine, and an API that went away
+// (NotFound) is absence: the CRD watch stops the informer.
+func (m *Manager) watchErrorHandler(gvr schema.GroupVersionResource) cache.WatchErrorHandlerWithContext {
+	return func(_ context.Context, _ *cache.Reflector, err error) {
+		if err == io.EOF || err == io.ErrUnexpectedEOF || apierrors.IsResourceExpired(err) || apierrors.IsGone(err) || apierrors.IsNotFound(err) {
+			return
+		}
+		m.log.Warn("list and watch failed", zap.Stringer("resource", gvr), zap.Error(err))
+		if m.cfg.Metrics == nil {
+			return
+		}
+		for _, a := range m.adapters {
+			for _, s := range a.Sources() {
+				if s.GVR == gvr {
+					m.cfg.Metrics.AdapterError(a.Name(), metrics.AdapterErrorWatch)
+					break
+				}
 			}
 		}
 	}
@@ -388,6 +430,7 @@ func (m *Manager) evaluate(ctx context.Context, full bool) {
 	}
 	var jobs []job
 	m.mu.Lock()
+	m.recordStates()
 	for i, a := range m.adapters {
 		st := m.states[i]
 		if !st.applicable || st.judging || (!st.dirty && !full) {
@@ -418,8 +461,13 @@ func (m *Manager) evaluate(ctx context.Context, full bool) {
 			}
 			st.findings = m.unknownFindings(i, now, ReasonSourceNotSynced, unsyncedMessage(unsynced, since), unsynced[0])
 			st.settled = true
+			if !st.notSynced && m.cfg.Metrics != nil {
+				m.cfg.Metrics.AdapterError(a.Name(), metrics.AdapterErrorNotSynced)
+			}
+			st.notSynced = true
 			continue
 		}
+		st.notSynced = false
 		st.judging = true
 		jobs = append(jobs, job{i, a, stores})
 	}
@@ -433,7 +481,7 @@ func (m *Manager) evaluate(ctx context.Context, full bool) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			findings, err := m.judge(ctx, j.a, in(j.stores))
+			findings, reason, err := m.judge(ctx, j.a, in(j.stores))
 			m.mu.Lock()
 			defer m.mu.Unlock()
 			st := m.states[j.i]
@@ -444,6 +492,9 @@ func (m *Manager) evaluate(ctx context.Context, full bool) {
 			st.settled = true
 			if err != nil {
 				m.log.Warn("adapter failed", zap.String("adapter", j.a.Name()), zap.Error(err))
+				if reason != "" && m.cfg.Metrics != nil {
+					m.cfg.Metrics.AdapterError(j.a.Name(), reason)
+				}
 				st.findings = m.unknownFindings(j.i, now, ReasonJudgeFailed, Truncate(err.Error()), j.a.Sources()[0])
 				return
 			}
@@ -456,12 +507,15 @@ func (m *Manager) evaluate(ctx context.Context, full bool) {
 
 // judge runs one Judge under the deadline, recovering a panic. A Judge
 // past its deadline is abandoned (it holds no locks and writes nothing).
-func (m *Manager) judge(ctx context.Context, a Adapter, in *Input) ([]Finding, error) {
+// reason is the metrics' error reason of a failed judgement ("" when the
+// context ended).
+func (m *Manager) judge(ctx context.Context, a Adapter, in *Input) (findings []Finding, reason string, err error) {
 	type result struct {
 		f   []Finding
 		err error
 	}
 	ch := make(chan result, 1)
+	start := time.Now()
 	go func() {
 		defer func() {
 			if r := recover(); r != nil {
@@ -475,11 +529,40 @@ func (m *Manager) judge(ctx context.Context, a Adapter, in *Input) ([]Finding, e
 	defer t.Stop()
 	select {
 	case r := <-ch:
-		return r.f, r.err
+		if m.cfg.Metrics != nil {
+			m.cfg.Metrics.AdapterJudged(a.Name(), time.Since(start))
+		}
+		if r.err != nil {
+			return nil, metrics.AdapterErrorPanic, r.err
+		}
+		return r.f, "", nil
 	case <-t.C():
-		return nil, fmt.Errorf("judge did not finish within %s", m.cfg.JudgeTimeout)
+		return nil, metrics.AdapterErrorTimeout, fmt.Errorf("judge did not finish within %s", m.cfg.JudgeTimeout)
 	case <-ctx.Done():
-		return nil, ctx.Err()
+		return nil, "", ctx.Err()
+	}
+}
+
+// recordStates exports every adapter's applicability, sync and object
+// count. m.mu held.
+func (m *Manager) recordStates() {
+	if m.cfg.Metrics == nil {
+		return
+	}
+	for i, a := range m.adapters {
+		st := m.states[i]
+		synced, objects := st.applicable, 0
+		if st.applicable {
+			for _, s := range a.Sources() {
+				w := m.watches[s.GVR]
+				if w == nil {
+					continue // an optional source that is not served
+				}
+				synced = synced && w.inf.HasSynced()
+				objects += int(w.objects.Load())
+			}
+		}
+		m.cfg.Metrics.AdapterState(a.Name(), st.applicable, synced, objects)
 	}
 }
 

@@ -42,6 +42,7 @@ type Metrics struct {
 	rollupSeconds   prometheus.Histogram
 	rollups         *prometheus.CounterVec
 	writeSeconds    prometheus.Histogram
+	adapters        *adapterMetrics
 }
 
 // New registers the metrics on reg. namespace is the platform namespace
@@ -81,8 +82,9 @@ func New(reg prometheus.Registerer, namespace string) (*Metrics, error) {
 			Help:    "Time of one Health status apply, successful or not.",
 			Buckets: prometheus.ExponentialBuckets(0.005, 2, 12),
 		}),
+		adapters: newAdapterMetrics(),
 	}
-	for _, c := range []prometheus.Collector{m.componentStatus, m.nodes, m.issues, m.freshUntil, m.writes, m.leader, m.rollupSeconds, m.rollups, m.writeSeconds} {
+	for _, c := range append([]prometheus.Collector{m.componentStatus, m.nodes, m.issues, m.freshUntil, m.writes, m.leader, m.rollupSeconds, m.rollups, m.writeSeconds}, m.adapters.collectors()...) {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -1,0 +1,106 @@
+package metrics
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Reasons of cozy_health_adapter_errors_total.
+const (
+	// AdapterErrorPanic: a judgement panicked (the component reads
+	// Unknown/JudgeFailed).
+	AdapterErrorPanic = "panic"
+	// AdapterErrorTimeout: a judgement did not finish within its deadline
+	// (Unknown/JudgeFailed).
+	AdapterErrorTimeout = "timeout"
+	// AdapterErrorNotSynced: an informer did not sync within the sync
+	// timeout (Unknown/SourceNotSynced); counted once per occurrence.
+	AdapterErrorNotSynced = "not_synced"
+	// AdapterErrorWatch: a list or watch of a source failed (forbidden,
+	// apiserver unreachable...). An API that went away is not counted.
+	AdapterErrorWatch = "watch"
+)
+
+// AdapterErrorReasons are every reason of cozy_health_adapter_errors_total.
+var AdapterErrorReasons = []string{AdapterErrorPanic, AdapterErrorTimeout, AdapterErrorNotSynced, AdapterErrorWatch}
+
+// adapterMetrics are the cluster adapters' own metrics, one label set per
+// adapter (a handful), set by the adapter manager when it judges.
+type adapterMetrics struct {
+	applicable   *prometheus.GaugeVec
+	synced       *prometheus.GaugeVec
+	objects      *prometheus.GaugeVec
+	judgeSeconds *prometheus.HistogramVec
+	errors       *prometheus.CounterVec
+}
+
+func newAdapterMetrics() *adapterMetrics {
+	return &adapterMetrics{
+		applicable: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "cozy_health_adapter_applicable",
+			Help: "1 when every API a cluster adapter requires is served (its CRDs are installed and established), 0 when not: the adapter publishes nothing.",
+		}, []string{"adapter"}),
+		synced: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "cozy_health_adapter_synced",
+			Help: "1 when every informer of an applicable cluster adapter has synced, 0 when one has not or the adapter is not applicable.",
+		}, []string{"adapter"}),
+		objects: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "cozy_health_adapter_objects",
+			Help: "Objects a cluster adapter watches (its sources' informer caches), as of its last judgement.",
+		}, []string{"adapter"}),
+		judgeSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "cozy_health_adapter_judge_duration_seconds",
+			Help:    "Time of one judgement of a cluster adapter over every object it watches.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
+		}, []string{"adapter"}),
+		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "cozy_health_adapter_errors_total",
+			Help: "Cluster adapter failures by reason: panic and timeout (a judgement failed: JudgeFailed), not_synced (an informer past the sync timeout: SourceNotSynced), watch (a list or watch of a source failed).",
+		}, []string{"adapter", "reason"}),
+	}
+}
+
+func (a *adapterMetrics) collectors() []prometheus.Collector {
+	return []prometheus.Collector{a.applicable, a.synced, a.objects, a.judgeSeconds, a.errors}
+}
+
+// AdaptersKnown creates every adapter's series (0, and each error reason at
+// 0), so an adapter whose API is absent reads 0 rather than nothing and a
+// rate over its errors starts at its first scrape.
+func (m *Metrics) AdaptersKnown(names []string) {
+	for _, n := range names {
+		m.adapters.applicable.WithLabelValues(n)
+		m.adapters.synced.WithLabelValues(n)
+		m.adapters.objects.WithLabelValues(n)
+		for _, r := range AdapterErrorReasons {
+			m.adapters.errors.WithLabelValues(n, r)
+		}
+	}
+}
+
+// AdapterState records whether an adapter is applicable, whether its
+// informers have synced and how many objects they hold.
+func (m *Metrics) AdapterState(name string, applicable, synced bool, objects int) {
+	m.adapters.applicable.WithLabelValues(name).Set(boolValue(applicable))
+	m.adapters.synced.WithLabelValues(name).Set(boolValue(applicable && synced))
+	m.adapters.objects.WithLabelValues(name).Set(float64(objects))
+}
+
+// AdapterJudged records the duration of one judgement.
+func (m *Metrics) AdapterJudged(name string, took time.Duration) {
+	m.adapters.judgeSeconds.WithLabelValues(name).Observe(took.Seconds())
+}
+
+// AdapterError counts one failure of an adapter (reason: one of
+// AdapterErrorReasons).
+func (m *Metrics) AdapterError(name, reason string) {
+	m.adapters.errors.WithLabelValues(name, reason).Inc()
+}
+
+func boolValue(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
