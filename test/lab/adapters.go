@@ -18,8 +18,10 @@ import (
 )
 
 // LabAdapterCRDs are the cluster adapters' CRDs the lab installs (the
-// aggregators pick them up as they do in a cluster).
-var LabAdapterCRDs = []string{"helm.toolkit.fluxcd.io_helmreleases"}
+// aggregators pick them up as they do in a cluster): Flux HelmReleases for
+// the demo's root-cause step, CNPG's for the backups alert's cross-check.
+var LabAdapterCRDs = []string{"helm.toolkit.fluxcd.io_helmreleases",
+	"postgresql.cnpg.io_clusters", "postgresql.cnpg.io_backups", "postgresql.cnpg.io_scheduledbackups"}
 
 var helmReleases = schema.GroupVersionResource{Group: "helm.toolkit.fluxcd.io", Version: "v2", Resource: "helmreleases"}
 
