@@ -26,6 +26,7 @@ var AdapterCRDs = []string{
 	"barmancloud.cnpg.io_objectstores",
 	"backups.cozystack.io_plans",
 	"backups.cozystack.io_backupjobs",
+	"backups.cozystack.io_backups",
 	"velero.io_backups",
 	"velero.io_schedules",
 	"kamaji.clastix.io_tenantcontrolplanes",

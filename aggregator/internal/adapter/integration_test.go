@@ -25,6 +25,7 @@ import (
 	"github.com/cozystack/cozy-health/aggregator/internal/adapter"
 	"github.com/cozystack/cozy-health/aggregator/internal/adapters"
 	"github.com/cozystack/cozy-health/aggregator/internal/adapters/cnpg"
+	"github.com/cozystack/cozy-health/aggregator/internal/adapters/cozybackup"
 	"github.com/cozystack/cozy-health/aggregator/internal/adapters/helmrelease"
 	"github.com/cozystack/cozy-health/aggregator/internal/adapters/kamaji"
 	"github.com/cozystack/cozy-health/aggregator/internal/metrics"
@@ -137,6 +138,16 @@ func (e *env) create(gvr schema.GroupVersionResource, doc string) {
 		_, err = ri.UpdateStatus(ctx, got, metav1.UpdateOptions{})
 		require.NoError(e.t, err, "update status of %s %s/%s", gvr.Resource, u.GetNamespace(), u.GetName())
 	}
+}
+
+// createWhole creates obj (YAML) with its status in one request, as for a
+// kind without a status subresource.
+func (e *env) createWhole(gvr schema.GroupVersionResource, doc string) {
+	e.t.Helper()
+	u := &unstructured.Unstructured{}
+	require.NoError(e.t, yaml.Unmarshal([]byte(doc), &u.Object))
+	_, err := e.dyn.Resource(gvr).Namespace(u.GetNamespace()).Create(context.Background(), u, metav1.CreateOptions{})
+	require.NoError(e.t, err, "create %s %s/%s", gvr.Resource, u.GetNamespace(), u.GetName())
 }
 
 // setStatus replaces an object's status through the status subresource.
@@ -391,6 +402,47 @@ status:
 			return c != nil && c.Reason == adapter.ReasonBackupFailed
 		})
 		assert.Contains(t, cond(h, "Backup", "postgres-db").Message, "AccessDenied")
+	})
+
+	require.NoError(t, e.cp.InstallAdapterCRDs(ctx, "backups.cozystack.io_plans", "backups.cozystack.io_backupjobs", "backups.cozystack.io_backups"))
+	t.Run("Cozystack Plan whose last success is only in its Backup artifacts", func(t *testing.T) {
+		e.t = t
+		e.create(cozybackup.Plans.GVR, `apiVersion: backups.cozystack.io/v1alpha1
+kind: Plan
+metadata:
+  name: etcd-daily
+  namespace: tenant-bar
+spec:
+  applicationRef: {apiGroup: apps.cozystack.io, kind: Etcd, name: etcd}
+  backupClassName: cozy-default
+  schedule: {type: cron, cron: "0 2 * * *"}
+`)
+		// The job that made it is gone (pruned); the artifact stays. Backup
+		// has no status subresource: the driver creates it with its status.
+		taken := time.Now().UTC().Add(-3 * time.Hour).Truncate(time.Second)
+		e.createWhole(cozybackup.Backups.GVR, fmt.Sprintf(`apiVersion: backups.cozystack.io/v1alpha1
+kind: Backup
+metadata:
+  name: etcd-daily-1
+  namespace: tenant-bar
+spec:
+  applicationRef: {apiGroup: apps.cozystack.io, kind: Etcd, name: etcd}
+  planRef: {name: etcd-daily}
+  strategyRef: {apiGroup: strategy.backups.cozystack.io, kind: Etcd, name: cozy-default-etcd}
+  takenAt: %q
+status:
+  phase: Ready
+  artifact: {uri: "s3://cozy-backups/tenant-bar/etcd/etcd-daily-1.db"}
+`, taken.Format(time.RFC3339)))
+		h := e.health("tenant-bar", "backups", func(h *healthv1alpha1.Health) bool {
+			c := cond(h, "Backup", "etcd-daily")
+			return c != nil && c.Reason == adapter.ReasonBackupRecent
+		})
+		c := cond(h, "Backup", "etcd-daily")
+		assert.Equal(t, "Plan.backups.cozystack.io", c.ResourceRef.Kind)
+		require.NotNil(t, c.LastSuccessfulAt)
+		assert.True(t, c.LastSuccessfulAt.Time.Equal(taken), "lastSuccessfulAt %s, want the Backup's takenAt %s", c.LastSuccessfulAt, taken)
+		e.adapterState("cozystack-backups", 1, 1, 2)
 	})
 
 	require.NoError(t, e.cp.InstallAdapterCRDs(ctx, "kamaji.clastix.io_datastores", "kamaji.clastix.io_tenantcontrolplanes"))

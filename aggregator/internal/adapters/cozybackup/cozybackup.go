@@ -2,10 +2,15 @@
 // v1alpha1): one Backup condition per Plan, pinned to it. A Plan names
 // the application it backs up and its cron schedule (spec.schedule.cron);
 // the BackupJobs the Plan creates (spec.planRef) carry each run's phase
-// (Pending, Running, Succeeded, Failed) and times. The last success is the
-// latest completedAt (else startedAt, else creation) of a Succeeded job;
-// the last failure that of a Failed job, with its status.message. The
-// rules are adapter.JudgeBackup's.
+// (Pending, Running, Succeeded, Failed) and times, and the Backups the
+// strategy drivers create for a successful run (spec.planRef) are the
+// artifacts, each with the time it was taken (spec.takenAt) and its phase
+// (Pending, Ready, Failed). A Backup outlives the BackupJob that made it,
+// so the last success is the latest of a Succeeded job's completedAt (else
+// startedAt, else creation) and a Ready Backup's takenAt (else creation);
+// the last failure is the latest Failed job (with its status.message) or
+// Failed Backup (with its Ready condition's message). The rules are
+// adapter.JudgeBackup's.
 package cozybackup
 
 import (
@@ -28,6 +33,11 @@ var (
 	BackupJobs = adapter.Source{
 		GVR: schema.GroupVersionResource{Group: group, Version: "v1alpha1", Resource: "backupjobs"}, Kind: "BackupJob", Project: projectJob,
 	}
+	// Backups are optional: the adapter judges Plans and BackupJobs alone
+	// where the Backup kind is not served.
+	Backups = adapter.Source{
+		GVR: schema.GroupVersionResource{Group: group, Version: "v1alpha1", Resource: "backups"}, Kind: "Backup", Optional: true, Project: projectBackup,
+	}
 )
 
 // Adapter is the Cozystack backups adapter.
@@ -45,7 +55,7 @@ func (Adapter) Name() string { return "cozystack-backups" }
 func (Adapter) Component() string { return adapter.ComponentBackups }
 
 // Sources implements adapter.Adapter.
-func (Adapter) Sources() []adapter.Source { return []adapter.Source{Plans, BackupJobs} }
+func (Adapter) Sources() []adapter.Source { return []adapter.Source{Plans, BackupJobs, Backups} }
 
 type plan struct {
 	cron, app string
@@ -74,6 +84,26 @@ func projectJob(u *unstructured.Unstructured) any {
 	return j
 }
 
+// projectBackup keeps a Backup's plan, phase, time and, when Failed, why.
+// Its phase is Ready for a usable artifact (the driver's contract);
+// conditions say why one failed.
+func projectBackup(u *unstructured.Unstructured) any {
+	b := &job{plan: adapter.String(u, "spec", "planRef", "name"), phase: adapter.String(u, "status", "phase")}
+	b.at = adapter.Time(u, "spec", "takenAt")
+	if b.at.IsZero() {
+		b.at = u.GetCreationTimestamp().Time
+	}
+	if b.phase == "Failed" {
+		for _, c := range adapter.Conditions(u) {
+			if c.Status == "False" && c.Message != "" {
+				b.message = c.Message
+				break
+			}
+		}
+	}
+	return b
+}
+
 // Judge implements adapter.Adapter.
 func (Adapter) Judge(in *adapter.Input) []adapter.Finding {
 	hist := map[string]*adapter.BackupHistory{}
@@ -85,17 +115,17 @@ func (Adapter) Judge(in *adapter.Input) []adapter.Finding {
 		}
 		hist[adapter.Key(o.Namespace, o.Name)] = &adapter.BackupHistory{Schedule: p.cron, Since: o.CreationTimestamp.Time}
 	}
-	for _, o := range in.List(BackupJobs.GVR) {
+	record := func(src adapter.Source, success string, o *adapter.Object) {
 		j, ok := o.Data.(*job)
 		if !ok || j.plan == "" {
-			continue
+			return
 		}
 		h := hist[adapter.Key(o.Namespace, j.plan)]
 		if h == nil {
-			continue
+			return
 		}
 		switch j.phase {
-		case "Succeeded":
+		case success:
 			if j.at.After(h.LastSuccess) {
 				h.LastSuccess = j.at
 			}
@@ -104,10 +134,16 @@ func (Adapter) Judge(in *adapter.Input) []adapter.Finding {
 				h.LastFailure = j.at
 				h.FailureMessage = j.message
 				if h.FailureMessage == "" {
-					h.FailureMessage = "BackupJob " + o.Name + " failed"
+					h.FailureMessage = src.Kind + " " + o.Name + " failed"
 				}
 			}
 		}
+	}
+	for _, o := range in.List(BackupJobs.GVR) {
+		record(BackupJobs, "Succeeded", o)
+	}
+	for _, o := range in.List(Backups.GVR) {
+		record(Backups, "Ready", o)
 	}
 	out := make([]adapter.Finding, 0, len(plans))
 	for _, o := range plans {
