@@ -11,26 +11,20 @@
 package aggregator
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"io"
 	"math/rand/v2"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
@@ -42,6 +36,7 @@ import (
 	"github.com/cozystack/cozy-health/pkg/signing"
 	"github.com/cozystack/cozy-health/pkg/tlsutil"
 	pb "github.com/cozystack/cozy-health/proto/cozyhealth/v1"
+	"github.com/cozystack/cozy-health/test/bench/benchproc"
 	"github.com/cozystack/cozy-health/test/harness"
 )
 
@@ -50,42 +45,11 @@ const (
 	interval  = 5 * time.Second
 )
 
-func envInt(name string, def int) int {
-	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
-		return v
-	}
-	return def
-}
-
 func envDuration(name string, def time.Duration) time.Duration {
 	if v, err := time.ParseDuration(os.Getenv(name)); err == nil && v > 0 {
 		return v
 	}
 	return def
-}
-
-// aggregatorBinary returns $COZY_HEALTH_BIN/cozy-health-aggregator, or
-// builds one.
-func aggregatorBinary(b *testing.B) string {
-	if dir := os.Getenv("COZY_HEALTH_BIN"); dir != "" {
-		p := filepath.Join(dir, "cozy-health-aggregator")
-		if _, err := os.Stat(p); err == nil {
-			return p
-		}
-	}
-	p := filepath.Join(b.TempDir(), "cozy-health-aggregator")
-	cmd := exec.Command("go", "build", "-o", p, "./aggregator")
-	cmd.Dir = harness.RepoRoot()
-	out, err := cmd.CombinedOutput()
-	require.NoError(b, err, string(out))
-	return p
-}
-
-func freeAddr(b *testing.B) string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(b, err)
-	defer l.Close()
-	return l.Addr().String()
 }
 
 // agent is one simulated node agent.
@@ -204,95 +168,8 @@ func (a *agent) stream(ctx context.Context, conn *grpc.ClientConn, rejected *ato
 	return nil
 }
 
-// procStat returns utime+stime in seconds and RSS in bytes of pid.
-func procStat(pid int) (cpu float64, rss int64, err error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0, 0, err
-	}
-	s := string(b)
-	fields := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
-	ut, _ := strconv.ParseFloat(fields[11], 64)
-	st, _ := strconv.ParseFloat(fields[12], 64)
-	const clkTck = 100 // USER_HZ on Linux
-	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0, 0, err
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if strings.HasPrefix(sc.Text(), "VmRSS:") {
-			kb, _ := strconv.ParseInt(strings.Fields(sc.Text())[1], 10, 64)
-			rss = kb * 1024
-		}
-	}
-	return (ut + st) / clkTck, rss, nil
-}
-
-// rssParts says how much of pid's RSS is anonymous memory and how much
-// file-backed (the executable's pages).
-func rssParts(pid int) string {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return err.Error()
-	}
-	var parts []string
-	for _, line := range strings.Split(string(b), "\n") {
-		if f := strings.Fields(line); len(f) >= 2 && (f[0] == "RssAnon:" || f[0] == "RssFile:") {
-			kb, _ := strconv.ParseFloat(f[1], 64)
-			parts = append(parts, fmt.Sprintf("%s %.1f MiB", strings.TrimSuffix(f[0], ":"), kb/1024))
-		}
-	}
-	return strings.Join(parts, ", ")
-}
-
-// gather scrapes the aggregator's metrics once, as Prometheus would.
-func gather(addr string) (map[string]*dto.MetricFamily, error) {
-	resp, err := http.Get("http://" + addr + "/metrics")
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	p := expfmt.NewTextParser(model.UTF8Validation)
-	return p.TextToMetricFamilies(resp.Body)
-}
-
-// value is the sum of every sample of metric name in mfs whose labels
-// include want (for a histogram, its mean).
-func value(mfs map[string]*dto.MetricFamily, name string, want map[string]string) float64 {
-	mf, ok := mfs[name]
-	if !ok {
-		return 0
-	}
-	var sum float64
-next:
-	for _, m := range mf.GetMetric() {
-		labels := map[string]string{}
-		for _, l := range m.GetLabel() {
-			labels[l.GetName()] = l.GetValue()
-		}
-		for k, v := range want {
-			if labels[k] != v {
-				continue next
-			}
-		}
-		switch {
-		case m.GetHistogram() != nil:
-			if c := m.GetHistogram().GetSampleCount(); c > 0 {
-				sum += m.GetHistogram().GetSampleSum() / float64(c)
-			}
-		case m.GetCounter() != nil:
-			sum += m.GetCounter().GetValue()
-		case m.GetGauge() != nil:
-			sum += m.GetGauge().GetValue()
-		}
-	}
-	return sum
-}
-
 func BenchmarkAggregator5000Nodes(b *testing.B) {
-	nodes := envInt("COZY_HEALTH_BENCH_NODES", 5000)
+	nodes := benchproc.EnvInt("COZY_HEALTH_BENCH_NODES", 5000)
 	window := envDuration("COZY_HEALTH_BENCH_WINDOW", 60*time.Second)
 	for range b.N {
 		runBench(b, nodes, window)
@@ -323,12 +200,12 @@ func runBench(b *testing.B, nodes int, window time.Duration) {
 	tlsFiles, err := tlsutil.WriteServing(filepath.Join(dir, "tls"), "127.0.0.1")
 	require.NoError(b, err)
 
-	listen, metricsAddr, httpAddr := freeAddr(b), freeAddr(b), freeAddr(b)
+	listen, metricsAddr, httpAddr := benchproc.FreeAddr(b), benchproc.FreeAddr(b), benchproc.FreeAddr(b)
 	logPath := filepath.Join(dir, "aggregator.log")
 	logf, err := os.Create(logPath)
 	require.NoError(b, err)
 	defer logf.Close()
-	cmd := exec.Command(aggregatorBinary(b),
+	cmd := exec.Command(benchproc.AggregatorBinary(b),
 		"--kubeconfig", cp.Kubeconfig, "--namespace", namespace, "--identity", "bench-aggregator",
 		"--listen", listen, "--metrics-addr", metricsAddr, "--http-addr", httpAddr,
 		"--tls-cert", tlsFiles.CertFile, "--tls-key", tlsFiles.KeyFile, "--insecure-dev-keys-dir", keys,
@@ -362,7 +239,7 @@ func runBench(b *testing.B, nodes int, window time.Duration) {
 
 	// The aggregator's own floor, before any agent: live heap and stacks
 	// after a collection.
-	base, err := liveMemory(metricsAddr)
+	base, err := benchproc.LiveMemory(metricsAddr)
 	require.NoError(b, err)
 
 	// The simulated agents: by default every agent on its own TLS
@@ -371,7 +248,7 @@ func runBench(b *testing.B, nodes int, window time.Duration) {
 	// over the interval as real agents' are.
 	creds, err := tlsutil.ClientConfig(tlsFiles.CAFile, "127.0.0.1")
 	require.NoError(b, err)
-	conns := min(envInt("COZY_HEALTH_BENCH_CONNS", nodes), nodes)
+	conns := min(benchproc.EnvInt("COZY_HEALTH_BENCH_CONNS", nodes), nodes)
 	clients := make([]*grpc.ClientConn, conns)
 	for i := range clients {
 		clients[i], err = grpc.NewClient(listen, grpc.WithTransportCredentials(credentials.NewTLS(creds)))
@@ -407,15 +284,15 @@ func runBench(b *testing.B, nodes int, window time.Duration) {
 
 	// Steady state.
 	time.Sleep(10 * time.Second)
-	cpu0, _, err := procStat(pid)
+	cpu0, _, err := benchproc.Stat(pid)
 	require.NoError(b, err)
 	// One scrape at each end of the window, as a Prometheus scraping it
 	// would (a scrape of 35,000 node series is part of the cost).
-	m0, err := gather(metricsAddr)
+	m0, err := benchproc.Gather(metricsAddr)
 	require.NoError(b, err)
-	writes0 := value(m0, "cozy_health_writes_total", map[string]string{"result": "success"})
-	acc0 := value(m0, "cozy_health_reports_accepted_total", nil)
-	alloc0 := value(m0, "go_memstats_alloc_bytes_total", nil)
+	writes0 := benchproc.Value(m0, "cozy_health_writes_total", map[string]string{"result": "success"})
+	acc0 := benchproc.Value(m0, "cozy_health_reports_accepted_total", nil)
+	alloc0 := benchproc.Value(m0, "go_memstats_alloc_bytes_total", nil)
 	// With COZY_HEALTH_BENCH_PROFILE_DIR, a CPU profile of the window's
 	// first 30 s, a heap profile at its end and one of the state alone (once
 	// every connection is closed) are written there.
@@ -446,7 +323,7 @@ func runBench(b *testing.B, nodes int, window time.Duration) {
 	prevCPU, prevAt := cpu0, t0
 	for time.Since(t0) < window {
 		time.Sleep(2 * time.Second)
-		c, rss, err := procStat(pid)
+		c, rss, err := benchproc.Stat(pid)
 		require.NoError(b, err)
 		peakRSS = max(peakRSS, rss)
 		now := time.Now()
@@ -458,28 +335,28 @@ func runBench(b *testing.B, nodes int, window time.Duration) {
 		fetch("heap.pprof", "/debug/pprof/heap")
 	}
 	elapsed := time.Since(t0).Seconds()
-	cpu1, rss, err := procStat(pid)
+	cpu1, rss, err := benchproc.Stat(pid)
 	require.NoError(b, err)
 	peakRSS = max(peakRSS, rss)
-	m1, err := gather(metricsAddr)
+	m1, err := benchproc.Gather(metricsAddr)
 	require.NoError(b, err)
-	writes1 := value(m1, "cozy_health_writes_total", map[string]string{"result": "success"})
-	writeErrs := value(m1, "cozy_health_writes_total", map[string]string{"result": "error"})
-	acc1 := value(m1, "cozy_health_reports_accepted_total", nil)
-	rej := value(m1, "cozy_health_reports_rejected_total", nil)
-	rollupMean := value(m1, "cozy_health_rollup_duration_seconds", nil)
-	writeMean := value(m1, "cozy_health_write_duration_seconds", nil)
-	heapInuse := value(m1, "go_memstats_heap_inuse_bytes", nil)
-	stackInuse := value(m1, "go_memstats_stack_inuse_bytes", nil)
-	goroutines := value(m1, "go_goroutines", nil)
+	writes1 := benchproc.Value(m1, "cozy_health_writes_total", map[string]string{"result": "success"})
+	writeErrs := benchproc.Value(m1, "cozy_health_writes_total", map[string]string{"result": "error"})
+	acc1 := benchproc.Value(m1, "cozy_health_reports_accepted_total", nil)
+	rej := benchproc.Value(m1, "cozy_health_reports_rejected_total", nil)
+	rollupMean := benchproc.Value(m1, "cozy_health_rollup_duration_seconds", nil)
+	writeMean := benchproc.Value(m1, "cozy_health_write_duration_seconds", nil)
+	heapInuse := benchproc.Value(m1, "go_memstats_heap_inuse_bytes", nil)
+	stackInuse := benchproc.Value(m1, "go_memstats_stack_inuse_bytes", nil)
+	goroutines := benchproc.Value(m1, "go_goroutines", nil)
 	// Where RSS goes beyond the heap in use and the stacks: heap the
 	// runtime holds free but has not returned to the OS, and the heap goal.
-	heapIdle := value(m1, "go_memstats_heap_idle_bytes", nil)
-	heapReleased := value(m1, "go_memstats_heap_released_bytes", nil)
-	nextGC := value(m1, "go_memstats_next_gc_bytes", nil)
-	alloc1 := value(m1, "go_memstats_alloc_bytes_total", nil)
-	retimed := value(m1, "cozy_health_rollups_total", map[string]string{"kind": "retimed"})
-	full := value(m1, "cozy_health_rollups_total", map[string]string{"kind": "full"})
+	heapIdle := benchproc.Value(m1, "go_memstats_heap_idle_bytes", nil)
+	heapReleased := benchproc.Value(m1, "go_memstats_heap_released_bytes", nil)
+	nextGC := benchproc.Value(m1, "go_memstats_next_gc_bytes", nil)
+	alloc1 := benchproc.Value(m1, "go_memstats_alloc_bytes_total", nil)
+	retimed := benchproc.Value(m1, "cozy_health_rollups_total", map[string]string{"kind": "retimed"})
+	full := benchproc.Value(m1, "cozy_health_rollups_total", map[string]string{"kind": "full"})
 	cpuPct := (cpu1 - cpu0) / elapsed * 100
 	writesPerSec := (writes1 - writes0) / elapsed
 	reportsPerSec := (acc1 - acc0) / elapsed
@@ -523,17 +400,17 @@ func runBench(b *testing.B, nodes int, window time.Duration) {
 	// nodes stay in the state until the apiserver deletes them). The
 	// difference is the connections' cost; what remains above the
 	// aggregator's empty floor is the state of 5,000 nodes.
-	withConns, err := liveMemory(metricsAddr)
+	withConns, err := benchproc.LiveMemory(metricsAddr)
 	require.NoError(b, err)
 	astop()
 	wg.Wait()
 	for _, c := range clients {
 		_ = c.Close()
 	}
-	var noConns memory
+	var noConns benchproc.Memory
 	require.Eventually(b, func() bool {
-		noConns, err = liveMemory(metricsAddr)
-		return err == nil && noConns.goroutines < base.goroutines+50
+		noConns, err = benchproc.LiveMemory(metricsAddr)
+		return err == nil && noConns.Goroutines < base.Goroutines+50
 	}, time.Minute, time.Second, "the aggregator's connection goroutines never ended")
 	if pdir != "" {
 		fetch("heap-state.pprof", "/debug/pprof/heap")
@@ -555,71 +432,27 @@ func runBench(b *testing.B, nodes int, window time.Duration) {
 	say := func(format string, args ...any) { fmt.Printf("    "+format+"\n", args...) }
 	say("aggregator with %d nodes on %d connections, %s steady-state window, environment %q:", nodes, conns, time.Duration(elapsed*float64(time.Second)).Round(time.Second), aggEnv)
 	say("  CPU                     %.1f %% of one core (target <= 30 %%); per 2 s: %s", cpuPct, strings.Join(slices, " "))
-	say("  RSS                     peak %.1f MiB, at end %.1f MiB (target <= 200 MiB); at end %s", float64(peakRSS)/(1<<20), float64(rss)/(1<<20), rssParts(pid))
+	say("  RSS                     peak %.1f MiB, at end %.1f MiB (target <= 200 MiB); at end %s", float64(peakRSS)/(1<<20), float64(rss)/(1<<20), benchproc.RSSParts(pid))
 	say("  apiserver writes        %.2f /s successful (target <= 2 /s); %v failed writes in total", writesPerSec, writeErrs)
 	say("  reports accepted        %.0f /s; %v rejected in total; %d rejected acks seen by agents; %d stream reconnects", reportsPerSec, rej, rejected.Load(), reconnects.Load())
 	say("  silent -> Unknown       %.1f s after its first missed report (target <= 15 s); %.1f s after its last report (grace 3 x 5 s = 15 s)", sinceMissed, sinceLast)
 	say("  Go memory               heap in use %.1f MiB, stacks %.1f MiB, %.0f goroutines", heapInuse/(1<<20), stackInuse/(1<<20), goroutines)
 	say("                          heap held free %.1f MiB, heap goal %.1f MiB, allocating %.1f MiB/s",
 		(heapIdle-heapReleased)/(1<<20), nextGC/(1<<20), (alloc1-alloc0)/elapsed/(1<<20))
-	perConn := withConns.sub(noConns)
+	perConn := withConns.Sub(noConns)
 	say("  live after a GC         %s with the agents connected; %s of it the aggregator's empty floor",
 		withConns, base)
 	say("                          %.1f KiB heap + %.1f KiB stack + %.1f goroutines per connection (%d connections: %.1f MiB)",
-		perConn.heap/float64(conns)/1024, perConn.stack/float64(conns)/1024, perConn.goroutines/float64(conns), conns, (perConn.heap+perConn.stack)/(1<<20))
-	state := noConns.sub(base)
+		perConn.Heap/float64(conns)/1024, perConn.Stack/float64(conns)/1024, perConn.Goroutines/float64(conns), conns, (perConn.Heap+perConn.Stack)/(1<<20))
+	state := noConns.Sub(base)
 	say("                          the state of %d nodes without connections: %.1f MiB heap (%.1f KiB per node)",
-		nodes, state.heap/(1<<20), state.heap/float64(nodes)/1024)
-	b.ReportMetric(perConn.heap/float64(conns)/1024, "heap_KiB/conn")
-	b.ReportMetric(perConn.stack/float64(conns)/1024, "stack_KiB/conn")
-	b.ReportMetric(state.heap/(1<<20), "state_heap_MiB")
+		nodes, state.Heap/(1<<20), state.Heap/float64(nodes)/1024)
+	b.ReportMetric(perConn.Heap/float64(conns)/1024, "heap_KiB/conn")
+	b.ReportMetric(perConn.Stack/float64(conns)/1024, "stack_KiB/conn")
+	b.ReportMetric(state.Heap/(1<<20), "state_heap_MiB")
 	say("  mean rollup             %.1f ms (%.0f full, %.0f retimed since start); mean status apply %.1f ms", rollupMean*1000, full, retimed, writeMean*1000)
 	say("  largest object          %s: %d nodes; linstor object %d bytes as JSON", h.Name, len(h.Status.Nodes), len(raw))
 	if b.Failed() {
-		logTail(b, logPath)
+		benchproc.LogTail(b, logPath)
 	}
-}
-
-// memory is the aggregator's live memory right after a collection.
-type memory struct{ heap, stack, goroutines float64 }
-
-func (m memory) sub(o memory) memory {
-	return memory{m.heap - o.heap, m.stack - o.stack, m.goroutines - o.goroutines}
-}
-
-func (m memory) String() string {
-	return fmt.Sprintf("heap %.1f MiB + stacks %.1f MiB (%.0f goroutines)", m.heap/(1<<20), m.stack/(1<<20), m.goroutines)
-}
-
-// liveMemory runs a collection in the aggregator (a heap profile with
-// gc=1 does) and reads its live heap, stacks and goroutines.
-func liveMemory(metricsAddr string) (memory, error) {
-	resp, err := http.Get("http://" + metricsAddr + "/debug/pprof/heap?gc=1")
-	if err != nil {
-		return memory{}, err
-	}
-	_, _ = io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
-	m, err := gather(metricsAddr)
-	if err != nil {
-		return memory{}, err
-	}
-	return memory{
-		heap:       value(m, "go_memstats_alloc_bytes", nil),
-		stack:      value(m, "go_memstats_stack_inuse_bytes", nil),
-		goroutines: value(m, "go_goroutines", nil),
-	}, nil
-}
-
-func logTail(b *testing.B, path string) {
-	f, err := os.Open(path)
-	if err != nil {
-		return
-	}
-	defer f.Close()
-	data, _ := io.ReadAll(f)
-	if len(data) > 4000 {
-		data = data[len(data)-4000:]
-	}
-	b.Logf("aggregator log tail:\n%s", data)
 }
