@@ -232,6 +232,17 @@ func (in *Input) Scope(namespace string) (scope string, tenant bool) {
 	return in.platform, false
 }
 
+// AppsScope is where a release or workload in namespace lands: a tenant's
+// apps object in its own namespace, else the platform object in the
+// platform namespace (platform keeps meaning Cozystack itself).
+func (in *Input) AppsScope(namespace string) (scope, component string) {
+	scope, tenant := in.Scope(namespace)
+	if tenant {
+		return scope, ComponentApps
+	}
+	return scope, ComponentPlatform
+}
+
 // MaxAge is the backup SLA configured for scope (0: none, derive it from
 // the schedule).
 func (in *Input) MaxAge(scope string) time.Duration { return in.maxAge(scope) }

@@ -265,11 +265,7 @@ func (Adapter) Judge(in *adapter.Input) []adapter.Finding {
 	component := map[string]string{}
 	var out []adapter.Finding
 	for _, n := range order {
-		scope, tenant := in.Scope(n.obj.Namespace)
-		comp := adapter.ComponentPlatform
-		if tenant {
-			comp = adapter.ComponentApps
-		}
+		scope, comp := in.AppsScope(n.obj.Namespace)
 		component[scope] = comp
 		t := scopes[scope]
 		if t == nil {

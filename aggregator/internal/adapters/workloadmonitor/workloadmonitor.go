@@ -85,11 +85,7 @@ func (Adapter) Judge(in *adapter.Input) []adapter.Finding {
 		if !ok {
 			continue
 		}
-		scope, tenant := in.Scope(o.Namespace)
-		comp := adapter.ComponentPlatform
-		if tenant {
-			comp = adapter.ComponentApps
-		}
+		scope, comp := in.AppsScope(o.Namespace)
 		t := tallies[scope]
 		if t == nil {
 			t = &tally{worst: report.StatusHealthy, comp: comp}
