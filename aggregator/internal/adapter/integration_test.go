@@ -51,6 +51,12 @@ type env struct {
 // client is the one setup returns (the admin's when nil).
 func start(t *testing.T, cfg adapter.Config, setup func(e *env) *rest.Config) *env {
 	t.Helper()
+	return startWith(t, cfg, setup, adapters.All())
+}
+
+// startWith is start with the adapters list.
+func startWith(t *testing.T, cfg adapter.Config, setup func(e *env) *rest.Config, list []adapter.Adapter) *env {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	cp := harness.Start(t)
@@ -89,7 +95,7 @@ func start(t *testing.T, cfg adapter.Config, setup func(e *env) *rest.Config) *e
 	if cfg.Period == 0 {
 		cfg.Period = 2 * time.Second
 	}
-	mgr := adapter.NewManager(cfg, mdyn, adapters.All(), w, log, nil)
+	mgr := adapter.NewManager(cfg, mdyn, list, w, log, nil)
 	done := make(chan struct{}, 2)
 	go func() { _ = mgr.Run(ctx); done <- struct{}{} }()
 	go func() { w.Run(ctx); done <- struct{}{} }()
@@ -595,4 +601,45 @@ func TestAdapterSourceNotSynced(t *testing.T) {
 	assert.Equal(t, 1.0, e.gauge("cozy_health_adapter_errors_total", map[string]string{"adapter": "velero", "reason": metrics.AdapterErrorNotSynced}))
 	assert.Positive(t, e.gauge("cozy_health_adapter_errors_total", map[string]string{"adapter": "velero", "reason": metrics.AdapterErrorWatch}), "the forbidden list of velero Backups")
 	assert.Equal(t, 0.0, e.gauge("cozy_health_adapter_errors_total", map[string]string{"adapter": "helmrelease", "reason": metrics.AdapterErrorWatch}))
+}
+
+// faulty is an adapter on HelmReleases whose judgement panics, or runs
+// past the judge deadline.
+type faulty struct {
+	name string
+	slow bool
+}
+
+func (f faulty) Name() string            { return f.name }
+func (faulty) Component() string         { return adapter.ComponentPlatform }
+func (faulty) Sources() []adapter.Source { return []adapter.Source{helmrelease.Source} }
+func (f faulty) Judge(*adapter.Input) []adapter.Finding {
+	if f.slow {
+		time.Sleep(2 * time.Second)
+		return nil
+	}
+	panic("judge bug")
+}
+
+// TestAdapterJudgeFailures: a judgement that panics and one past its
+// deadline make their component Unknown (JudgeFailed), never Healthy, and
+// are counted by reason; their informers are synced all the same.
+func TestAdapterJudgeFailures(t *testing.T) {
+	ctx := context.Background()
+	e := startWith(t, adapter.Config{JudgeTimeout: 300 * time.Millisecond}, func(e *env) *rest.Config {
+		require.NoError(t, e.cp.InstallAdapterCRDs(ctx, "helm.toolkit.fluxcd.io_helmreleases"))
+		return nil
+	}, []adapter.Adapter{faulty{name: "panics"}, faulty{name: "hangs", slow: true}})
+	h := e.health(platformNS, "platform", func(h *healthv1alpha1.Health) bool { return cond(h, adapter.TypeSource, "") != nil })
+	c := cond(h, adapter.TypeSource, "")
+	assert.Equal(t, adapter.ReasonJudgeFailed, c.Reason)
+	assert.Equal(t, healthv1alpha1.StatusUnknown, h.Status.Overall)
+	require.Eventually(t, func() bool {
+		return e.gauge("cozy_health_adapter_errors_total", map[string]string{"adapter": "panics", "reason": metrics.AdapterErrorPanic}) >= 1 &&
+			e.gauge("cozy_health_adapter_errors_total", map[string]string{"adapter": "hangs", "reason": metrics.AdapterErrorTimeout}) >= 1
+	}, 30*time.Second, 100*time.Millisecond, "judge failures counted by reason")
+	assert.Equal(t, 0.0, e.gauge("cozy_health_adapter_errors_total", map[string]string{"adapter": "panics", "reason": metrics.AdapterErrorTimeout}))
+	assert.Equal(t, 0.0, e.gauge("cozy_health_adapter_errors_total", map[string]string{"adapter": "hangs", "reason": metrics.AdapterErrorPanic}))
+	e.adapterState("panics", 1, 1, 0)
+	e.adapterState("hangs", 1, 1, 0)
 }

@@ -140,12 +140,13 @@ status:
 	require.NoError(t, err)
 	aggDyn, err := dynamic.NewForConfig(aggConfig)
 	require.NoError(t, err)
-	m, err := metrics.New(prometheus.NewRegistry(), platformNS)
+	reg := prometheus.NewRegistry()
+	m, err := metrics.New(reg, platformNS)
 	require.NoError(t, err)
 	log := zaptest.NewLogger(t)
 	w, err := writer.New(writer.Config{Namespace: platformNS, FreshFor: time.Minute, RefreshPeriod: 20 * time.Second, WritesPerSecond: 50, WriteBurst: 50}, aggHealth, m, log, nil)
 	require.NoError(t, err)
-	mgr := adapter.NewManager(adapter.Config{Namespace: platformNS, Debounce: 100 * time.Millisecond, Period: time.Second, SyncTimeout: 5 * time.Second}, aggDyn, adapters.All(), w, log, nil)
+	mgr := adapter.NewManager(adapter.Config{Namespace: platformNS, Debounce: 100 * time.Millisecond, Period: time.Second, SyncTimeout: 5 * time.Second, Metrics: m}, aggDyn, adapters.All(), w, log, nil)
 	done := make(chan struct{}, 2)
 	go func() { _ = mgr.Run(ctx); done <- struct{}{} }()
 	go func() { w.Run(ctx); done <- struct{}{} }()
@@ -155,6 +156,12 @@ status:
 		{Namespace: "tenant-bar", Component: "backups"}, {Namespace: "tenant-bar", Component: "control-plane"}, {Namespace: platformNS, Component: "platform"}} {
 		h := e.health(k.Namespace, k.Component, func(h *healthv1alpha1.Health) bool { return h.Status.Overall != "" })
 		assert.Nil(t, cond(h, adapter.TypeSource, ""), "%s: every source synced under the shipped RBAC: %s", k, dump(h))
+	}
+	// The adapters' own metrics say the same, and no list was refused.
+	re := &env{t: t, reg: reg}
+	for _, a := range adapters.All() {
+		re.adapterState(a.Name(), 1, 1, re.gauge("cozy_health_adapter_objects", map[string]string{"adapter": a.Name()}))
+		assert.Equal(t, 0.0, re.gauge("cozy_health_adapter_errors_total", map[string]string{"adapter": a.Name(), "reason": metrics.AdapterErrorWatch}), a.Name())
 	}
 
 	for _, user := range []string{"alice", "bob"} {
