@@ -99,6 +99,17 @@ func detail(reason, message string) string {
 	return message
 }
 
+// conditionDetail is a condition's reason and message, and for a backup
+// the age of its last success (observedAge: the message names instants,
+// the age moves with observedAt).
+func conditionDetail(c healthv1alpha1.HealthCondition) string {
+	d := detail(c.Reason, c.Message)
+	if c.ObservedAge != nil && c.LastSuccessfulAt != nil {
+		d += "; age " + c.ObservedAge.Duration.Round(time.Minute).String()
+	}
+	return d
+}
+
 func staleDetail(h *healthv1alpha1.Health, s State) string {
 	if s.NoStatus {
 		return "the aggregator has not written a status"
@@ -207,7 +218,7 @@ func problems(h *healthv1alpha1.Health) []line {
 		if r := ref(c.ResourceRef); r != "" {
 			what += " " + r
 		}
-		conds = append(conds, line{what: what, state: string(c.Status), detail: detail(c.Reason, c.Message), rank: conditionRank(c.Status)})
+		conds = append(conds, line{what: what, state: string(c.Status), detail: conditionDetail(c), rank: conditionRank(c.Status)})
 	}
 	byRank := func(a, b line) int { return cmp.Or(cmp.Compare(b.rank, a.rank), cmp.Compare(a.what, b.what)) }
 	slices.SortStableFunc(nodes, byRank)

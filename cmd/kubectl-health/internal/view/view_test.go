@@ -126,3 +126,17 @@ func TestNodesAndNode(t *testing.T) {
 	require.NoError(t, err)
 	assert.False(t, found)
 }
+
+// TestBackupConditionShowsAge: a backup condition's message names instants
+// (it must not move at every judgement); the tree adds its observedAge.
+func TestBackupConditionShowsAge(t *testing.T) {
+	h := obj("tenant-foo", "backups", hv.StatusDegraded, time.Minute)
+	last := metav1.NewTime(now.Add(-50 * time.Hour))
+	h.Status.Conditions = []hv.HealthCondition{{Type: "Backup", Status: hv.ConditionFalse, Reason: "BackupStale",
+		Message:          "last successful backup at 2026-11-28T10:00:00Z, stale since 2026-11-29T22:00:00Z (maxAge 36h0m0s)",
+		ResourceRef:      &hv.ResourceRef{Kind: "Cluster.postgresql.cnpg.io", Namespace: "tenant-foo", Name: "db"},
+		LastSuccessfulAt: &last, MaxAge: &metav1.Duration{Duration: 36 * time.Hour}, ObservedAge: &metav1.Duration{Duration: 50*time.Hour + 20*time.Second}}}
+	var b bytes.Buffer
+	require.NoError(t, Tree(&b, []hv.Health{h}, now))
+	assert.Contains(t, b.String(), "BackupStale: last successful backup at 2026-11-28T10:00:00Z, stale since 2026-11-29T22:00:00Z (maxAge 36h0m0s); age 50h0m0s")
+}
