@@ -3,13 +3,33 @@
 // config), so every replica computes the same answer from the same reports;
 // damping (damp.go) and compaction (compact.go) are separate steps.
 //
-// The rules are the rollup contract of the design page (precedence, NoData,
-// HeartbeatMissed, etcd's quorum projection, folding of per-resource
-// observations); each rule is pinned by a golden case in testdata/, one
-// scenario a file (regenerate with go test -update). By file: rollup.go the
-// types and Compute, fold.go one report's observations into conditions and
-// node states, quorum.go etcd's projection, cache.go the memo that lets an
-// unchanged state be retimed instead of recomputed.
+// The rules are the rollup contract of the design page; each is pinned by a
+// golden case in testdata/, one scenario a file (regenerate with go test
+// -update):
+//
+//   - Worst wins (Down > Degraded > Unknown > Healthy) within one node's
+//     checks and across conditions.
+//   - A node silent past its grace is Unknown/HeartbeatMissed in every
+//     component; a component no fresh node observes is Unknown/NoData.
+//   - Raft clusters (etcd; ovn-central's OVN_Northbound and OVN_Southbound,
+//     inside kube-ovn) are judged by quorum.Count.Judge: Healthy when every
+//     voting member is healthy, Degraded (QuorumAtRisk) while a quorum is
+//     healthy, Down (QuorumLost) only when even every unknown member being
+//     healthy makes no quorum; otherwise the Quorum condition is Unknown
+//     (QuorumUndetermined, naming the unknown members) and the component
+//     Degraded if a member is known bad, else Unknown. Unknown members are
+//     counted neither healthy nor lost.
+//   - A node-local component is Down (AllNodesDown) only when it is Down on
+//     every node listed, or a rule of its own (ovn-central's quorum) says it
+//     cannot serve; Degraded when some nodes are Down or Degraded; Unknown
+//     when the only nodes not Healthy are Unknown.
+//   - Per-resource observations fold into one condition per check and node,
+//     plus one condition per resource that is not Healthy.
+//
+// By file: rollup.go the types, Compute and the node projection, fold.go
+// one report's observations into conditions and node states, quorum.go the
+// raft projections, cache.go the memo that lets an unchanged state be
+// retimed instead of recomputed.
 package rollup
 
 import (
@@ -49,6 +69,12 @@ const (
 	ReasonCheckDegraded   = "CheckDegraded"
 	ReasonNodesHealthy    = "AllNodesHealthy"
 	ReasonNodesNotHealthy = "NodesNotHealthy"
+	// ReasonAllNodesDown: a node-local component is Down on every node
+	// that reports it, so it is down for the cluster.
+	ReasonAllNodesDown = "AllNodesDown"
+	// ReasonQuorumUndetermined: whether a quorum of voting members is
+	// healthy hinges on members whose health is unknown.
+	ReasonQuorumUndetermined = "QuorumUndetermined"
 	// Reasons of the summary conditions Compact adds, one per node-level
 	// condition type.
 	ReasonAllNodesTrue     = "AllNodesTrue"
@@ -200,6 +226,35 @@ func ComputeCached(snap state.Snapshot, now time.Time, cfg Config, cache *Cache)
 	return out
 }
 
+// nodesProjection combines a node-local component's node states into the
+// component's state as a whole: Down only when it is Down on every node
+// listed (a node whose state is Unknown is never counted Down), Degraded
+// when it is Down or Degraded on some nodes, Unknown when every node that
+// is not Healthy is Unknown, Healthy when all are. One node's failure is
+// that node's, in status.nodes, not the cluster's.
+func nodesProjection(nodes map[string]NodeState) (report.Status, string) {
+	var down, bad, unknown int
+	for _, ns := range nodes {
+		switch ns.Status {
+		case report.StatusDown:
+			down++
+		case report.StatusDegraded:
+			bad++
+		case report.StatusUnknown:
+			unknown++
+		}
+	}
+	switch {
+	case down > 0 && down == len(nodes):
+		return report.StatusDown, ReasonAllNodesDown
+	case down+bad > 0:
+		return report.StatusDegraded, ReasonNodesNotHealthy
+	case unknown > 0:
+		return report.StatusUnknown, ReasonNodesNotHealthy
+	}
+	return report.StatusHealthy, ReasonNodesHealthy
+}
+
 // freshUntil is the freshness bound of facts observed at observedAt.
 func (c Config) freshUntil(observedAt time.Time) time.Time {
 	return observedAt.Add(time.Duration(c.FreshForMultiple) * c.DefaultInterval)
@@ -258,12 +313,15 @@ func computeComponent(comp string, names []string, facts []*reportFacts, snap st
 			cs.Overall, cs.Reason = report.StatusDegraded, ReasonCheckDegraded
 		}
 	default:
-		cs.Overall, cs.Reason = report.StatusHealthy, ReasonNodesHealthy
-		for _, ns := range cs.Nodes {
-			cs.Overall = report.Worse(cs.Overall, ns.Status)
-		}
-		if cs.Overall != report.StatusHealthy {
-			cs.Reason = ReasonNodesNotHealthy
+		cs.Overall, cs.Reason = nodesProjection(cs.Nodes)
+		if comp == report.ComponentKubeOVN {
+			quorum, reason, conds := ovnCentralQuorum(names, snap, now, cfg)
+			cs.Conditions = append(cs.Conditions, conds...)
+			// A quorum that is not Healthy names the reason when it is at
+			// least as bad as the nodes: it says more than NodesNotHealthy.
+			if quorum != report.StatusHealthy && quorum.Rank() >= cs.Overall.Rank() {
+				cs.Overall, cs.Reason = quorum, reason
+			}
 		}
 	}
 	// Conditions are in node order here; Compact sorts what is written.

@@ -64,6 +64,22 @@ func drbd(res string, s report.Status, reason string) report.Observation {
 	return o
 }
 
+// ovnMember is an ovn-central-member observation of database db with
+// raftServers servers.
+func ovnMember(db string, s report.Status, reason string, raftServers int) report.Observation {
+	o := ob(report.ComponentKubeOVN, report.CheckOVNCentralMember, s, reason)
+	o.ResourceRef = &report.ResourceRef{Kind: report.KindOVNDatabase, Name: db}
+	if raftServers > 0 {
+		o.Attributes = map[string]float64{report.AttrRaftServers: float64(raftServers)}
+	}
+	return o
+}
+
+const (
+	nb = "OVN_Northbound"
+	sb = "OVN_Southbound"
+)
+
 func snap(entries ...state.Entry) state.Snapshot {
 	s := state.Snapshot{}
 	for _, e := range entries {
@@ -109,10 +125,32 @@ func cases() []goldenCase {
 			ob(report.ComponentDisk, report.CheckFsyncProbe, H, "LatencyOK"),
 			ob(report.ComponentCilium, report.CheckCiliumHealth, H, "AgentHealthy"),
 			ob(report.ComponentKubeOVN, report.CheckKubeOVNPinger, H, "PingOK"),
+			ovnMember(nb, H, "ClusterMember", 3), ovnMember(sb, H, "ClusterMember", 3),
 			ob(report.ComponentLinstor, report.CheckLinstorSatellite, H, "Online"),
 			ob(report.ComponentNode, report.CheckTalosServices, H, "ServicesRunning"),
 		)
 	}
+	// ovnNode is a node of kube-ovn: its ovs-ovn, and its ovn-central
+	// members of NB and SB (none when the status is zero).
+	ovnNode := func(name string, ago time.Duration, nbs, sbs report.Status, nbReason string) state.Entry {
+		obs := []report.Observation{ob(report.ComponentKubeOVN, report.CheckOVS, H, "Running")}
+		if nbs != 0 {
+			o := ovnMember(nb, nbs, nbReason, 3)
+			if nbs == D {
+				o.Attributes = nil // a member that does not run reports no servers
+			}
+			obs = append(obs, o)
+		}
+		if sbs != 0 {
+			obs = append(obs, ovnMember(sb, sbs, "ClusterMember", 3))
+		}
+		return node(name, ago, obs...)
+	}
+	ciliumNode := func(name string, ago time.Duration, s report.Status, reason string) state.Entry {
+		return node(name, ago, ob(report.ComponentCilium, report.CheckCiliumHealth, s, reason))
+	}
+	kubeOVNOnly := []string{report.ComponentKubeOVN}
+	ciliumOnly := []string{report.ComponentCilium}
 	etcdOnly := []string{report.ComponentEtcd}
 	none := map[int]bool{}
 	return []goldenCase{
@@ -186,6 +224,39 @@ func cases() []goldenCase {
 		{name: "quorum-5-two-unknown", components: etcdOnly, snap: etcdNodes([]report.Status{H, U, H, U, H}, none, none, 5)},
 		{name: "quorum-5-three-bad", components: etcdOnly, snap: etcdNodes([]report.Status{H, U, D, H, G}, none, none, 5)},
 		{name: "quorum-5-learners-and-unknown", components: etcdOnly, snap: etcdNodes([]report.Status{H, H, U, H, H, D, D}, map[int]bool{3: true, 4: true}, map[int]bool{6: true}, 5)},
+		// The case: one member stopped, another node's agent
+		// silent. The apiserver that accepts the write has quorum, so the
+		// loss is not proven: Quorum Unknown (QuorumUndetermined), etcd
+		// Degraded (a member is known bad), never Down.
+		{name: "quorum-3-one-down-one-silent", components: etcdOnly, snap: etcdNodes([]report.Status{H, D, H}, none, map[int]bool{2: true}, 3)},
+		{name: "quorum-3-two-silent", components: etcdOnly, snap: etcdNodes([]report.Status{H, H, H}, none, map[int]bool{1: true, 2: true}, 3)},
+		{name: "quorum-3-loss-proven", components: etcdOnly, snap: etcdNodes([]report.Status{D, G, U}, none, none, 3)},
+		// ovn-central: NB and SB raft clusters of 3 on a, b, c; d runs
+		// ovs-ovn only.
+		{name: "ovn-central-healthy", components: kubeOVNOnly, snap: snap(
+			ovnNode("a", time.Second, H, H, "ClusterMember"), ovnNode("b", time.Second, H, H, "ClusterMember"),
+			ovnNode("c", time.Second, H, H, "ClusterMember"), ovnNode("d", time.Second, 0, 0, ""))},
+		{name: "ovn-central-member-lost", components: kubeOVNOnly, snap: snap(
+			ovnNode("a", time.Second, H, H, "ClusterMember"), ovnNode("b", time.Second, H, H, "ClusterMember"),
+			ovnNode("c", time.Second, D, H, "MemberNotRunning"), ovnNode("d", time.Second, 0, 0, ""))},
+		{name: "ovn-central-nb-without-quorum", components: kubeOVNOnly, snap: snap(
+			ovnNode("a", time.Second, D, H, "NoLeader"), ovnNode("b", time.Second, D, H, "MemberNotRunning"),
+			ovnNode("c", time.Second, D, H, "MemberNotRunning"), ovnNode("d", time.Second, 0, 0, ""))},
+		{name: "ovn-central-member-down-one-silent", components: kubeOVNOnly, snap: snap(
+			ovnNode("a", time.Second, H, H, "ClusterMember"), ovnNode("b", time.Second, D, H, "MemberNotRunning"),
+			ovnNode("c", 20*time.Second, H, H, "ClusterMember"), ovnNode("d", time.Second, 0, 0, ""))},
+		{name: "ovn-central-no-member-reported", components: kubeOVNOnly, snap: snap(
+			ovnNode("a", time.Second, 0, 0, ""), ovnNode("b", time.Second, 0, 0, ""))},
+		// Node-local: one node's failure is that node's; Down for the
+		// cluster only when every node is.
+		{name: "node-local-one-node-down", components: ciliumOnly, snap: snap(
+			ciliumNode("a", time.Second, D, "AgentUnreachable"), ciliumNode("b", time.Second, H, "AgentHealthy"), ciliumNode("c", time.Second, H, "AgentHealthy"))},
+		{name: "node-local-all-nodes-down", components: ciliumOnly, snap: snap(
+			ciliumNode("a", time.Second, D, "AgentUnreachable"), ciliumNode("b", time.Second, D, "AgentUnreachable"), ciliumNode("c", time.Second, D, "AgentUnreachable"))},
+		{name: "node-local-down-and-silent", components: ciliumOnly, snap: snap(
+			ciliumNode("a", time.Second, D, "AgentUnreachable"), ciliumNode("b", time.Second, D, "AgentUnreachable"), ciliumNode("c", 20*time.Second, H, "AgentHealthy"))},
+		{name: "node-local-unknown-only", components: ciliumOnly, snap: snap(
+			ciliumNode("a", time.Second, U, report.ReasonCheckTimeout), ciliumNode("b", time.Second, H, "AgentHealthy"), ciliumNode("c", 20*time.Second, H, "AgentHealthy"))},
 		{name: "compaction-cap", components: []string{report.ComponentDisk}, maxListed: 3, snap: func() state.Snapshot {
 			s := state.Snapshot{}
 			for i := range 8 {
@@ -234,7 +305,10 @@ func render(out map[string]*ComponentStatus, components []string) string {
 				ref = "Node/" + c.Node
 			}
 			if c.Resource != nil {
-				ref = c.Resource.Kind + "/" + c.Resource.Name + " (on Node/" + c.Node + ")"
+				ref = c.Resource.Kind + "/" + c.Resource.Name
+				if c.Node != "" {
+					ref += " (on Node/" + c.Node + ")"
+				}
 			}
 			fmt.Fprintf(&b, "  condition %s=%s (%s) ref=%s reason=%s message=%q\n", c.Type, c.ConditionStatus(), c.Severity, ref, c.Reason, c.Message)
 		}
@@ -306,9 +380,9 @@ func TestContractInvariants(t *testing.T) {
 						assert.Equal(t, tc.snap[name].ReceivedAt, ns.LastReportAt)
 					}
 				}
-				if comp != report.ComponentEtcd && fresh > 0 {
-					assert.GreaterOrEqual(t, cs.Overall.Rank(), ns.Status.Rank(), "%s/%s: overall is at least its worst node", tc.name, comp)
-				}
+			}
+			if comp != report.ComponentEtcd && fresh > 0 {
+				checkNodesProjection(t, tc.name+"/"+comp, cs)
 			}
 			for _, c := range cs.Conditions {
 				if c.Type != TypeQuorum && c.Type != TypeData {
@@ -316,6 +390,46 @@ func TestContractInvariants(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// checkNodesProjection: a node-local component is Down only when every
+// node is Down or a rule of its own (a Quorum condition) is Down; a node
+// Down or Degraded makes it at least Degraded; Unknown nodes alone make it
+// Unknown, never Degraded or Down; Healthy needs every node Healthy.
+func checkNodesProjection(t *testing.T, what string, cs *ComponentStatus) {
+	t.Helper()
+	var down, bad, unknown int
+	for _, ns := range cs.Nodes {
+		switch ns.Status {
+		case D:
+			down++
+		case G:
+			bad++
+		case U:
+			unknown++
+		}
+	}
+	rule := H
+	for _, c := range cs.Conditions {
+		if c.Type == TypeQuorum {
+			rule = report.Worse(rule, c.Severity)
+		}
+	}
+	if cs.Overall == D {
+		assert.True(t, (down > 0 && down == len(cs.Nodes)) || rule == D, "%s: Down needs every node Down or its own rule Down", what)
+	}
+	if down+bad > 0 {
+		assert.GreaterOrEqual(t, cs.Overall.Rank(), G.Rank(), "%s: a node Down or Degraded makes the component at least Degraded", what)
+	}
+	if down+bad == 0 && rule.Rank() < G.Rank() {
+		assert.LessOrEqual(t, cs.Overall.Rank(), U.Rank(), "%s: Unknown nodes alone never make it Degraded or Down", what)
+		if unknown > 0 {
+			assert.Equal(t, U, cs.Overall, "%s", what)
+		}
+	}
+	if cs.Overall == H {
+		assert.Zero(t, down+bad+unknown, "%s: Healthy needs every node Healthy", what)
 	}
 }
 
@@ -344,18 +458,26 @@ func TestQuorumTable(t *testing.T) {
 		want     report.Status
 	}{
 		{[]report.Status{H}, nil, 1, H},
-		{[]report.Status{U}, nil, 1, D},
+		{[]report.Status{U}, nil, 1, U},
+		{[]report.Status{D}, nil, 1, D},
 		{[]report.Status{H, H, H}, nil, 3, H},
 		{[]report.Status{H, H, U}, nil, 3, G},
-		{[]report.Status{H, U, U}, nil, 3, D},
+		{[]report.Status{H, U, U}, nil, 3, U}, // undetermined, nobody known bad
 		{[]report.Status{H, H, G}, nil, 3, G},
+		{[]report.Status{H, D, U}, nil, 3, G}, // undetermined, one known bad: never a false red
+		{[]report.Status{D, U, U}, nil, 3, G},
+		{[]report.Status{H, D, D}, nil, 3, D}, // loss proven
+		{[]report.Status{D, D, U}, nil, 3, D},
 		{[]report.Status{H, H, H, U}, map[int]bool{3: true}, 3, H},
 		{[]report.Status{H, H, U, H}, map[int]bool{3: true}, 3, G},
 		{[]report.Status{H, H, H, H, H}, nil, 5, H},
 		{[]report.Status{H, H, H, U, D}, nil, 5, G},
-		{[]report.Status{H, H, U, U, D}, nil, 5, D},
+		{[]report.Status{H, H, U, U, D}, nil, 5, G},
+		{[]report.Status{H, H, D, D, D}, nil, 5, D},
 		{[]report.Status{H, H, H, H, H, H}, map[int]bool{3: true, 4: true}, 5, G},
 		{[]report.Status{H, H, H, H}, nil, 5, G}, // one voting member reports nothing
+		{[]report.Status{H, D}, nil, 5, G},       // three on no reporting node: undetermined, one known bad
+		{[]report.Status{D, D, D}, nil, 5, D},    // two on no reporting node cannot make three
 	} {
 		s := etcdNodes(tc.statuses, tc.learners, nil, tc.voting)
 		q, conds := etcdQuorum(s.Names(), s, t0, defaultCfg)
