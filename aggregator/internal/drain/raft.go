@@ -35,16 +35,20 @@ type projection struct {
 	others []string
 }
 
-// verdict is safe when even the pessimistic projection keeps quorum,
-// blocked when even the optimistic one loses it, unknown in between.
+// verdict is the quorum rule (quorum.Count.Judge) on the cluster without
+// the target: safe when even the pessimistic projection keeps quorum
+// (every uncertain member lost), blocked only when even the optimistic one
+// loses it (every uncertain member healthy: the loss is proven), unknown
+// in between and when the cluster's size is unknown.
 func (p projection) verdict() Verdict {
-	switch {
-	case p.sure >= p.quorum:
+	c := quorum.Count{Voting: p.voting, Healthy: p.sure, Bad: max(p.voting-p.sure-p.maybe, 0)}
+	switch c.Judge() {
+	case quorum.Intact, quorum.AtRisk:
 		return Safe
-	case p.sure+p.maybe >= p.quorum:
-		return Unknown
+	case quorum.Lost:
+		return Blocked
 	}
-	return Blocked
+	return Unknown
 }
 
 func (p projection) attributes() map[string]float64 {

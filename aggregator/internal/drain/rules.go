@@ -2,7 +2,6 @@ package drain
 
 import (
 	"fmt"
-	"sort"
 	"strings"
 	"time"
 
@@ -69,34 +68,50 @@ func (etcdQuorumRule) Check(node string, s *Snapshot, now time.Time) []Reason {
 
 // ovnCentralQuorumRule: draining a node that hosts an ovn-central member
 // must leave a healthy majority of each clustered database (NB and SB).
-// It reads report.CheckOVNCentralMember, which the agent does not emit yet.
+// Absence of data is never read as safe: while kube-ovn is deployed (some
+// node observes it), a database no node reports a member of, or a target
+// whose ovn-central-member check reads Unknown, is unknown.
 type ovnCentralQuorumRule struct{}
+
+// ovnDatabases are ovn-central's clustered databases.
+var ovnDatabases = []string{"OVN_Northbound", "OVN_Southbound"}
 
 func (ovnCentralQuorumRule) Name() string { return RuleOVNCentralQuorum }
 
 func (ovnCentralQuorumRule) Check(node string, s *Snapshot, now time.Time) []Reason {
-	dbs := make([]string, 0, len(s.ovn))
-	for db, idx := range s.ovn {
+	reason := func(v Verdict, format string, args ...any) []Reason {
+		return []Reason{{Rule: RuleOVNCentralQuorum, Component: report.ComponentKubeOVN, Verdict: v, Message: fmt.Sprintf(format, args...)}}
+	}
+	n := s.nodes[node]
+	switch {
+	case n.LastReport == nil:
+		return reason(Unknown, "kube-ovn: whether %s hosts an ovn-central member is unknown: its agent never reported", node)
+	case len(s.kubeOVN) == 0 && len(s.ovn) == 0:
+		return reason(Safe, "kube-ovn: no node observes kube-ovn (no ovs-ovn, no ovn-central member), %s included", node)
+	case s.facts[node] != nil && s.facts[node].ovnUnknown:
+		return reason(Unknown, "kube-ovn: whether %s hosts an ovn-central member is unknown: its ovn-central-member check reads Unknown", node)
+	}
+	var out []Reason
+	var unreported []string
+	for _, db := range ovnDatabases {
+		idx := s.ovn[db]
+		if idx == nil {
+			unreported = append(unreported, db)
+			continue
+		}
 		if _, ok := idx.member(node); ok {
-			dbs = append(dbs, db)
+			out = append(out, raftReason(RuleOVNCentralQuorum, report.ComponentKubeOVN, "kube-ovn ovn-central "+db,
+				&report.ResourceRef{Kind: report.KindOVNDatabase, Name: db}, idx, node, s, now))
 		}
 	}
-	if len(dbs) == 0 {
-		what := "kube-ovn: %s reports no ovn-central raft member"
-		if len(s.ovn) == 0 {
-			what = "kube-ovn: no node reports an ovn-central raft member, %s included"
-		}
-		v := Safe
-		if n := s.nodes[node]; n.LastReport == nil {
-			v, what = Unknown, "kube-ovn: whether %s hosts an ovn-central member is unknown: its agent never reported"
-		}
-		return []Reason{{Rule: RuleOVNCentralQuorum, Component: report.ComponentKubeOVN, Verdict: v, Message: fmt.Sprintf(what, node)}}
+	for _, db := range unreported {
+		out = append(out, Reason{Rule: RuleOVNCentralQuorum, Component: report.ComponentKubeOVN, Verdict: Unknown,
+			ResourceRef: &report.ResourceRef{Kind: report.KindOVNDatabase, Name: db},
+			Message: fmt.Sprintf("kube-ovn: kube-ovn runs (observed on %d node(s)) but no node reports an ovn-central %s member: whether draining %s keeps its quorum is unknown",
+				len(s.kubeOVN), db, node)})
 	}
-	sort.Strings(dbs)
-	out := make([]Reason, 0, len(dbs))
-	for _, db := range dbs {
-		out = append(out, raftReason(RuleOVNCentralQuorum, report.ComponentKubeOVN, "kube-ovn ovn-central "+db,
-			&report.ResourceRef{Kind: report.KindOVNDatabase, Name: db}, s.ovn[db], node, s, now))
+	if len(out) == 0 {
+		return reason(Safe, "kube-ovn: %s hosts no ovn-central member (as of its report of %s)", node, n.LastHeard.UTC().Format(time.RFC3339))
 	}
 	return out
 }

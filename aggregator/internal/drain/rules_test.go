@@ -260,6 +260,7 @@ func TestLinstorNamesEveryBlockedResource(t *testing.T) {
 
 func TestOVNCentralRule(t *testing.T) {
 	H, Dn := report.StatusHealthy, report.StatusDown
+	ovsOK := report.Observation{Component: report.ComponentKubeOVN, Check: report.CheckOVS, Status: H, Reason: "Running"}
 	nb := "OVN_Northbound"
 	three := func(o map[string]NodeInfo) map[string]NodeInfo {
 		out := map[string]NodeInfo{}
@@ -284,10 +285,30 @@ func TestOVNCentralRule(t *testing.T) {
 			target: "node-1", verdicts: []Verdict{Blocked, Safe}, contains: "with node-2 Down"},
 		{name: "stale member: unknown", nodes: three(map[string]NodeInfo{"node-3": stale("node-3", ovn(nb, H, 3), ovn("OVN_Southbound", H, 3))}),
 			target: "node-1", verdicts: []Verdict{Unknown, Unknown}},
-		{name: "not a member", nodes: three(map[string]NodeInfo{"worker": fresh("worker")}), target: "worker", verdicts: []Verdict{Safe},
-			contains: "kube-ovn: worker reports no ovn-central raft member"},
-		{name: "nobody reports ovn-central (agent does not emit it yet)", nodes: etcdCluster(3, nil), target: "node-1", verdicts: []Verdict{Safe},
-			contains: "kube-ovn: no node reports an ovn-central raft member, node-1 included"},
+		{name: "not a member", nodes: three(map[string]NodeInfo{"worker": fresh("worker", ovsOK)}), target: "worker", verdicts: []Verdict{Safe},
+			contains: "kube-ovn: worker hosts no ovn-central member (as of its report of"},
+		// NB: even if node-3 is healthy, draining node-1 leaves 1 of 3: the
+		// loss is proven. SB: it hinges on node-3.
+		{name: "NB member down, another silent: NB blocked, SB unknown", target: "node-1", verdicts: []Verdict{Blocked, Unknown},
+			nodes: three(map[string]NodeInfo{"node-2": fresh("node-2", ovn(nb, Dn, 3), ovn("OVN_Southbound", H, 3)),
+				"node-3": stale("node-3", ovn(nb, H, 3), ovn("OVN_Southbound", H, 3))}),
+			contains: "OVN_Southbound: node-1 is a voting member; with node-3 stale: no report since 2026-11-30T11:59:00Z, draining node-1 leaves 1 of 3 voting members certainly healthy (2 if the 1 uncertain are healthy), quorum needs 2"},
+		{name: "kube-ovn not deployed: safe", nodes: etcdCluster(3, nil), target: "node-1", verdicts: []Verdict{Safe},
+			contains: "kube-ovn: no node observes kube-ovn (no ovs-ovn, no ovn-central member), node-1 included"},
+		// No silent green: kube-ovn runs, nobody reports a member.
+		{name: "kube-ovn deployed, no member reported: unknown per database", target: "node-1", verdicts: []Verdict{Unknown, Unknown},
+			nodes:    map[string]NodeInfo{"node-1": fresh("node-1", ovsOK), "node-2": fresh("node-2", ovsOK)},
+			contains: "kube-ovn: kube-ovn runs (observed on 2 node(s)) but no node reports an ovn-central OVN_Southbound member: whether draining node-1 keeps its quorum is unknown"},
+		{name: "only NB reported: SB unknown", target: "worker", verdicts: []Verdict{Unknown},
+			nodes:    map[string]NodeInfo{"node-1": fresh("node-1", ovn(nb, H, 1)), "worker": fresh("worker", ovsOK)},
+			contains: "no node reports an ovn-central OVN_Southbound member"},
+		{name: "target's check reads Unknown: unknown", target: "worker", verdicts: []Verdict{Unknown},
+			nodes: three(map[string]NodeInfo{"worker": fresh("worker", ovsOK, report.Observation{Component: report.ComponentKubeOVN,
+				Check: report.CheckOVNCentralMember, Status: report.StatusUnknown, Reason: report.ReasonCheckTimeout})}),
+			contains: "whether worker hosts an ovn-central member is unknown: its ovn-central-member check reads Unknown"},
+		{name: "target never reported: unknown", target: "worker", verdicts: []Verdict{Unknown},
+			nodes:    three(map[string]NodeInfo{"worker": {Exists: true}}),
+			contains: "its agent never reported"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -66,6 +66,9 @@ type Snapshot struct {
 	etcd raftIndex
 	// ovn is one raft index per ovn-central database.
 	ovn map[string]*raftIndex
+	// kubeOVN lists the nodes whose latest report observes kube-ovn at
+	// all (ovs-ovn, the pinger, ovn-central), sorted: kube-ovn is deployed.
+	kubeOVN []string
 }
 
 // raftMember is one node's member of a raft cluster as its latest report
@@ -121,6 +124,10 @@ type nodeFacts struct {
 	etcd     *raftMember
 	etcdSize int // -1 when absent
 	ovn      []ovnFact
+	// kubeOVN: the report observes kube-ovn. ovnUnknown: its
+	// ovn-central-member check read Unknown as a whole (it failed or timed
+	// out), so whether the node hosts a member is not known.
+	kubeOVN, ovnUnknown bool
 	// drbd is sorted by resource.
 	drbd []drbdFact
 }
@@ -129,7 +136,12 @@ func extract(node string, r *report.NodeReport) *nodeFacts {
 	f := &nodeFacts{report: r, etcdSize: -1}
 	for i := range r.Observations {
 		o := &r.Observations[i]
+		if o.Component == report.ComponentKubeOVN {
+			f.kubeOVN = true
+		}
 		switch {
+		case o.Check == report.CheckOVNCentralMember && o.ResourceRef == nil:
+			f.ovnUnknown = f.ovnUnknown || o.Status == report.StatusUnknown
 		case o.Component == report.ComponentEtcd && o.Check == report.CheckEtcdMember:
 			f.etcd = &raftMember{node: node, learner: o.Attributes[report.AttrIsLearner] == 1, status: o.Status, reason: o.Reason}
 		case o.Component == report.ComponentEtcd && o.Check == report.CheckEtcdMembership:
@@ -243,8 +255,12 @@ func (x *Indexer) Snapshot(nodes map[string]NodeInfo, takenAt time.Time) *Snapsh
 		if f.etcd != nil || f.etcdSize >= 0 || len(f.ovn) > 0 {
 			names = append(names, name)
 		}
+		if f.kubeOVN {
+			s.kubeOVN = append(s.kubeOVN, name)
+		}
 	}
 	sort.Strings(names)
+	sort.Strings(s.kubeOVN)
 	for _, name := range names {
 		f := s.facts[name]
 		if f.etcd != nil {
