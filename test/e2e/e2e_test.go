@@ -96,6 +96,19 @@ func TestFaultMatrix(t *testing.T) {
 		}
 		assert.True(t, pinned, "a False etcd condition pinned to Node node-2: %+v", hs["etcd"].Status.Conditions)
 
+		// The issue-14 case: one member stopped and another node's agent
+		// silent. The apiserver that accepts the write has quorum, so the
+		// loss is not proven: Degraded, Quorum Unknown, never Down.
+		t.Run("and node-3's agent silent: etcd Degraded, Quorum Unknown (QuorumUndetermined), never Down", func(t *testing.T) {
+			fault(t, "node-3", "agent-stop", "")
+			defer func() { fault(t, "node-3", "agent-start", "") }()
+			wait(t, "etcd Degraded, QuorumUndetermined", boundHeartbeat, lab.All(
+				lab.NodeEntryIs("etcd", "node-3", healthv1alpha1.StatusUnknown, "HeartbeatMissed"),
+				lab.ComponentIs("etcd", healthv1alpha1.StatusDegraded, "node-2"),
+				componentCondition("etcd", "Quorum", healthv1alpha1.ConditionUnknown, "QuorumUndetermined"),
+			))
+		})
+
 		t.Run("2 of 3 stopped: etcd Down", func(t *testing.T) {
 			fault(t, "node-3", "etcd-stop", "")
 			defer fault(t, "node-3", "etcd-start", "")
@@ -191,6 +204,13 @@ func TestFaultMatrix(t *testing.T) {
 		for _, n := range []string{"node-1", "node-3"} {
 			assert.Equal(t, healthv1alpha1.StatusHealthy, hs["kube-ovn"].Status.Nodes[n].Status, "%s keeps quorum with node-1 and node-3", n)
 		}
+		// One node's member lost: kube-ovn as a whole is Degraded (2 of 3
+		// keep each database's quorum), not Down.
+		wait(t, "kube-ovn Degraded, NB and SB QuorumAtRisk", boundFault, lab.All(
+			lab.ComponentIs("kube-ovn", healthv1alpha1.StatusDegraded, "node-2"),
+			conditionPinned("kube-ovn", "Quorum", "OVNDatabase", "OVN_Northbound", "QuorumAtRisk"),
+			conditionPinned("kube-ovn", "Quorum", "OVNDatabase", "OVN_Southbound", "QuorumAtRisk"),
+		))
 	})
 
 	t.Run("NB raft without quorum: the surviving NB member has no leader", func(t *testing.T) {
@@ -205,6 +225,10 @@ func TestFaultMatrix(t *testing.T) {
 			lab.NodeEntryIs("kube-ovn", "node-1", healthv1alpha1.StatusDown, "NoLeader"),
 			conditionPinned("kube-ovn", "OvnCentralMember", "OVNDatabase", "OVN_Northbound", "NoLeader"),
 			lab.NodeEntryIs("kube-ovn", "node-2", healthv1alpha1.StatusDown, "MemberNotRunning"),
+			// Two of three NB members down and the third without a
+			// leader: the loss is proven, kube-ovn cannot serve.
+			lab.ComponentIs("kube-ovn", healthv1alpha1.StatusDown, ""),
+			conditionPinned("kube-ovn", "Quorum", "OVNDatabase", "OVN_Northbound", "QuorumLost"),
 		))
 	})
 
@@ -328,6 +352,23 @@ func conditionPinned(component, ctype, kind, name, reason string) lab.Condition 
 			}
 		}
 		return false, fmt.Sprintf("no %s condition pinned to %s/%s", ctype, kind, name)
+	}
+}
+
+// componentCondition holds when component's component-level condition of
+// type ctype (no resourceRef) has status and reason.
+func componentCondition(component, ctype string, status healthv1alpha1.ConditionStatus, reason string) lab.Condition {
+	return func(hs map[string]*healthv1alpha1.Health, _ time.Time) (bool, string) {
+		h, ok := hs[component]
+		if !ok {
+			return false, component + " missing"
+		}
+		for _, c := range h.Status.Conditions {
+			if c.Type == ctype && c.ResourceRef == nil {
+				return c.Status == status && c.Reason == reason, fmt.Sprintf("%s %s %s %s", component, ctype, c.Status, c.Reason)
+			}
+		}
+		return false, fmt.Sprintf("%s has no %s condition", component, ctype)
 	}
 }
 

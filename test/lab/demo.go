@@ -311,8 +311,10 @@ func Demo(ctx context.Context, o Options, w io.Writer) (err error) {
 		printNodes(w, hs["cilium"])
 		printNodeEverywhere(w, hs, components, agentNode)
 	}
-	fmt.Fprintf(w, "\n    Note etcd: with %s unobserved, only 1 of 3 voting members is known healthy, so etcd reads\n"+
-		"    Down — an Unknown member is never counted healthy. Facts, never a silent green.\n", agentNode)
+	fmt.Fprintf(w, "\n    Note etcd: 1 of 3 voting members is known healthy, %s is known down and %s is unobserved.\n"+
+		"    Whether a quorum holds hinges on %s, so etcd's Quorum reads Unknown (QuorumUndetermined)\n"+
+		"    and etcd Degraded: an unknown member is counted neither healthy nor lost (the apiserver that\n"+
+		"    accepted this write had quorum). Facts, never a silent green, and never a false red.\n", etcdNode, agentNode, agentNode)
 
 	step(4, "restore etcd on %s and the agent on %s: everything must read Healthy again", etcdNode, agentNode)
 	for _, f := range [][2]string{{etcdNode, "etcd-start"}, {agentNode, "agent-start"}} {

@@ -269,13 +269,17 @@ func TestScrapeCrossCheck(t *testing.T) {
 		{alert: "CozyHealthEtcdFsyncSlow", fault: "node-1 fsync-slow", sel: sel("cozy_health_issue", "component", "etcd", "type", "FsyncLatency", "node", "node-1", "reason", "~FsyncLatencyHigh|BackendCommitLatencyHigh")},
 		{alert: "CozyHealthComponentDegraded", fault: "node-1 fsync-slow", sel: sel("cozy_health_component_status", "component", "etcd", "status", "Degraded"), one: true},
 		{alert: "CozyHealthDRBDReplicaNotUpToDate", fault: "node-2 drbd-outdated pvc-lab-1", sel: sel("cozy_health_issue", "type", "DrbdResource", "node", "node-2", "resource", "pvc-lab-1", "status", "~Degraded|Down")},
-		{alert: "CozyHealthComponentDown", fault: "node-2 cilium-fail", sel: sel("cozy_health_component_status", "component", "cilium", "status", "Down"), one: true},
+		// A node-local component is Down only when it is down for the
+		// cluster: ovn-central's NB raft loses its quorum (node-2's and
+		// node-3's NB members stopped, node-1's without a leader); node-3's
+		// silent agent cannot make that loss unproven.
+		{alert: "CozyHealthComponentDown", fault: "node-2,node-3 ovn-nb-stop", sel: sel("cozy_health_component_status", "component", "kube-ovn", "status", "Down"), one: true},
 		{alert: "CozyHealthNodeHeartbeatMissed", fault: "node-3 agent-stop", sel: sel("cozy_health_issue", "type", "Heartbeat", "reason", "HeartbeatMissed", "node", "node-3")},
 		{alert: "CozyHealthComponentUnknown", fault: "node-3 agent-stop", sel: sel("cozy_health_component_status", "status", "Unknown"), one: true},
 		{alert: "CozyHealthBackupsStale", fault: "CNPG backup 50 h old", sel: sel("cozy_health_issue", "namespace", staleTenant, "component", "backups",
 			"type", "Backup", "resource", staleCluster, "reason", "BackupStale", "status", "Degraded")},
 	}
-	faults := [][]string{{"node-1", "fsync-slow", ""}, {"node-2", "drbd-outdated", "pvc-lab-1"}, {"node-2", "cilium-fail", ""}, {"node-3", "agent-stop", ""}}
+	faults := [][]string{{"node-1", "fsync-slow", ""}, {"node-2", "drbd-outdated", "pvc-lab-1"}, {"node-2", "ovn-nb-stop", ""}, {"node-3", "ovn-nb-stop", ""}, {"node-3", "agent-stop", ""}}
 	start := time.Now()
 	for _, f := range faults {
 		msg, err := lab.Fault(ctx, st.Dir, f[0], f[1], f[2])

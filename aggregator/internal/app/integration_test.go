@@ -196,14 +196,17 @@ func TestWriterAppliesHealthObjects(t *testing.T) {
 		}
 	}, time.Minute, 200*time.Millisecond)
 
-	// A disk goes Down on node-b: the object follows, the node is pinned.
+	// A disk goes Down on node-b: the object follows, the node is pinned;
+	// disk as a whole is Degraded (Down on one node of three is that
+	// node's, not the cluster's).
 	f.set("node-b", report.StatusDown)
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		h, err := getHealth(ctx, hc, report.ComponentDisk)
 		if !assert.NoError(c, err) {
 			return
 		}
-		assert.Equal(c, healthv1alpha1.StatusDown, h.Status.Overall)
+		assert.Equal(c, healthv1alpha1.StatusDegraded, h.Status.Overall)
+		assert.Equal(c, healthv1alpha1.StatusDown, h.Status.Nodes["node-b"].Status)
 		assert.Equal(c, "node-b", h.Status.DegradedNodes)
 		assert.Equal(c, int32(2), h.Status.Issues, "the node's condition and the type summary")
 		var pinned bool
@@ -220,7 +223,7 @@ func TestWriterAppliesHealthObjects(t *testing.T) {
 	// printer columns read the summary fields.
 	out, err := cp.Kubectl(ctx, "get", "chz", "-n", testNS, "disk")
 	require.NoError(t, err)
-	assert.Regexp(t, `disk\s+Down\s+node-b\s+2\s+`, out)
+	assert.Regexp(t, `disk\s+Degraded\s+node-b\s+2\s+`, out)
 
 	// node-c is deleted from Kubernetes: pruned from every object.
 	f.drop("node-c")
@@ -239,7 +242,7 @@ func TestWriterAppliesHealthObjects(t *testing.T) {
 	body := httpGet(t, "http://"+r.app.HTTPAddr()+"/readyz")
 	assert.Equal(t, "ok\n", body)
 	metricsText := httpGet(t, "http://"+r.app.MetricsAddr()+"/metrics")
-	assert.Contains(t, metricsText, `cozy_health_component_status{component="disk",namespace="cozy-system",status="Down"} 1`)
+	assert.Contains(t, metricsText, `cozy_health_component_status{component="disk",namespace="cozy-system",status="Degraded"} 1`)
 	assert.Contains(t, metricsText, `cozy_health_node_status{component="disk",node="node-b",status="Down"} 1`)
 	assert.Contains(t, metricsText, "cozy_health_leader 1")
 	assert.Regexp(t, `cozy_health_writes_total\{result="success"\} [1-9]`, metricsText)
@@ -392,13 +395,14 @@ func TestAPIServerOutage(t *testing.T) {
 	e, ok := r.app.State().Get("node-b")
 	require.True(t, ok)
 	assert.WithinDuration(t, time.Now(), e.ReceivedAt, 3*time.Second, "still ingesting")
-	assert.Equal(t, report.StatusDown, r.app.Engine().Latest()[report.ComponentDisk].Overall, "still rolling up")
+	assert.Equal(t, report.StatusDegraded, r.app.Engine().Latest()[report.ComponentDisk].Overall, "still rolling up")
 
 	require.NoError(t, cp.StartAPIServer(ctx))
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		h, err := getHealth(ctx, hc, report.ComponentDisk)
 		if assert.NoError(c, err) {
-			assert.Equal(c, healthv1alpha1.StatusDown, h.Status.Overall)
+			assert.Equal(c, healthv1alpha1.StatusDegraded, h.Status.Overall)
+			assert.Equal(c, healthv1alpha1.StatusDown, h.Status.Nodes["node-b"].Status)
 			assert.True(c, h.Status.FreshUntil.After(time.Now()))
 		}
 	}, time.Minute, 250*time.Millisecond)
