@@ -237,14 +237,28 @@ func (linstorLastReplicaRule) Check(node string, s *Snapshot, now time.Time) []R
 		if len(resources) > 0 {
 			msg = fmt.Sprintf("linstor: each of the %d DRBD resources on %s keeps an UpToDate replica elsewhere", len(resources), node)
 		}
-		if s.nodes[node].LastReport == nil {
+		if why := drbdUnknownWhy(node, s); why != "" {
 			return []Reason{{Rule: RuleLinstorLastReplica, Component: report.ComponentLinstor, Verdict: Unknown,
-				Message: fmt.Sprintf("linstor: which DRBD resources %s holds is unknown: its agent never reported", node)}}
+				Message: fmt.Sprintf("linstor: which DRBD resources %s holds is unknown: %s", node, why)}}
 		}
 		out = append(out, Reason{Rule: RuleLinstorLastReplica, Component: report.ComponentLinstor, Verdict: Safe, Message: msg,
 			Attributes: map[string]float64{"resources": float64(len(resources))}})
 	}
 	return out
+}
+
+// drbdUnknownWhy says why the DRBD resources node holds are not known (its
+// agent never reported, or its drbd-resource check read Unknown as a
+// whole); empty when its report lists them. Holding none is then never
+// read from the absence of data.
+func drbdUnknownWhy(node string, s *Snapshot) string {
+	if s.nodes[node].LastReport == nil {
+		return "its agent never reported"
+	}
+	if r := s.drbdUnknown(node); r != "" {
+		return fmt.Sprintf("its drbd-resource check reads Unknown (%s)", r)
+	}
+	return ""
 }
 
 // linstorQuorumRule: draining the node must leave every resource it holds
@@ -278,9 +292,9 @@ func (linstorQuorumRule) Check(node string, s *Snapshot, now time.Time) []Reason
 			ResourceRef: &report.ResourceRef{Kind: report.KindResource, Name: res}, Attributes: attrs})
 	}
 	if len(out) == 0 {
-		if s.nodes[node].LastReport == nil {
+		if why := drbdUnknownWhy(node, s); why != "" {
 			return []Reason{{Rule: RuleLinstorQuorum, Component: report.ComponentLinstor, Verdict: Unknown,
-				Message: fmt.Sprintf("linstor: which DRBD resources %s holds is unknown: its agent never reported", node)}}
+				Message: fmt.Sprintf("linstor: which DRBD resources %s holds is unknown: %s", node, why)}}
 		}
 		msg := fmt.Sprintf("linstor: %s holds no DRBD resource", node)
 		if len(resources) > 0 {

@@ -215,6 +215,12 @@ func TestLinstorRules(t *testing.T) {
 		{name: "node with no resources: safe",
 			nodes:       map[string]NodeInfo{"node-1": fresh("node-1"), "node-2": fresh("node-2", drbd("pvc-a", H, true, false, 1, 1))},
 			lastReplica: Safe, quorum: Safe, contains: []string{"linstor: node-1 holds no DRBD resource"}},
+		// No silent green: a drbd-resource check that failed as a whole
+		// (LINSTOR unreachable) lists no resource; that is not "none".
+		{name: "drbd-resource check Unknown: unknown, not safe",
+			nodes: map[string]NodeInfo{"node-1": fresh("node-1", report.Observation{Component: report.ComponentLinstor, Check: report.CheckDRBDResource,
+				Status: U, Reason: report.ReasonCheckFailed}), "node-2": fresh("node-2", drbd("pvc-a", H, true, false, 1, 1))},
+			lastReplica: Unknown, quorum: Unknown, contains: []string{"which DRBD resources node-1 holds is unknown: its drbd-resource check reads Unknown (CheckFailed)"}},
 		{name: "never reported: unknown",
 			nodes:       map[string]NodeInfo{"node-1": silent(), "node-2": fresh("node-2", drbd("pvc-a", H, true, false, 1, 1))},
 			lastReplica: Unknown, quorum: Unknown, contains: []string{"its agent never reported"}},

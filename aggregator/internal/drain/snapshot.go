@@ -128,6 +128,10 @@ type nodeFacts struct {
 	// ovn-central-member check read Unknown as a whole (it failed or timed
 	// out), so whether the node hosts a member is not known.
 	kubeOVN, ovnUnknown bool
+	// drbdUnknown is the reason of a drbd-resource check that read Unknown
+	// as a whole (LINSTOR unreachable, no DRBD source): which resources
+	// the node holds is not known. Empty when it did not.
+	drbdUnknown string
 	// drbd is sorted by resource.
 	drbd []drbdFact
 }
@@ -142,6 +146,8 @@ func extract(node string, r *report.NodeReport) *nodeFacts {
 		switch {
 		case o.Check == report.CheckOVNCentralMember && o.ResourceRef == nil:
 			f.ovnUnknown = f.ovnUnknown || o.Status == report.StatusUnknown
+		case o.Check == report.CheckDRBDResource && o.Status == report.StatusUnknown && (o.ResourceRef == nil || o.ResourceRef.Kind != report.KindResource):
+			f.drbdUnknown = o.Reason
 		case o.Component == report.ComponentEtcd && o.Check == report.CheckEtcdMember:
 			f.etcd = &raftMember{node: node, learner: o.Attributes[report.AttrIsLearner] == 1, status: o.Status, reason: o.Reason}
 		case o.Component == report.ComponentEtcd && o.Check == report.CheckEtcdMembership:
@@ -299,6 +305,15 @@ func buildHolders(facts map[string]*nodeFacts) map[string][]string {
 		sort.Strings(nodes)
 	}
 	return h
+}
+
+// drbdUnknown is the reason node's drbd-resource check read Unknown as a
+// whole; empty when it did not (or the node never reported).
+func (s *Snapshot) drbdUnknown(node string) string {
+	if f := s.facts[node]; f != nil {
+		return f.drbdUnknown
+	}
+	return ""
 }
 
 // resources returns the resources node holds a replica of, sorted.
