@@ -40,6 +40,13 @@ func labValues(o Options) map[string]any {
 				// The lab's LINSTOR speaks plain HTTP: no client certificate.
 				"linstor": map[string]any{"clientSecret": ""},
 			},
+			// The fsync probe writes to this machine's disk, shared with
+			// the builds and tests running beside the lab: its p99 says how
+			// loaded that disk is, not how a lab node's is, and read
+			// Degraded at the chart's 100 ms in loaded runs. The lab's
+			// faults are what is judged; a probe slower than 2 s still
+			// reads Degraded.
+			"thresholds": map[string]any{"fsyncProbeP99": map[string]any{"degraded": "2s", "down": "10s"}},
 		},
 		// Agents reach each replica on its loopback port.
 		"tls": map[string]any{"extraSANs": []any{"127.0.0.1", "localhost"}},
