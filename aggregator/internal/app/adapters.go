@@ -31,7 +31,7 @@ func (a *App) newAdapters(cfg config.Config, rc *rest.Config) (*adapter.Manager,
 	return adapter.NewManager(adapter.Config{
 		Namespace: cfg.Namespace, FreshFor: cfg.AdapterFreshFor, Period: cfg.AdapterPeriod,
 		SyncTimeout: cfg.AdapterSyncTimeout, BackupMaxAge: ages, Metrics: a.metrics,
-	}, dyn, adapters.All(), a.writer, a.log, a.clock), nil
+	}, dyn, adapters.All(), a.writer, a.base, a.clock), nil
 }
 
 // seedAdapterTransitions reads the adapter objects an earlier leader wrote

@@ -49,6 +49,7 @@ import (
 	"github.com/cozystack/cozy-health/aggregator/internal/state"
 	"github.com/cozystack/cozy-health/aggregator/internal/writer"
 	"github.com/cozystack/cozy-health/pkg/client/clientset/versioned"
+	"github.com/cozystack/cozy-health/pkg/logging"
 	"github.com/cozystack/cozy-health/pkg/memtrim"
 	pb "github.com/cozystack/cozy-health/proto/cozyhealth/v1"
 )
@@ -65,7 +66,10 @@ type Options struct {
 
 // App is a wired aggregator.
 type App struct {
-	cfg   config.Config
+	cfg config.Config
+	// base is the logger New was given, which the subsystems it wires
+	// add their own component to; log is its own (component aggregator).
+	base  *zap.Logger
 	log   *zap.Logger
 	clock clock.WithTicker
 	kube  kubernetes.Interface
@@ -131,7 +135,7 @@ func RestConfig(kubeconfig string) (*rest.Config, error) {
 
 // New builds the aggregator and opens its listeners. cfg must be validated.
 func New(cfg config.Config, log *zap.Logger, opts Options) (a *App, err error) {
-	a = &App{cfg: cfg, log: log.With(zap.String("component", "aggregator")), clock: opts.Clock}
+	a = &App{cfg: cfg, base: log, log: logging.Component(log, "aggregator"), clock: opts.Clock}
 	if a.clock == nil {
 		a.clock = clock.RealClock{}
 	}
@@ -171,14 +175,14 @@ func New(cfg config.Config, log *zap.Logger, opts Options) (a *App, err error) {
 		Namespace: cfg.Namespace, FreshFor: cfg.FreshFor(), RefreshPeriod: cfg.RefreshPeriod,
 		WritesPerSecond: cfg.WritesPerSecond, WriteBurst: cfg.WriteBurst,
 		AdapterFreshFor: cfg.AdapterFreshFor, AdapterRefreshPeriod: cfg.AdapterRefreshPeriod, AdapterWritesPerSecond: cfg.AdapterWritesPerSecond,
-	}, hc, a.metrics, a.log, a.clock)
+	}, hc, a.metrics, a.base, a.clock)
 	if err != nil {
 		return nil, err
 	}
 	a.engine = NewEngine(a.state,
 		rollup.Config{HeartbeatGrace: cfg.HeartbeatGrace, DefaultInterval: cfg.ReportInterval, FreshForMultiple: cfg.FreshForMultiple},
 		rollup.Holds{Degraded: cfg.DampDegraded, Down: cfg.DampDown, Unknown: cfg.DampUnknown},
-		rollup.DefaultMaxListed, a.metrics, a.writer, a.clock, a.log)
+		rollup.DefaultMaxListed, a.metrics, a.writer, a.clock, a.base)
 
 	if cfg.Adapters {
 		if a.adapters, err = a.newAdapters(cfg, rc); err != nil {
@@ -188,10 +192,10 @@ func New(cfg config.Config, log *zap.Logger, opts Options) (a *App, err error) {
 
 	a.informers = informers.NewSharedInformerFactory(a.kube, 10*time.Minute)
 	nodes := a.informers.Core().V1().Nodes()
-	if err := trackNodes(nodes.Informer(), a.state, a.nodes, a.clock.Now, a.log); err != nil {
+	if err := trackNodes(nodes.Informer(), a.state, a.nodes, a.clock.Now, a.base); err != nil {
 		return nil, err
 	}
-	if a.healths, err = trackHealths(hc, cfg.Namespace, a.metrics, a.log); err != nil {
+	if a.healths, err = trackHealths(hc, cfg.Namespace, a.metrics, a.base); err != nil {
 		return nil, err
 	}
 	var drainAuth *drain.Authorizer
@@ -406,7 +410,7 @@ func (a *App) Run(ctx context.Context) error {
 				a.writer.Run(ctx)
 			},
 			OnStoppedLeading: func() { a.metrics.SetLeader(false) },
-		}, a.log)
+		}, a.base)
 	})
 	g.Go(func() error {
 		<-ctx.Done()

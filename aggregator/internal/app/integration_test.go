@@ -14,7 +14,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest"
+	"go.uber.org/zap/zaptest/observer"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -25,6 +27,7 @@ import (
 	"github.com/cozystack/cozy-health/deploy"
 	healthv1alpha1 "github.com/cozystack/cozy-health/pkg/apis/health/v1alpha1"
 	"github.com/cozystack/cozy-health/pkg/client/clientset/versioned"
+	"github.com/cozystack/cozy-health/pkg/logging"
 	"github.com/cozystack/cozy-health/pkg/report"
 	"github.com/cozystack/cozy-health/pkg/tlsutil"
 	"github.com/cozystack/cozy-health/test/harness"
@@ -167,7 +170,22 @@ func TestWriterAppliesHealthObjects(t *testing.T) {
 	hc, err := versioned.NewForConfig(cp.Config)
 	require.NoError(t, err)
 
-	r := startReplica(t, cp.Config, testConfig(t, "replica-1"), zaptest.NewLogger(t, zaptest.Level(zap.InfoLevel)))
+	// Every line the replica logs names exactly one component.
+	obs, logged := observer.New(zap.InfoLevel)
+	defer func() {
+		require.NotZero(t, logged.Len())
+		for _, e := range logged.All() {
+			n := 0
+			for _, f := range e.Context {
+				if f.Key == logging.ComponentKey {
+					n++
+				}
+			}
+			assert.Equal(t, 1, n, "%q carries %d component fields: %v", e.Message, n, e.Context)
+		}
+	}()
+	r := startReplica(t, cp.Config, testConfig(t, "replica-1"), zaptest.NewLogger(t, zaptest.Level(zap.InfoLevel),
+		zaptest.WrapOptions(zap.WrapCore(func(c zapcore.Core) zapcore.Core { return zapcore.NewTee(c, obs) }))))
 	f, _ := feed(ctx, t, map[string]report.Status{"node-a": report.StatusHealthy, "node-b": report.StatusHealthy, "node-c": report.StatusHealthy}, r.app)
 
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
