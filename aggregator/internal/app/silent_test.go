@@ -32,6 +32,13 @@ func fullReport(node string, seq uint64, at time.Time) *report.NodeReport {
 	member.Attributes = map[string]float64{report.AttrIsLearner: 0}
 	membership := o(report.ComponentEtcd, report.CheckEtcdMembership, "MembersListed")
 	membership.Attributes = map[string]float64{report.AttrVotingMembers: 3, report.AttrLearnerMembers: 0}
+	// Every lab node hosts an ovn-central member of both databases.
+	ovn := func(db string) report.Observation {
+		m := o(report.ComponentKubeOVN, report.CheckOVNCentralMember, "ClusterMember")
+		m.ResourceRef = &report.ResourceRef{Kind: report.KindOVNDatabase, Name: db}
+		m.Attributes = map[string]float64{report.AttrRaftServers: 3}
+		return m
+	}
 	return &report.NodeReport{
 		NodeName: node, AgentInstanceID: "agent-" + node, Sequence: seq, SentAt: at, Interval: time.Second,
 		Observations: []report.Observation{
@@ -39,6 +46,7 @@ func fullReport(node string, seq uint64, at time.Time) *report.NodeReport {
 			o(report.ComponentDisk, report.CheckFsyncProbe, "ProbeFast"),
 			o(report.ComponentCilium, report.CheckCiliumHealth, "AgentHealthy"),
 			o(report.ComponentKubeOVN, report.CheckOVS, "OVSRunning"),
+			ovn("OVN_Northbound"), ovn("OVN_Southbound"),
 			o(report.ComponentLinstor, report.CheckLinstorSatellite, "Online"),
 			o(report.ComponentNode, report.CheckTalosServices, "ServicesRunning"),
 		},
