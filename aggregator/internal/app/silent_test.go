@@ -20,40 +20,10 @@ import (
 	healthv1alpha1 "github.com/cozystack/cozy-health/pkg/apis/health/v1alpha1"
 	"github.com/cozystack/cozy-health/pkg/client/clientset/versioned"
 	"github.com/cozystack/cozy-health/pkg/report"
+	"github.com/cozystack/cozy-health/pkg/report/reporttest"
 )
 
-// fullReport is what a lab node's agent reports: every check of every
-// node-local component, Healthy, on a 1 s interval.
-func fullReport(node string, seq uint64, at time.Time) *report.NodeReport {
-	o := func(comp, check, reason string) report.Observation {
-		return report.Observation{Component: comp, Check: check, Status: report.StatusHealthy, Reason: reason, Message: check + " ok"}
-	}
-	member := o(report.ComponentEtcd, report.CheckEtcdMember, "MemberHealthy")
-	member.Attributes = map[string]float64{report.AttrIsLearner: 0}
-	membership := o(report.ComponentEtcd, report.CheckEtcdMembership, "MembersListed")
-	membership.Attributes = map[string]float64{report.AttrVotingMembers: 3, report.AttrLearnerMembers: 0}
-	// Every lab node hosts an ovn-central member of both databases.
-	ovn := func(db string) report.Observation {
-		m := o(report.ComponentKubeOVN, report.CheckOVNCentralMember, "ClusterMember")
-		m.ResourceRef = &report.ResourceRef{Kind: report.KindOVNDatabase, Name: db}
-		m.Attributes = map[string]float64{report.AttrRaftServers: 3}
-		return m
-	}
-	return &report.NodeReport{
-		NodeName: node, AgentInstanceID: "agent-" + node, Sequence: seq, SentAt: at, Interval: time.Second,
-		Observations: []report.Observation{
-			member, membership,
-			o(report.ComponentDisk, report.CheckFsyncProbe, "ProbeFast"),
-			o(report.ComponentCilium, report.CheckCiliumHealth, "AgentHealthy"),
-			o(report.ComponentKubeOVN, report.CheckOVS, "OVSRunning"),
-			ovn("OVN_Northbound"), ovn("OVN_Southbound"),
-			o(report.ComponentLinstor, report.CheckLinstorSatellite, "Online"),
-			o(report.ComponentNode, report.CheckTalosServices, "ServicesRunning"),
-		},
-	}
-}
-
-// silentFeeder sends fullReport of every node not silenced to the app
+// silentFeeder sends reporttest.LabNode of every node not silenced to the app
 // every second; it remembers when each node was last heard.
 type silentFeeder struct {
 	mu        sync.Mutex
@@ -71,7 +41,7 @@ func (f *silentFeeder) run(ctx context.Context, a *App, nodes []string) {
 		now := time.Now()
 		for _, n := range nodes {
 			if !f.silent[n] {
-				a.State().Accept(fullReport(n, f.seq, now), now)
+				a.State().Accept(reporttest.LabNode(n, f.seq, now, time.Second), now)
 				f.lastHeard[n] = now
 			}
 		}

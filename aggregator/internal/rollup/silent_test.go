@@ -10,36 +10,8 @@ import (
 
 	"github.com/cozystack/cozy-health/aggregator/internal/state"
 	"github.com/cozystack/cozy-health/pkg/report"
+	"github.com/cozystack/cozy-health/pkg/report/reporttest"
 )
-
-// silentReport is what a lab node's agent reports: every check of every
-// node-local component, all Healthy, on a 2 s interval.
-func silentReport(name string, seq uint64, at time.Time) *report.NodeReport {
-	o := func(comp, check, reason string) report.Observation {
-		return report.Observation{Component: comp, Check: check, Status: report.StatusHealthy, Reason: reason, Message: check + " ok"}
-	}
-	member := o(report.ComponentEtcd, report.CheckEtcdMember, "MemberHealthy")
-	member.Attributes = map[string]float64{report.AttrIsLearner: 0}
-	membership := o(report.ComponentEtcd, report.CheckEtcdMembership, "MembersListed")
-	membership.Attributes = map[string]float64{report.AttrVotingMembers: 3, report.AttrLearnerMembers: 0}
-	drbd := o(report.ComponentLinstor, report.CheckDRBDResource, "UpToDate")
-	drbd.ResourceRef = &report.ResourceRef{Kind: report.KindResource, Name: "pvc-1"}
-	return &report.NodeReport{
-		NodeName: name, AgentInstanceID: "agent-" + name, Sequence: seq, SentAt: at, Interval: 2 * time.Second,
-		Observations: []report.Observation{
-			member, membership,
-			o(report.ComponentEtcd, report.CheckEtcdAlarms, "NoAlarms"),
-			o(report.ComponentEtcd, report.CheckFsyncLatency, "FsyncFast"),
-			o(report.ComponentDisk, report.CheckFsyncProbe, "ProbeFast"),
-			o(report.ComponentCilium, report.CheckCiliumHealth, "AgentHealthy"),
-			o(report.ComponentCilium, report.CheckCiliumNodeConnectivity, "AllNodesReachable"),
-			o(report.ComponentKubeOVN, report.CheckOVS, "OVSRunning"),
-			o(report.ComponentLinstor, report.CheckLinstorSatellite, "Online"),
-			drbd,
-			o(report.ComponentNode, report.CheckTalosServices, "ServicesRunning"),
-		},
-	}
-}
 
 // silentRollup is one rollup as the engine publishes it (app.Engine's
 // recompute): Compute, damping, compaction, stamping.
@@ -108,7 +80,7 @@ func TestSilentNodeUnknownEverywhereInOneRollup(t *testing.T) {
 			send := func(names ...string) {
 				seq++
 				for _, n := range names {
-					r := silentReport(n, seq, now)
+					r := reporttest.LabNode(n, seq, now, 2*time.Second)
 					if n == silent && tc.degradedOn != "" {
 						for i := range r.Observations {
 							if r.Observations[i].Component == tc.degradedOn && r.Observations[i].ResourceRef == nil {

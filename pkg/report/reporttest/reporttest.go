@@ -1,0 +1,46 @@
+// Package reporttest builds agent reports for tests of the aggregator.
+package reporttest
+
+import (
+	"time"
+
+	"github.com/cozystack/cozy-health/pkg/report"
+)
+
+// LabNode is what a lab node's agent reports when all is well: every check
+// of every node-local component Healthy, the node an etcd voting member of
+// 3 and an ovn-central member of NB and SB (as every lab node is), holding
+// a replica of pvc-1, sent at at with the given interval.
+func LabNode(node string, seq uint64, at time.Time, interval time.Duration) *report.NodeReport {
+	o := func(comp, check, reason string) report.Observation {
+		return report.Observation{Component: comp, Check: check, Status: report.StatusHealthy, Reason: reason, Message: check + " ok"}
+	}
+	member := o(report.ComponentEtcd, report.CheckEtcdMember, "MemberHealthy")
+	member.Attributes = map[string]float64{report.AttrIsLearner: 0}
+	membership := o(report.ComponentEtcd, report.CheckEtcdMembership, "MembersListed")
+	membership.Attributes = map[string]float64{report.AttrVotingMembers: 3, report.AttrLearnerMembers: 0}
+	ovn := func(db string) report.Observation {
+		m := o(report.ComponentKubeOVN, report.CheckOVNCentralMember, "ClusterMember")
+		m.ResourceRef = &report.ResourceRef{Kind: report.KindOVNDatabase, Name: db}
+		m.Attributes = map[string]float64{report.AttrRaftServers: 3}
+		return m
+	}
+	drbd := o(report.ComponentLinstor, report.CheckDRBDResource, "UpToDate")
+	drbd.ResourceRef = &report.ResourceRef{Kind: report.KindResource, Name: "pvc-1"}
+	return &report.NodeReport{
+		NodeName: node, AgentInstanceID: "agent-" + node, Sequence: seq, SentAt: at, Interval: interval,
+		Observations: []report.Observation{
+			member, membership,
+			o(report.ComponentEtcd, report.CheckEtcdAlarms, "NoAlarms"),
+			o(report.ComponentEtcd, report.CheckFsyncLatency, "FsyncFast"),
+			o(report.ComponentDisk, report.CheckFsyncProbe, "ProbeFast"),
+			o(report.ComponentCilium, report.CheckCiliumHealth, "AgentHealthy"),
+			o(report.ComponentCilium, report.CheckCiliumNodeConnectivity, "AllNodesReachable"),
+			o(report.ComponentKubeOVN, report.CheckOVS, "OVSRunning"),
+			ovn("OVN_Northbound"), ovn("OVN_Southbound"),
+			o(report.ComponentLinstor, report.CheckLinstorSatellite, "Online"),
+			drbd,
+			o(report.ComponentNode, report.CheckTalosServices, "ServicesRunning"),
+		},
+	}
+}
