@@ -4,10 +4,13 @@ import (
 	"bufio"
 	"encoding/json"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -60,18 +63,43 @@ type replicaProc struct {
 	addr string
 	args []string
 	cmd  *exec.Cmd
+	// exited is closed once the process has exited and its output is read.
+	exited <-chan struct{}
 
 	mu       sync.Mutex
 	accepted []accepted
 }
 
+// freeAddr returns a free loopback address whose port lies below the kernel's
+// ephemeral range (ip_local_port_range). A replica is restarted on its port
+// seconds after it was killed; an ephemeral port could meanwhile be handed to
+// another process (a ":0" listener or an outgoing connection of a test running
+// in parallel), and the restarted replica would then find it taken, while the
+// readiness probe reached the intruder. Below the range, only an explicit bind
+// takes a port.
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	addr := ln.Addr().String()
-	require.NoError(t, ln.Close())
-	return addr
+	low := 32768
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		if f := strings.Fields(string(b)); len(f) == 2 {
+			if v, err := strconv.Atoi(f[0]); err == nil {
+				low = v
+			}
+		}
+	}
+	const first = 10000
+	require.Greater(t, low, first+1000, "ip_local_port_range starts too low to pick ports below it")
+	for range 200 {
+		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(first+rand.IntN(low-first)))
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			continue
+		}
+		require.NoError(t, ln.Close())
+		return addr
+	}
+	t.Fatalf("no free loopback port in [%d, %d)", first, low)
+	return ""
 }
 
 // startReplica starts an ingest server on a free loopback port with the given
@@ -95,7 +123,10 @@ func (r *replicaProc) start() {
 	cmd.Stderr = logf
 	require.NoError(r.t, cmd.Start())
 	r.cmd = cmd
+	exited := make(chan struct{})
+	r.exited = exited
 	go func() {
+		defer close(exited)
 		sc := bufio.NewScanner(stdout)
 		for sc.Scan() {
 			var a accepted
@@ -105,16 +136,28 @@ func (r *replicaProc) start() {
 				r.mu.Unlock()
 			}
 		}
+		_ = cmd.Wait() // after every read of stdout, as os/exec asks
 	}()
-	// Wait until it listens.
-	require.Eventually(r.t, func() bool {
-		c, err := net.DialTimeout("tcp", r.addr, 200*time.Millisecond)
-		if err != nil {
-			return false
+	// Wait until it listens. A process that exited (its port taken) fails
+	// here with its log, rather than the probe being answered by whoever
+	// holds the port.
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		select {
+		case <-exited:
+			log, _ := os.ReadFile(logf.Name())
+			r.t.Fatalf("replica %s exited before listening: %s", r.addr, log)
+		default:
 		}
-		_ = c.Close()
-		return true
-	}, 20*time.Second, 50*time.Millisecond, "replica %s did not start listening (log %s)", r.addr, logf.Name())
+		if c, err := net.DialTimeout("tcp", r.addr, 200*time.Millisecond); err == nil {
+			_ = c.Close()
+			return
+		}
+		if time.Now().After(deadline) {
+			r.t.Fatalf("replica %s did not start listening (log %s)", r.addr, logf.Name())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
 // kill SIGKILLs the process: its sockets are reset by the kernel.
@@ -124,7 +167,7 @@ func (r *replicaProc) kill() {
 	}
 	_ = r.cmd.Process.Signal(syscall.SIGCONT)
 	_ = r.cmd.Process.Kill()
-	_ = r.cmd.Wait()
+	<-r.exited
 	r.cmd = nil
 }
 
