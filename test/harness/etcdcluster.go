@@ -139,7 +139,7 @@ func startEtcdCluster(ctx context.Context, o EtcdClusterOptions) (*EtcdCluster, 
 	for i := range o.Members {
 		var ports [3]int
 		for j := range ports {
-			if ports[j], err = FreePort(); err != nil {
+			if ports[j], err = RebindablePort(); err != nil {
 				return nil, err
 			}
 		}

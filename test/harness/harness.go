@@ -12,6 +12,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -503,6 +504,37 @@ func FreeAddr() (string, error) {
 		return "", err
 	}
 	return "127.0.0.1:" + strconv.Itoa(p), nil
+}
+
+// RebindablePort picks a free TCP port on 127.0.0.1 below the kernel's
+// ephemeral range (net.ipv4.ip_local_port_range), for a process that binds
+// its port again after a restart (an etcd member, an aggregator replica). In
+// the ephemeral range the kernel may hand the port, between the stop and the
+// restart, to any ":0" listener or outgoing connection of a test running in
+// parallel; below it, only an explicit bind takes it.
+func RebindablePort() (int, error) {
+	low := 32768
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		if f := strings.Fields(string(b)); len(f) == 2 {
+			if v, err := strconv.Atoi(f[0]); err == nil {
+				low = v
+			}
+		}
+	}
+	const first = 10000
+	if low < first+1000 {
+		return FreePort() // no room below the range: the best left is a free port
+	}
+	for range 200 {
+		p := first + rand.IntN(low-first)
+		l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p))
+		if err != nil {
+			continue
+		}
+		_ = l.Close()
+		return p, nil
+	}
+	return 0, fmt.Errorf("no free port on 127.0.0.1 in [%d, %d)", first, low)
 }
 
 // process is a child process with its log file.

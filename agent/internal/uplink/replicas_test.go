@@ -4,13 +4,11 @@ import (
 	"bufio"
 	"encoding/json"
 	"fmt"
-	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -19,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/cozystack/cozy-health/pkg/tlsutil"
+	"github.com/cozystack/cozy-health/test/harness"
 )
 
 // The aggregator replicas of these tests are real ingest servers, each its
@@ -70,36 +69,13 @@ type replicaProc struct {
 	accepted []accepted
 }
 
-// freeAddr returns a free loopback address whose port lies below the kernel's
-// ephemeral range (ip_local_port_range). A replica is restarted on its port
-// seconds after it was killed; an ephemeral port could meanwhile be handed to
-// another process (a ":0" listener or an outgoing connection of a test running
-// in parallel), and the restarted replica would then find it taken, while the
-// readiness probe reached the intruder. Below the range, only an explicit bind
-// takes a port.
+// freeAddr returns a free loopback address a replica can bind again after
+// it was killed (see harness.RebindablePort).
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	low := 32768
-	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
-		if f := strings.Fields(string(b)); len(f) == 2 {
-			if v, err := strconv.Atoi(f[0]); err == nil {
-				low = v
-			}
-		}
-	}
-	const first = 10000
-	require.Greater(t, low, first+1000, "ip_local_port_range starts too low to pick ports below it")
-	for range 200 {
-		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(first+rand.IntN(low-first)))
-		ln, err := net.Listen("tcp", addr)
-		if err != nil {
-			continue
-		}
-		require.NoError(t, ln.Close())
-		return addr
-	}
-	t.Fatalf("no free loopback port in [%d, %d)", first, low)
-	return ""
+	p, err := harness.RebindablePort()
+	require.NoError(t, err)
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(p))
 }
 
 // startReplica starts an ingest server on a free loopback port with the given
