@@ -180,8 +180,8 @@ func (d *Damper) Apply(cs *ComponentStatus, now time.Time) {
 	desired, desiredReason := cs.Overall, cs.Reason
 	held := d.applyOverall(cs, now)
 	held += d.applyNodes(cs, now)
-	held += d.applyConditions(cs, now)
 	floorOverall(cs, desired, desiredReason)
+	held += d.applyConditions(cs, now)
 	d.worsening[cs.Component] = held
 }
 
@@ -213,6 +213,33 @@ func floorOverall(cs *ComponentStatus, desired report.Status, desiredReason stri
 	if floor != desired {
 		cs.Reason = ReasonNodesNotHealthy
 	}
+}
+
+// releases tells whether a condition whose worsening to desired is held
+// must be published at once because what it would keep published (was) is
+// greener than the node states already published beside it: the same floor
+// as the overall's (floorOverall), for a condition pinned to a node by that
+// node's published state, for any other by the worst published node state.
+// Without it etcd's Quorum condition read True ("3 of 3 healthy") for the
+// Degraded hold while member c's entry already read Unknown beside it. A
+// condition whose facts are all held (node a's FsyncProbe turning
+// Degraded, a's entry held too) stays held.
+func releases(cs *ComponentStatus, c *Condition, was report.Status) bool {
+	worst := report.StatusHealthy
+	if c.Node != "" {
+		if ns, ok := cs.Nodes[c.Node]; ok {
+			worst = ns.Status
+		}
+	} else {
+		for _, ns := range cs.Nodes {
+			worst = report.Worse(worst, ns.Status)
+		}
+	}
+	floor := c.Severity
+	if worst.Rank() < floor.Rank() {
+		floor = worst
+	}
+	return was.Rank() < floor.Rank()
 }
 
 // applyOverall damps the component's overall and reason; it returns 1
@@ -276,7 +303,8 @@ func (d *Damper) applyNodes(cs *ComponentStatus, now time.Time) (held int) {
 }
 
 // applyConditions damps every condition (a held one is replaced whole by
-// the published one), stamps its LastTransition (from the seed when a new
+// the published one, unless releases says the node states published beside
+// it already read worse), stamps its LastTransition (from the seed when a new
 // fact says what the object already says) and forgets conditions that are
 // gone; it returns how many worsenings it holds.
 func (d *Damper) applyConditions(cs *ComponentStatus, now time.Time) (held int) {
@@ -300,6 +328,9 @@ func (d *Damper) applyConditions(cs *ComponentStatus, now time.Time) (held int) 
 		}
 		tc.gen = d.gen
 		next, pub := Step(tc.Track, seen, c.Severity, now, d.holds)
+		if !pub && releases(cs, c, next.Published) {
+			next, pub = Track{Published: c.Severity, Since: now}, true
+		}
 		tc.Track = next
 		if next.Worsening {
 			held++

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/cozystack/cozy-health/pkg/report"
@@ -214,4 +215,52 @@ func TestDamperOverallNeverBetterThanPublishedNodes(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestDamperConditionNeverGreenerThanPublishedNodes: a held condition is
+// published at once when the node states published beside it already read
+// worse than what it would keep; one whose facts are all held stays held.
+func TestDamperConditionNeverGreenerThanPublishedNodes(t *testing.T) {
+	h := Holds{Degraded: 10 * time.Second}
+	quorum := func(s report.Status, reason string) Condition {
+		return Condition{Type: "Quorum", Severity: s, Reason: reason}
+	}
+	etcd := func(c report.Status, q Condition) *ComponentStatus {
+		return &ComponentStatus{Component: report.ComponentEtcd, Overall: q.Severity, Reason: q.Reason,
+			Nodes:      map[string]NodeState{"a": {Status: H}, "b": {Status: H}, "c": {Status: c}},
+			Conditions: []Condition{q, {Type: "EtcdMember", Node: "a", Severity: H, Reason: "MemberHealthy"}}}
+	}
+	d := NewDamper(h)
+	cs := etcd(H, quorum(H, ReasonQuorumHealthy))
+	d.Apply(cs, t0)
+	require.Equal(t, ReasonQuorumHealthy, cs.Conditions[0].Reason)
+
+	// c goes silent: its entry reads Unknown at once (no Unknown hold), so
+	// the Quorum condition may not keep saying all members are healthy.
+	cs = etcd(U, quorum(G, ReasonQuorumAtRisk))
+	d.Apply(cs, t0.Add(time.Second))
+	assert.Equal(t, U, cs.Overall)
+	assert.Equal(t, ReasonQuorumAtRisk, cs.Conditions[0].Reason, "released: c's Unknown entry is published beside it")
+	assert.Equal(t, t0.Add(time.Second), cs.Conditions[0].LastTransition)
+	assert.Equal(t, "MemberHealthy", cs.Conditions[1].Reason)
+	assert.True(t, d.Holding(), "the overall's worsening to Degraded is still held")
+
+	// A node-pinned condition follows its own node: a's FsyncProbe turning
+	// Degraded with a's entry held stays held; b's entry published Down
+	// releases b's condition.
+	disk := func(a, b report.Status, ca, cb Condition) *ComponentStatus {
+		ca.Node, cb.Node, ca.Type, cb.Type = "a", "b", "FsyncProbe", "FsyncProbe"
+		return &ComponentStatus{Component: report.ComponentDisk, Overall: report.Worse(a, b), Reason: ReasonNodesNotHealthy,
+			Nodes: map[string]NodeState{"a": {Status: a}, "b": {Status: b}}, Conditions: []Condition{ca, cb}}
+	}
+	fine := Condition{Severity: H, Reason: "FsyncFast"}
+	d = NewDamper(h)
+	d.Apply(disk(H, H, fine, fine), t0)
+	cs = disk(G, D, Condition{Severity: G, Reason: "FsyncSlow"}, Condition{Severity: G, Reason: "FsyncSlow"})
+	d.Apply(cs, t0.Add(time.Second))
+	assert.Equal(t, H, cs.Nodes["a"].Status, "a's Degraded entry is held")
+	assert.Equal(t, "FsyncFast", cs.Conditions[0].Reason, "and so is a's condition")
+	assert.Equal(t, D, cs.Nodes["b"].Status, "b's Down entry is published at once")
+	assert.Equal(t, "FsyncSlow", cs.Conditions[1].Reason, "b's condition is released")
+	assert.True(t, d.Holding())
 }
