@@ -111,9 +111,22 @@ func TestDefaultsRender(t *testing.T) {
 		kinds[m.Kind]++
 	}
 	assert.Zero(t, kinds["Namespace"], "Helm installs never own the namespace by default")
-	for _, k := range []string{"DaemonSet", "Deployment", "Service", "PodDisruptionBudget", "NetworkPolicy", "ConfigMap"} {
+	for _, k := range []string{"DaemonSet", "Deployment", "PodDisruptionBudget", "NetworkPolicy", "ConfigMap"} {
 		assert.Equal(t, 1, kinds[k], k)
 	}
+	assert.Equal(t, 2, kinds["Service"], "the aggregator's (ready replicas: drain-check, scrapes) and the agents' -ingest")
+	svc, err := r.Object("Service", "cozy-health-aggregator")
+	require.NoError(t, err)
+	assert.Nil(t, nested(t, svc, "spec", "publishNotReadyAddresses"), "the API service proxy reaches only ready replicas")
+	ingest, err := r.Object("Service", "cozy-health-aggregator-ingest")
+	require.NoError(t, err)
+	assert.Equal(t, true, nested(t, ingest, "spec", "publishNotReadyAddresses"), "agents reach a warming replica")
+	assert.Equal(t, "None", nested(t, ingest, "spec", "clusterIP"))
+	assert.Equal(t, nested(t, svc, "spec", "selector"), nested(t, ingest, "spec", "selector"))
+	assert.NotContains(t, ingest.GetLabels(), "app.kubernetes.io/name", "no monitor selects it: scrapes go through the ready Service")
+	cfgText := configYAML(t, r)
+	assert.Contains(t, cfgText, "tls-service: cozy-health-aggregator,cozy-health-aggregator-ingest")
+	assert.Contains(t, cfgText, "warm-up-max: 45s")
 	assert.Equal(t, 2, kinds["ClusterRoleBinding"], "aggregator; the adapters' Health objects in every namespace")
 	assert.Equal(t, 2, kinds["Role"], "Health objects and Lease; the TLS Secret and CA ConfigMap")
 	assert.Equal(t, 2, kinds["RoleBinding"])
@@ -122,7 +135,7 @@ func TestDefaultsRender(t *testing.T) {
 	ds, err := r.Object("DaemonSet", "cozy-health-agent")
 	require.NoError(t, err)
 	args := containerArgs(t, ds)
-	assert.Contains(t, args, "--aggregator=cozy-health-aggregator.cozy-health.svc:9443")
+	assert.Contains(t, args, "--aggregator=cozy-health-aggregator-ingest.cozy-health.svc:9443", "the Service that lists warming replicas too")
 	assert.Contains(t, args, "--talos-node=$(HOST_IP)")
 	assert.Contains(t, args, "--drbdsetup=", "the image has no drbdsetup: DRBD state comes from LINSTOR")
 	assert.Contains(t, args, "--etcd-db-quota-bytes=2147483648", "no float formatting of large integers")

@@ -107,7 +107,10 @@ func TestTLSCertManagerWhenServed(t *testing.T) {
 	assert.Equal(t, "cozy-health-aggregator-ca", nested(t, srv, "spec", "issuerRef", "name"))
 	assert.Equal(t, "2160h", nested(t, srv, "spec", "duration"))
 	assert.Equal(t, []any{"cozy-health-aggregator", "cozy-health-aggregator.cozy-health", "cozy-health-aggregator.cozy-health.svc",
-		"cozy-health-aggregator.cozy-health.svc.cluster.local", "aggregator.example.org"}, nested(t, srv, "spec", "dnsNames"))
+		"cozy-health-aggregator.cozy-health.svc.cluster.local",
+		"cozy-health-aggregator-ingest", "cozy-health-aggregator-ingest.cozy-health", "cozy-health-aggregator-ingest.cozy-health.svc",
+		"cozy-health-aggregator-ingest.cozy-health.svc.cluster.local", "aggregator.example.org"}, nested(t, srv, "spec", "dnsNames"),
+		"both Services' names: the agents dial the -ingest one")
 	assert.Equal(t, []any{"10.0.0.7"}, nested(t, srv, "spec", "ipAddresses"))
 	assert.Equal(t, []any{"server auth", "digital signature"}, nested(t, srv, "spec", "usages"))
 

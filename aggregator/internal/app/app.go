@@ -113,7 +113,13 @@ type App struct {
 	secretInformers informers.SharedInformerFactory
 
 	grpcLis, httpLis, metLis net.Listener
-	ready                    atomic.Bool
+	// ready is set when the warm-up is done (see warmUp); warming says,
+	// until then, how far it is.
+	ready   atomic.Bool
+	warming atomic.Pointer[string]
+	// nodesSynced tells whether the Node informer has synced: until it
+	// has, the expected nodes are not known.
+	nodesSynced func() bool
 }
 
 // RestConfig returns the client configuration --kubeconfig names, or the
@@ -192,6 +198,7 @@ func New(cfg config.Config, log *zap.Logger, opts Options) (a *App, err error) {
 
 	a.informers = informers.NewSharedInformerFactory(a.kube, 10*time.Minute)
 	nodes := a.informers.Core().V1().Nodes()
+	a.nodesSynced = nodes.Informer().HasSynced
 	if err := trackNodes(nodes.Informer(), a.state, a.nodes, a.clock.Now, a.base); err != nil {
 		return nil, err
 	}
@@ -256,7 +263,11 @@ func New(cfg config.Config, log *zap.Logger, opts Options) (a *App, err error) {
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
 		if !a.ready.Load() {
-			http.Error(w, "warming up: ingesting reports before publishing", http.StatusServiceUnavailable)
+			msg := "warming up: ingesting reports before publishing"
+			if p := a.warming.Load(); p != nil {
+				msg = *p
+			}
+			http.Error(w, msg, http.StatusServiceUnavailable)
 			return
 		}
 		if !a.servingCertLoaded() {
@@ -343,6 +354,7 @@ func (a *App) Registry() *prometheus.Registry { return a.reg }
 // held Lease is released, the servers drain. Everything the aggregator runs
 // is a goroutine of this errgroup: the first to fail stops the others.
 func (a *App) Run(ctx context.Context) error {
+	start := a.clock.Now()
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
 		// The shared informers (see App.informers): started here, stopped
@@ -385,15 +397,10 @@ func (a *App) Run(ctx context.Context) error {
 		g.Go(func() error { return a.certs.Run(ctx) })
 	}
 	g.Go(func() error {
-		// Warm up: every replica receives every node's stream within one
-		// interval; a leader that published before that would drop nodes.
-		select {
-		case <-ctx.Done():
+		if !a.warmUp(ctx, start) {
 			return nil
-		case <-a.clock.After(a.cfg.WarmUp):
 		}
 		a.ready.Store(true)
-		a.log.Info("warm-up done, campaigning for the Lease", zap.Int("nodes", a.state.Len()))
 		if a.cfg.TrimStartupPages {
 			if res, err := memtrim.Executable(); err != nil {
 				a.log.Warn("trim start-up pages", zap.Error(err))
@@ -447,7 +454,7 @@ func (a *App) seedTransitions(ctx context.Context) {
 		a.log.Warn("read Health objects to keep their lastTransitionTime; transitions date from this start", zap.Error(err))
 		return
 	}
-	until := a.clock.Now().Add(a.cfg.WarmUp + 2*a.engine.cfg.Grace(0))
+	until := a.clock.Now().Add(max(a.cfg.WarmUp, a.cfg.WarmUpMax) + 2*a.engine.cfg.Grace(0))
 	a.engine.Seed(list.Items, until)
 	a.log.Info("seeded condition transitions from the Health objects", zap.Int("objects", len(list.Items)), zap.Time("until", until))
 }

@@ -60,7 +60,7 @@ func testConfig(t *testing.T, identity string) config.Config {
 	cfg.FreshForMultiple = 6
 	cfg.RefreshPeriod = 2 * time.Second
 	cfg.RollupPeriod = 250 * time.Millisecond
-	cfg.WarmUp = 0
+	cfg.WarmUp, cfg.WarmUpMax = 0, 0 // TestWarmUpWaitsForEveryExpectedNode sets them
 	cfg.WritesPerSecond, cfg.WriteBurst = 20, 6
 	cfg.DampDegraded = 0
 	cfg.Listen, cfg.HTTPAddr, cfg.MetricsAddr = "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"

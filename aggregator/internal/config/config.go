@@ -50,6 +50,11 @@ type Config struct {
 	// WarmUp is how long a replica ingests before it campaigns for the
 	// Lease, so a fresh leader never publishes a half-filled state.
 	WarmUp time.Duration
+	// WarmUpMax is how long, from its start, a replica waits for every
+	// expected node (a Node matching --node-selector) to report to it before
+	// it campaigns anyway; agents find a new replica when they next resolve
+	// the Service (every 30 s). 0: campaign after WarmUp without waiting.
+	WarmUpMax time.Duration
 
 	// MetricsAddr serves /metrics (--metrics-addr).
 	MetricsAddr string
@@ -196,6 +201,7 @@ func Default() Config {
 		Identity:            id,
 		ReportInterval:      5 * time.Second,
 		WarmUp:              6 * time.Second,
+		WarmUpMax:           45 * time.Second,
 		MetricsAddr:         ":9090",
 		HTTPAddr:            ":8080",
 		Listen:              ":9443",
@@ -242,6 +248,7 @@ func bind(fs *flag.FlagSet, c *Config) {
 	fs.DurationVar(&c.HeartbeatGrace, "heartbeat-grace", c.HeartbeatGrace, "silence after which a node's entries read Unknown (0: 3x the node's interval)")
 	fs.DurationVar(&c.ReportInterval, "report-interval", c.ReportInterval, "report interval asked of agents; unit of --fresh-for-multiple")
 	fs.DurationVar(&c.WarmUp, "warm-up", c.WarmUp, "how long to ingest before campaigning for the Lease")
+	fs.DurationVar(&c.WarmUpMax, "warm-up-max", c.WarmUpMax, "how long from start to wait for every expected node to report before campaigning anyway (0: do not wait for nodes)")
 	fs.StringVar(&c.MetricsAddr, "metrics-addr", c.MetricsAddr, "address serving /metrics")
 	fs.StringVar(&c.HTTPAddr, "http-addr", c.HTTPAddr, "address serving /healthz, /readyz and the drain-check API")
 	fs.StringVar(&c.Listen, "listen", c.Listen, "gRPC ingest address")
@@ -335,6 +342,9 @@ func (c *Config) Validate() error {
 	}
 	if c.WarmUp < 0 {
 		bad("warm-up", "must be >= 0, got %s", c.WarmUp)
+	}
+	if c.WarmUpMax < 0 {
+		bad("warm-up-max", "must be >= 0 (0: do not wait for nodes), got %s", c.WarmUpMax)
 	}
 	if c.Listen == "" {
 		bad("listen", "must not be empty")

@@ -87,9 +87,16 @@ it). tls.mode auto picks cert-manager when the cluster serves its API.
 
 {{/* The DNS names of the aggregator Service, one per line. */}}
 {{- define "cozy-health.serviceNames" -}}
-{{- $svc := include "cozy-health.aggregator" . -}}
+{{- $root := . -}}
+{{- range $i, $svc := list (include "cozy-health.aggregator" $root) (include "cozy-health.aggregatorIngest" $root) }}
+{{- if $i }}
+{{ end -}}
 {{ $svc }}
-{{ $svc }}.{{ .Release.Namespace }}
-{{ $svc }}.{{ .Release.Namespace }}.svc
-{{ $svc }}.{{ .Release.Namespace }}.svc.{{ trimSuffix "." .Values.tls.clusterDomain }}
+{{ $svc }}.{{ $root.Release.Namespace }}
+{{ $svc }}.{{ $root.Release.Namespace }}.svc
+{{ $svc }}.{{ $root.Release.Namespace }}.svc.{{ trimSuffix "." $root.Values.tls.clusterDomain }}
 {{- end }}
+{{- end }}
+
+{{/* The headless Service the agents dial: every replica, ready or warming. */}}
+{{- define "cozy-health.aggregatorIngest" -}}{{ include "cozy-health.aggregator" . }}-ingest{{- end }}

@@ -1,0 +1,98 @@
+package app
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/cozystack/cozy-health/aggregator/internal/state"
+)
+
+// warmUpPoll is how often the warm-up looks at which nodes have reported.
+const warmUpPoll = 250 * time.Millisecond
+
+// warmUp waits until this replica may campaign for the Lease, and tells
+// /readyz how far it is: --warm-up has passed, and every expected node
+// (every Node matching --node-selector) has reported to this replica, or
+// --warm-up-max has passed since start. A replica that took the Lease with a
+// half-filled view would write every node whose agent has not found it yet
+// as Unknown/HeartbeatMissed, although those agents report, to the other
+// replicas: agents learn of a new replica when they next resolve the
+// Service, up to 30 s after it appears. It returns false when ctx ended.
+func (a *App) warmUp(ctx context.Context, start time.Time) bool {
+	a.setWarming(fmt.Sprintf("warming up: ingesting reports for %s before campaigning for the Lease", a.cfg.WarmUp))
+	select {
+	case <-ctx.Done():
+		return false
+	case <-a.clock.After(a.cfg.WarmUp):
+	}
+	if a.cfg.WarmUpMax <= 0 {
+		a.log.Info("warm-up done, campaigning for the Lease", zap.Int("nodes", a.state.Len()))
+		return true
+	}
+	deadline := start.Add(a.cfg.WarmUpMax)
+	for {
+		synced := a.nodesSynced()
+		reported, missing := unreported(a.state)
+		if synced && len(missing) == 0 {
+			a.log.Info("warm-up done: every expected node reported, campaigning for the Lease",
+				zap.Int("nodes", reported), zap.Duration("after", a.clock.Since(start)))
+			return true
+		}
+		if !a.clock.Now().Before(deadline) {
+			a.log.Warn("warm-up ran out: campaigning for the Lease although expected nodes have not reported to this replica; they read Unknown until they do",
+				zap.Int("reported", reported), zap.Int("missing", len(missing)), zap.Strings("missingNodes", firstN(missing, 10)),
+				zap.Bool("nodesSynced", synced), zap.Duration("warmUpMax", a.cfg.WarmUpMax))
+			return true
+		}
+		if synced {
+			a.setWarming(fmt.Sprintf("warming up: %d of %d expected nodes reported (waiting for %s) until %s",
+				reported, reported+len(missing), joinFirst(missing, 3), deadline.UTC().Format(time.RFC3339)))
+		} else {
+			a.setWarming("warming up: waiting for the Node informer to sync")
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-a.clock.After(warmUpPoll):
+		}
+	}
+}
+
+func (a *App) setWarming(msg string) { a.warming.Store(&msg) }
+
+// unreported counts the nodes of st that have reported and lists, sorted,
+// those expected that have not (Entry.Report nil).
+func unreported(st *state.State) (reported int, missing []string) {
+	st.Read(func(nodes map[string]state.Entry) {
+		for name, e := range nodes {
+			if e.Report == nil {
+				missing = append(missing, name)
+			} else {
+				reported++
+			}
+		}
+	})
+	slices.Sort(missing)
+	return reported, missing
+}
+
+func firstN(s []string, n int) []string { return s[:min(n, len(s))] }
+
+// joinFirst joins the first n names of s, saying how many more there are.
+func joinFirst(s []string, n int) string {
+	out := ""
+	for i, x := range firstN(s, n) {
+		if i > 0 {
+			out += ", "
+		}
+		out += x
+	}
+	if len(s) > n {
+		out += fmt.Sprintf(" and %d more", len(s)-n)
+	}
+	return out
+}
