@@ -82,7 +82,13 @@ func freeAddr(t *testing.T) string {
 // TLS files and extra flags.
 func startReplica(t *testing.T, files tlsutil.Files, extra ...string) *replicaProc {
 	t.Helper()
-	r := &replicaProc{t: t, addr: freeAddr(t)}
+	return startReplicaAt(t, files, freeAddr(t), extra...)
+}
+
+// startReplicaAt is startReplica on addr.
+func startReplicaAt(t *testing.T, files tlsutil.Files, addr string, extra ...string) *replicaProc {
+	t.Helper()
+	r := &replicaProc{t: t, addr: addr}
 	r.args = append([]string{"--listen", r.addr, "--tls-cert", files.CertFile, "--tls-key", files.KeyFile}, extra...)
 	r.start()
 	t.Cleanup(r.kill)

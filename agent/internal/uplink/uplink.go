@@ -64,8 +64,13 @@ type Config struct {
 	// InsecureDevKeyFile, when set, signs with a static key from this file
 	// instead of a fresh in-memory key (--insecure-dev-key-file).
 	InsecureDevKeyFile string
-	// ResolveInterval is how often DNS names are re-resolved.
+	// ResolveInterval is how often DNS names are re-resolved while every
+	// replica streams; while none resolved or one does not stream, sooner
+	// (from 1 s, doubling up to 8 s), as a replaced replica's pod shows up
+	// in DNS within seconds.
 	ResolveInterval time.Duration
+	// Resolver resolves the Aggregators' names; nil is net.DefaultResolver.
+	Resolver *net.Resolver
 
 	// AgentVersion is sent in the Hello and stamped on reports that carry
 	// none; defaults to version.Version.
@@ -284,16 +289,48 @@ func (u *Uplink) Run(ctx context.Context) error {
 		u.mu.Unlock()
 		wg.Wait()
 	}()
-	t := time.NewTicker(u.cfg.ResolveInterval)
+	t := time.NewTimer(0)
 	defer t.Stop()
+	quick := resolveRetryInitial
 	for {
-		u.reconcile(ctx, u.resolve(ctx), &wg)
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-t.C:
 		}
+		targets := u.resolve(ctx)
+		u.reconcile(ctx, targets, &wg)
+		wait := u.cfg.ResolveInterval
+		if len(targets) == 0 || !u.allConnected() {
+			// Nothing to stream to yet (a fresh install), or a replica that
+			// does not answer (its pod gone): the new pod is in DNS within
+			// seconds, and a warming replica waits for this node's reports.
+			wait, quick = min(quick, wait), min(2*quick, resolveRetryMax)
+		} else {
+			quick = resolveRetryInitial
+		}
+		t.Reset(wait)
 	}
+}
+
+// The quick re-resolves wait 1 s, doubling up to 8 s: a replacement
+// replica is found within seconds, and a thousand agents of a cluster whose
+// replicas are all down ask the cluster DNS about 125 times a second.
+const (
+	resolveRetryInitial = time.Second
+	resolveRetryMax     = 8 * time.Second
+)
+
+// allConnected tells whether every replica's stream is open.
+func (u *Uplink) allConnected() bool {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	for _, r := range u.replicas {
+		if !r.connected.Load() {
+			return false
+		}
+	}
+	return true
 }
 
 // target is one replica to dial: an IP address and port, and the name its
@@ -313,7 +350,7 @@ func (u *Uplink) resolve(ctx context.Context) map[string]target {
 			ts = []target{{addr: net.JoinHostPort(ip.String(), port), serverName: host}}
 		} else {
 			rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-			ips, err := net.DefaultResolver.LookupIPAddr(rctx, host)
+			ips, err := u.resolver().LookupIPAddr(rctx, host)
 			cancel()
 			if err != nil || len(ips) == 0 {
 				u.mu.Lock()
@@ -336,6 +373,13 @@ func (u *Uplink) resolve(ctx context.Context) map[string]target {
 		}
 	}
 	return out
+}
+
+func (u *Uplink) resolver() *net.Resolver {
+	if u.cfg.Resolver != nil {
+		return u.cfg.Resolver
+	}
+	return net.DefaultResolver
 }
 
 // reconcile starts a replica goroutine per new target and stops those of
