@@ -164,6 +164,11 @@ func TestChartOnRealNode(t *testing.T) {
 	require.NoError(t, err)
 	leader := *lease.Spec.HolderIdentity
 	t.Logf("leader %s; killing its pod", leader)
+	known := map[string]bool{}
+	for _, p := range waitReady(ctx, t, cs, "app.kubernetes.io/name=cozy-health-aggregator", 3) {
+		known[p.Name] = true
+	}
+	deletedAt := time.Now()
 	require.NoError(t, cs.CoreV1().Pods(releaseNS).Delete(ctx, leader, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}))
 	require.NoError(t, wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
 		l, err := cs.CoordinationV1().Leases(platformNS).Get(ctx, leaseName, metav1.GetOptions{})
@@ -174,6 +179,23 @@ func TestChartOnRealNode(t *testing.T) {
 	}), "another replica takes the Lease")
 	killedAt := time.Now()
 	waitFresh(ctx, t, hc, "disk", func(h *healthv1alpha1.Health) bool { return h.Status.ObservedAt.After(killedAt) })
+	// The Deployment's replacement reads Ready only once the agent found it
+	// through the -ingest Service (which lists it while it warms up) and
+	// its reports arrived.
+	var replacement *corev1.Pod
+	require.NoError(t, wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		for _, p := range waitReady(ctx, t, cs, "app.kubernetes.io/name=cozy-health-aggregator", 3) {
+			if !known[p.Name] {
+				replacement = &p
+				return true, nil
+			}
+		}
+		return false, nil
+	}), "the Deployment's replacement replica reads Ready")
+	t.Logf("replacement %s Ready %s after the leader's pod was deleted", replacement.Name, time.Since(deletedAt).Round(time.Millisecond))
+	m := scrape(ctx, t, cs, replacement)
+	assert.Equal(t, 1.0, m["cozy_health_ingest_streams"], "the replacement has the agent's stream")
+	assert.Positive(t, m["cozy_health_reports_accepted_total"], "and accepted its reports before reading Ready")
 
 	// helm uninstall leaves nothing of the release but the CRD.
 	rel, err := h.Last()

@@ -125,10 +125,11 @@ func portOnBoth(t *testing.T) string {
 
 // TestFindsReplicasSoonerThanTheResolveInterval: with a 10 minute resolve
 // interval, the agent still finds the first replica of a fresh install
-// (the name resolved to nothing) and the pod that replaced a dead one
-// within seconds, by resolving again soon while it has nothing to stream
-// to or a replica does not answer; once every replica streams it goes back
-// to the interval.
+// (the name resolved to nothing) and the pod that replaced a deleted one
+// (gone from DNS before its replacement appears) within seconds, by
+// resolving again soon while it has nothing to stream to, a replica does
+// not answer, or the replicas changed recently; once they have settled it
+// goes back to the interval.
 func TestFindsReplicasSoonerThanTheResolveInterval(t *testing.T) {
 	const host = "cozy-health-aggregator-ingest.cozy-health.svc"
 	l := newLab(t, host)
@@ -137,7 +138,7 @@ func TestFindsReplicasSoonerThanTheResolveInterval(t *testing.T) {
 	u, err := New(Config{
 		Aggregators: []string{net.JoinHostPort(host, port)}, CAFile: l.files.CAFile, NodeName: "cp1", InsecureDevKeyFile: l.keyFile,
 		BackoffInitial: 100 * time.Millisecond, BackoffMax: 500 * time.Millisecond, AckTimeout: 2 * time.Second,
-		ResolveInterval: 10 * time.Minute, Resolver: dns.resolver(),
+		ResolveInterval: 10 * time.Minute, ResolveUnsettled: 5 * time.Second, Resolver: dns.resolver(),
 	}, zaptest.NewLogger(t))
 	require.NoError(t, err)
 	runUplink(t, u)
@@ -153,8 +154,14 @@ func TestFindsReplicasSoonerThanTheResolveInterval(t *testing.T) {
 		"the first replica gets reports long before the 10 minute resolve interval")
 	t.Logf("first replica streamed to %s after it was listed", time.Since(listed).Round(time.Millisecond))
 
-	// Its pod is replaced by one with another address.
+	// Its pod is deleted: it leaves the Service at once, and the
+	// Deployment's replacement, with another address, joins it seconds
+	// later, while the agent streams to every replica it knows of.
 	first.kill()
+	dns.set()
+	for n := dns.aQueries.Load(); dns.aQueries.Load() < n+2; {
+		time.Sleep(50 * time.Millisecond)
+	}
 	second := startReplicaAt(t, l.files, net.JoinHostPort("127.0.0.2", port), "--insecure-dev-keys-dir", l.keysDir)
 	dns.set("127.0.0.2")
 	listed = time.Now()
@@ -166,11 +173,12 @@ func TestFindsReplicasSoonerThanTheResolveInterval(t *testing.T) {
 		return !gone
 	}, 30*time.Second, 50*time.Millisecond, "the dead replica, gone from DNS, is dropped")
 
-	// Every replica streams: no more quick resolves.
+	// Every replica streams and none came or went for ResolveUnsettled:
+	// no more quick resolves (they are at most 8 s apart).
 	require.Eventually(t, func() bool {
 		n := dns.aQueries.Load()
-		time.Sleep(3 * time.Second)
+		time.Sleep(10 * time.Second)
 		return dns.aQueries.Load() == n
-	}, 40*time.Second, 10*time.Millisecond, "resolves settle back to the interval")
+	}, time.Minute, 10*time.Millisecond, "resolves settle back to the interval")
 	assert.True(t, u.Status()[second.addr].Connected)
 }

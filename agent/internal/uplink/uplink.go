@@ -37,11 +37,12 @@ import (
 
 // Defaults of the tunables; a zero value in Config means the default.
 const (
-	DefaultResolveInterval = 30 * time.Second
-	DefaultBackoffInitial  = 500 * time.Millisecond
-	DefaultBackoffMax      = 30 * time.Second
-	DefaultHelloTimeout    = 10 * time.Second
-	DefaultAckTimeout      = 10 * time.Second
+	DefaultResolveInterval  = 30 * time.Second
+	DefaultResolveUnsettled = time.Minute
+	DefaultBackoffInitial   = 500 * time.Millisecond
+	DefaultBackoffMax       = 30 * time.Second
+	DefaultHelloTimeout     = 10 * time.Second
+	DefaultAckTimeout       = 10 * time.Second
 	// DefaultKeepaliveTime is grpc-go's floor for client pings; with
 	// DefaultKeepaliveTimeout a silent replica is dropped within 15 s, or
 	// within AckTimeout of the first report it leaves unanswered.
@@ -64,11 +65,15 @@ type Config struct {
 	// InsecureDevKeyFile, when set, signs with a static key from this file
 	// instead of a fresh in-memory key (--insecure-dev-key-file).
 	InsecureDevKeyFile string
-	// ResolveInterval is how often DNS names are re-resolved while every
-	// replica streams; while none resolved or one does not stream, sooner
-	// (from 1 s, doubling up to 8 s), as a replaced replica's pod shows up
-	// in DNS within seconds.
+	// ResolveInterval is how often DNS names are re-resolved while the
+	// replicas stay the same and every one streams; for a minute after they
+	// changed, and while none resolved or one does not stream, sooner (from
+	// 1 s, doubling up to 8 s), as a replaced replica's pod shows up in DNS
+	// within seconds.
 	ResolveInterval time.Duration
+	// ResolveUnsettled is how long after the replicas changed the quick
+	// re-resolves go on (default 1 min).
+	ResolveUnsettled time.Duration
 	// Resolver resolves the Aggregators' names; nil is net.DefaultResolver.
 	Resolver *net.Resolver
 
@@ -100,6 +105,7 @@ func (c Config) withDefaults() Config {
 		}
 	}
 	def(&c.ResolveInterval, DefaultResolveInterval)
+	def(&c.ResolveUnsettled, DefaultResolveUnsettled)
 	def(&c.BackoffInitial, DefaultBackoffInitial)
 	def(&c.BackoffMax, DefaultBackoffMax)
 	def(&c.HelloTimeout, DefaultHelloTimeout)
@@ -136,7 +142,7 @@ func (c Config) Validate() error {
 	if c.BackoffInitial < 0 || c.BackoffMax < c.BackoffInitial {
 		errs = append(errs, errors.New("backoff must be positive with max >= initial"))
 	}
-	if c.ResolveInterval < 0 || c.HelloTimeout < 0 || c.AckTimeout < 0 || c.KeepaliveTime < 0 || c.KeepaliveTimeout < 0 {
+	if c.ResolveInterval < 0 || c.ResolveUnsettled < 0 || c.HelloTimeout < 0 || c.AckTimeout < 0 || c.KeepaliveTime < 0 || c.KeepaliveTimeout < 0 {
 		errs = append(errs, errors.New("intervals and timeouts must not be negative"))
 	}
 	return errors.Join(errs...)
@@ -292,6 +298,8 @@ func (u *Uplink) Run(ctx context.Context) error {
 	t := time.NewTimer(0)
 	defer t.Stop()
 	quick := resolveRetryInitial
+	var last map[string]target
+	var unsettledUntil time.Time
 	for {
 		select {
 		case <-ctx.Done():
@@ -300,11 +308,18 @@ func (u *Uplink) Run(ctx context.Context) error {
 		}
 		targets := u.resolve(ctx)
 		u.reconcile(ctx, targets, &wg)
+		now := time.Now()
+		if len(targets) == 0 || !sameTargets(last, targets) || !u.allConnected() {
+			// Nothing to stream to yet (a fresh install), replicas that came
+			// or went, or one that does not answer (its pod gone): more
+			// changes follow within seconds (the Deployment replaces a
+			// deleted pod, a rollout goes on), and a warming replica waits
+			// for this node's reports.
+			unsettledUntil = now.Add(u.cfg.ResolveUnsettled)
+		}
+		last = targets
 		wait := u.cfg.ResolveInterval
-		if len(targets) == 0 || !u.allConnected() {
-			// Nothing to stream to yet (a fresh install), or a replica that
-			// does not answer (its pod gone): the new pod is in DNS within
-			// seconds, and a warming replica waits for this node's reports.
+		if now.Before(unsettledUntil) {
 			wait, quick = min(quick, wait), min(2*quick, resolveRetryMax)
 		} else {
 			quick = resolveRetryInitial
@@ -313,13 +328,26 @@ func (u *Uplink) Run(ctx context.Context) error {
 	}
 }
 
-// The quick re-resolves wait 1 s, doubling up to 8 s: a replacement
-// replica is found within seconds, and a thousand agents of a cluster whose
+// For ResolveUnsettled after the replicas changed, or while one does not
+// stream, re-resolves wait 1 s, doubling up to 8 s: a replacement replica
+// is found within seconds, and a thousand agents of a cluster whose
 // replicas are all down ask the cluster DNS about 125 times a second.
 const (
 	resolveRetryInitial = time.Second
 	resolveRetryMax     = 8 * time.Second
 )
+
+func sameTargets(a, b map[string]target) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k := range b {
+		if _, ok := a[k]; !ok {
+			return false
+		}
+	}
+	return true
+}
 
 // allConnected tells whether every replica's stream is open.
 func (u *Uplink) allConnected() bool {
