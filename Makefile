@@ -44,8 +44,8 @@ nodebin: testbin ## Build (once, cached outside the repo) kubelet, kube-proxy, k
 	@bash hack/nodebin.sh
 
 .PHONY: test
-test: testbin nodebin promtool build ## Run every test: unit, integration on a real kube-apiserver + etcd, e2e on a real kubelet node, alert rules.
-	COZY_HEALTH_TESTBIN="$(TESTBIN)" COZY_HEALTH_NODEBIN="$(NODEBIN)" COZY_HEALTH_PROMTOOL="$(PROMTOOL)" COZY_HEALTH_BIN="$(CURDIR)/$(BIN)" go test $(GO_TEST_FLAGS) ./...
+test: testbin nodebin promtool build image ## Run every test: unit, integration on a real kube-apiserver + etcd, e2e on a real kubelet node (with the images `make image` ships), alert rules.
+	COZY_HEALTH_TESTBIN="$(TESTBIN)" COZY_HEALTH_NODEBIN="$(NODEBIN)" COZY_HEALTH_PROMTOOL="$(PROMTOOL)" COZY_HEALTH_BIN="$(CURDIR)/$(BIN)" COZY_HEALTH_IMAGES="$(CURDIR)/$(BIN)/images" go test $(GO_TEST_FLAGS) ./...
 
 .PHONY: test-unit
 test-unit: ## The inner loop: every test that needs no apiserver, etcd, kubelet node or built binary (go test -short).

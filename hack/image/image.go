@@ -147,7 +147,8 @@ func main() {
 			fmt.Printf("  linux/%-6s %s  pull %s, binary %s\n", p, pi.Digest, mib(pi.CompressedBytes), mib(pi.BinaryBytes))
 		}
 	}
-	fmt.Printf("\nimport on a node: ctr -n k8s.io images import %s/<name>.oci.tar\n", o.Out)
+	fmt.Printf("\nimport on a node: ctr -n k8s.io images import --digests --base-name %s/<name> %s/<name>.oci.tar\n", o.Registry, o.Out)
+	fmt.Println("  (--digests with --base-name names the image by its digest too, which a pinned pod asks for)")
 	fmt.Printf("pin in the chart: --set agent.image.digest=%s --set aggregator.image.digest=%s\n", digestOf(results, "cozy-health-agent"), digestOf(results, "cozy-health-aggregator"))
 }
 

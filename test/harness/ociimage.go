@@ -144,3 +144,14 @@ func (n *Node) ImportImages(ctx context.Context, archives ...string) error {
 	}
 	return nil
 }
+
+// ImportImagePinned imports an OCI image archive whose image is named
+// repository:tag and also names it repository@digest (ctr's --digests with
+// --base-name), so a pod that pins the image to its digest, as the chart's
+// image.digest does, finds it: the CRI matches a digest reference by name.
+func (n *Node) ImportImagePinned(ctx context.Context, archive, repository string) error {
+	if _, err := n.ctr(ctx, "images", "import", "--platform", "linux/"+runtime.GOARCH, "--digests", "--base-name", repository, archive); err != nil {
+		return fmt.Errorf("import image %s: %w", archive, err)
+	}
+	return nil
+}

@@ -1,6 +1,7 @@
 // Package nodee2e installs the cozy-health Helm chart, with the Helm Go SDK,
 // on a real kubelet node (test/harness StartWithNode): the images `make
-// image` built are imported into the node's containerd, the agent runs as a
+// image` built (the OCI archives a release ships) are imported into the
+// node's containerd and run pinned to their digests, the agent runs as a
 // DaemonSet pod on the host network with its pod-bound token, the three
 // aggregators run on the pod network, and everything a user does after an
 // install is exercised: Health objects, kubectl health through the service
@@ -55,8 +56,12 @@ func TestChartOnRealNode(t *testing.T) {
 
 	bin := os.Getenv("COZY_HEALTH_BIN")
 	require.NotEmpty(t, bin, "COZY_HEALTH_BIN (make build) is required")
+	// The images a release ships (`make image`), run as the chart names
+	// them, pinned to their digests.
+	imagesDir := os.Getenv("COZY_HEALTH_IMAGES")
+	require.NotEmpty(t, imagesDir, "COZY_HEALTH_IMAGES (make image) is required")
 	stateDir := t.TempDir()
-	images, err := lab.ImportImages(ctx, c, bin, stateDir)
+	images, err := lab.ShippedImages(ctx, c, imagesDir)
 	require.NoError(t, err)
 	values := lab.MergeValues(images, lab.NodeValues(stateDir))
 	h, err := lab.NewHelm(c.Kubeconfig, releaseName, releaseNS)
