@@ -33,6 +33,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
+	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
@@ -118,8 +119,9 @@ type App struct {
 	ready   atomic.Bool
 	warming atomic.Pointer[string]
 	// nodesSynced tells whether the Node informer has synced: until it
-	// has, the expected nodes are not known.
+	// has, the expected nodes are not known; nodeLister lists them.
 	nodesSynced func() bool
+	nodeLister  corelisters.NodeLister
 }
 
 // RestConfig returns the client configuration --kubeconfig names, or the
@@ -198,7 +200,7 @@ func New(cfg config.Config, log *zap.Logger, opts Options) (a *App, err error) {
 
 	a.informers = informers.NewSharedInformerFactory(a.kube, 10*time.Minute)
 	nodes := a.informers.Core().V1().Nodes()
-	a.nodesSynced = nodes.Informer().HasSynced
+	a.nodesSynced, a.nodeLister = nodes.Informer().HasSynced, nodes.Lister()
 	if err := trackNodes(nodes.Informer(), a.state, a.nodes, a.clock.Now, a.base); err != nil {
 		return nil, err
 	}

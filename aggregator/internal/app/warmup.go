@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+	corev1 "k8s.io/api/core/v1"
 
 	"github.com/cozystack/cozy-health/aggregator/internal/state"
 )
@@ -16,8 +17,10 @@ const warmUpPoll = 250 * time.Millisecond
 
 // warmUp waits until this replica may campaign for the Lease, and tells
 // /readyz how far it is: --warm-up has passed, and every expected node
-// (every Node matching --node-selector) has reported to this replica, or
-// --warm-up-max has passed since start. A replica that took the Lease with a
+// (every Node matching --node-selector) that its kubelet reports Ready has
+// reported to this replica, or --warm-up-max has passed since start. A
+// Node that is not Ready (powered off, its kubelet gone) holds nothing
+// back: its agent is unlikely to report, and it reads Unknown either way. A replica that took the Lease with a
 // half-filled view would write every node whose agent has not found it yet
 // as Unknown/HeartbeatMissed, although those agents report, to the other
 // replicas: agents learn of a new replica when they next resolve the
@@ -36,7 +39,7 @@ func (a *App) warmUp(ctx context.Context, start time.Time) bool {
 	deadline := start.Add(a.cfg.WarmUpMax)
 	for {
 		synced := a.nodesSynced()
-		reported, missing := unreported(a.state)
+		reported, missing := unreported(a.state, a.readyNodes())
 		if synced && len(missing) == 0 {
 			a.log.Info("warm-up done: every expected node reported, campaigning for the Lease",
 				zap.Int("nodes", reported), zap.Duration("after", a.clock.Since(start)))
@@ -49,7 +52,7 @@ func (a *App) warmUp(ctx context.Context, start time.Time) bool {
 			return true
 		}
 		if synced {
-			a.setWarming(fmt.Sprintf("warming up: %d of %d expected nodes reported (waiting for %s) until %s",
+			a.setWarming(fmt.Sprintf("warming up: %d of %d expected Ready nodes reported (waiting for %s) until %s",
 				reported, reported+len(missing), joinFirst(missing, 3), deadline.UTC().Format(time.RFC3339)))
 		} else {
 			a.setWarming("warming up: waiting for the Node informer to sync")
@@ -64,15 +67,34 @@ func (a *App) warmUp(ctx context.Context, start time.Time) bool {
 
 func (a *App) setWarming(msg string) { a.warming.Store(&msg) }
 
+// readyNodes is the set of Nodes matching --node-selector whose Ready
+// condition is True.
+func (a *App) readyNodes() map[string]bool {
+	nodes, err := a.nodeLister.List(a.nodes)
+	if err != nil {
+		return nil
+	}
+	out := make(map[string]bool, len(nodes))
+	for _, n := range nodes {
+		for _, c := range n.Status.Conditions {
+			if c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue {
+				out[n.Name] = true
+			}
+		}
+	}
+	return out
+}
+
 // unreported counts the nodes of st that have reported and lists, sorted,
-// those expected that have not (Entry.Report nil).
-func unreported(st *state.State) (reported int, missing []string) {
+// those expected and in ready that have not (Entry.Report nil).
+func unreported(st *state.State, ready map[string]bool) (reported int, missing []string) {
 	st.Read(func(nodes map[string]state.Entry) {
 		for name, e := range nodes {
-			if e.Report == nil {
-				missing = append(missing, name)
-			} else {
+			switch {
+			case e.Report != nil:
 				reported++
+			case ready[name]:
+				missing = append(missing, name)
 			}
 		}
 	})

@@ -51,9 +51,11 @@ type Config struct {
 	// Lease, so a fresh leader never publishes a half-filled state.
 	WarmUp time.Duration
 	// WarmUpMax is how long, from its start, a replica waits for every
-	// expected node (a Node matching --node-selector) to report to it before
-	// it campaigns anyway; agents find a new replica when they next resolve
-	// the Service (every 30 s). 0: campaign after WarmUp without waiting.
+	// expected node (a Node matching --node-selector whose kubelet reports
+	// Ready) to report to it before it campaigns anyway; agents find a new
+	// replica when they next resolve the Service (within seconds after its
+	// replicas changed, else every 30 s). 0: campaign after WarmUp without
+	// waiting.
 	WarmUpMax time.Duration
 
 	// MetricsAddr serves /metrics (--metrics-addr).
@@ -248,7 +250,7 @@ func bind(fs *flag.FlagSet, c *Config) {
 	fs.DurationVar(&c.HeartbeatGrace, "heartbeat-grace", c.HeartbeatGrace, "silence after which a node's entries read Unknown (0: 3x the node's interval)")
 	fs.DurationVar(&c.ReportInterval, "report-interval", c.ReportInterval, "report interval asked of agents; unit of --fresh-for-multiple")
 	fs.DurationVar(&c.WarmUp, "warm-up", c.WarmUp, "how long to ingest before campaigning for the Lease")
-	fs.DurationVar(&c.WarmUpMax, "warm-up-max", c.WarmUpMax, "how long from start to wait for every expected node to report before campaigning anyway (0: do not wait for nodes)")
+	fs.DurationVar(&c.WarmUpMax, "warm-up-max", c.WarmUpMax, "how long from start to wait for every expected Ready node to report before campaigning anyway (0: do not wait for nodes)")
 	fs.StringVar(&c.MetricsAddr, "metrics-addr", c.MetricsAddr, "address serving /metrics")
 	fs.StringVar(&c.HTTPAddr, "http-addr", c.HTTPAddr, "address serving /healthz, /readyz and the drain-check API")
 	fs.StringVar(&c.Listen, "listen", c.Listen, "gRPC ingest address")
