@@ -117,7 +117,7 @@ func promtoolBackupsStale(t *testing.T, ix scrapeIndex) {
 		series = append(series, fmt.Sprintf("      - series: 'cozy_health_issue{%s}'\n        values: '%gx40'\n", strings.Join(ls, ","), s.value))
 	}
 	require.NotEmpty(t, series, "no cozy_health_issue series of the backups component in the aggregators' scrape")
-	labels := map[string]string{"namespace": staleTenant, "component": "backups", "resource": staleCluster, "reason": "BackupStale"}
+	labels := map[string]string{"namespace": staleTenant, "component": "backups", "kind": "Cluster.postgresql.cnpg.io", "resource": staleCluster, "reason": "BackupStale"}
 	expLabels := map[string]string{"severity": alert.Labels["severity"]}
 	for k, v := range labels {
 		expLabels[k] = v

@@ -382,7 +382,7 @@ conditions:
 		// What CozyHealthBackupsStale reads (every replica exports it).
 		assert.Equal(t, 1.0, e.gauge("cozy_health_component_status", map[string]string{"namespace": "tenant-foo", "component": "backups", "status": "Degraded"}))
 		assert.Equal(t, 1.0, e.gauge("cozy_health_issue", map[string]string{"namespace": "tenant-foo", "component": "backups", "node": "",
-			"type": "Backup", "resource": "postgres-db", "reason": adapter.ReasonBackupStale, "status": "Degraded"}), "cozy_health_issue names the stale backup")
+			"type": "Backup", "kind": "Cluster.postgresql.cnpg.io", "resource": "postgres-db", "reason": adapter.ReasonBackupStale, "status": "Degraded"}), "cozy_health_issue names the stale backup")
 		require.NotNil(t, h.Spec.SLA)
 		require.NotNil(t, h.Spec.SLA.MaxAge)
 		assert.Equal(t, 24*time.Hour, h.Spec.SLA.MaxAge.Duration)

@@ -16,8 +16,11 @@ type Issue struct {
 	// Node is the node the condition is pinned to; empty for
 	// component-level conditions (Quorum, Data, the per-type summaries).
 	Node string
-	// Resource names the resource other than the node the condition is
-	// pinned to (a DRBD resource, a block device); empty otherwise.
+	// Kind and Resource name the resource other than the node the
+	// condition is pinned to (Resource pvc-1, Cluster.postgresql.cnpg.io db,
+	// Schedule.velero.io db); empty otherwise. Two resources of one name in one scope
+	// are two series.
+	Kind     string
 	Resource string
 	Type     string
 	Reason   string
@@ -42,8 +45,8 @@ type issueTable struct {
 func newIssueTable() *issueTable {
 	return &issueTable{
 		desc: prometheus.NewDesc("cozy_health_issue",
-			"1 for every published condition that is not True (status is its severity: Degraded, Down or Unknown), with the node and resource it is pinned to and its reason; node is empty for component-level conditions.",
-			[]string{"namespace", "component", "node", "resource", "type", "reason", "status"}, nil),
+			"1 for every published condition that is not True (status is its severity: Degraded, Down or Unknown), with the node and the resource (kind, name) it is pinned to and its reason; node is empty for component-level conditions.",
+			[]string{"namespace", "component", "node", "kind", "resource", "type", "reason", "status"}, nil),
 		byComponent: map[string][]prometheus.Metric{},
 	}
 }
@@ -57,7 +60,7 @@ func (t *issueTable) publish(namespace, component string, issues []Issue) {
 		}
 		seen[is] = true
 		series = append(series, prometheus.MustNewConstMetric(t.desc, prometheus.GaugeValue, 1,
-			namespace, component, is.Node, is.Resource, is.Type, is.Reason, is.Status.String()))
+			namespace, component, is.Node, is.Kind, is.Resource, is.Type, is.Reason, is.Status.String()))
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()

@@ -74,23 +74,23 @@ func TestIssueSeries(t *testing.T) {
 	require.NoError(t, err)
 	m.PublishIssues(report.ComponentLinstor, []Issue{
 		{Node: "node-1", Type: "DrbdResource", Reason: "DiskOutdated", Status: report.StatusDegraded},
-		{Node: "node-1", Resource: "pvc-1", Type: "DrbdResource", Reason: "DiskOutdated", Status: report.StatusDegraded},
-		{Node: "node-1", Resource: "pvc-1", Type: "DrbdResource", Reason: "DiskOutdated", Status: report.StatusDegraded},
+		{Node: "node-1", Kind: "Resource", Resource: "pvc-1", Type: "DrbdResource", Reason: "DiskOutdated", Status: report.StatusDegraded},
+		{Node: "node-1", Kind: "Resource", Resource: "pvc-1", Type: "DrbdResource", Reason: "DiskOutdated", Status: report.StatusDegraded},
 		{Node: "node-2", Type: "DrbdResource", Reason: "DiskUpToDate", Status: report.StatusHealthy},
 	})
 	m.PublishIssues(report.ComponentEtcd, []Issue{{Type: "Quorum", Reason: "QuorumAtRisk", Status: report.StatusDegraded}})
 	const header = `
-# HELP cozy_health_issue 1 for every published condition that is not True (status is its severity: Degraded, Down or Unknown), with the node and resource it is pinned to and its reason; node is empty for component-level conditions.
+# HELP cozy_health_issue 1 for every published condition that is not True (status is its severity: Degraded, Down or Unknown), with the node and the resource (kind, name) it is pinned to and its reason; node is empty for component-level conditions.
 # TYPE cozy_health_issue gauge
 `
 	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(header+`
-cozy_health_issue{component="etcd",namespace="cozy-system",node="",reason="QuorumAtRisk",resource="",status="Degraded",type="Quorum"} 1
-cozy_health_issue{component="linstor",namespace="cozy-system",node="node-1",reason="DiskOutdated",resource="",status="Degraded",type="DrbdResource"} 1
-cozy_health_issue{component="linstor",namespace="cozy-system",node="node-1",reason="DiskOutdated",resource="pvc-1",status="Degraded",type="DrbdResource"} 1
+cozy_health_issue{component="etcd",kind="",namespace="cozy-system",node="",reason="QuorumAtRisk",resource="",status="Degraded",type="Quorum"} 1
+cozy_health_issue{component="linstor",kind="",namespace="cozy-system",node="node-1",reason="DiskOutdated",resource="",status="Degraded",type="DrbdResource"} 1
+cozy_health_issue{component="linstor",kind="Resource",namespace="cozy-system",node="node-1",reason="DiskOutdated",resource="pvc-1",status="Degraded",type="DrbdResource"} 1
 `), "cozy_health_issue"))
 	m.PublishIssues(report.ComponentLinstor, nil)
 	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(header+`
-cozy_health_issue{component="etcd",namespace="cozy-system",node="",reason="QuorumAtRisk",resource="",status="Degraded",type="Quorum"} 1
+cozy_health_issue{component="etcd",kind="",namespace="cozy-system",node="",reason="QuorumAtRisk",resource="",status="Degraded",type="Quorum"} 1
 `), "cozy_health_issue"))
 }
 
@@ -102,7 +102,10 @@ func TestPublishIn(t *testing.T) {
 	m, err := New(reg, "cozy-system")
 	require.NoError(t, err)
 	m.PublishIssues(report.ComponentEtcd, []Issue{{Type: "Quorum", Reason: "QuorumAtRisk", Status: report.StatusDegraded}})
-	m.PublishIn("tenant-a", "backups", report.StatusDegraded, []Issue{{Resource: "pg", Type: "Backup", Reason: "BackupStale", Status: report.StatusDegraded}})
+	m.PublishIn("tenant-a", "backups", report.StatusDegraded, []Issue{
+		{Kind: "Cluster", Resource: "pg", Type: "Backup", Reason: "BackupStale", Status: report.StatusDegraded},
+		{Kind: "Schedule", Resource: "pg", Type: "Backup", Reason: "BackupStale", Status: report.StatusDegraded},
+	})
 	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(`
 # HELP cozy_health_component_status 1 for the component's current published overall status, 0 for the others.
 # TYPE cozy_health_component_status gauge
@@ -110,15 +113,16 @@ cozy_health_component_status{component="backups",namespace="tenant-a",status="De
 cozy_health_component_status{component="backups",namespace="tenant-a",status="Down"} 0
 cozy_health_component_status{component="backups",namespace="tenant-a",status="Healthy"} 0
 cozy_health_component_status{component="backups",namespace="tenant-a",status="Unknown"} 0
-# HELP cozy_health_issue 1 for every published condition that is not True (status is its severity: Degraded, Down or Unknown), with the node and resource it is pinned to and its reason; node is empty for component-level conditions.
+# HELP cozy_health_issue 1 for every published condition that is not True (status is its severity: Degraded, Down or Unknown), with the node and the resource (kind, name) it is pinned to and its reason; node is empty for component-level conditions.
 # TYPE cozy_health_issue gauge
-cozy_health_issue{component="backups",namespace="tenant-a",node="",reason="BackupStale",resource="pg",status="Degraded",type="Backup"} 1
-cozy_health_issue{component="etcd",namespace="cozy-system",node="",reason="QuorumAtRisk",resource="",status="Degraded",type="Quorum"} 1
+cozy_health_issue{component="backups",kind="Cluster",namespace="tenant-a",node="",reason="BackupStale",resource="pg",status="Degraded",type="Backup"} 1
+cozy_health_issue{component="backups",kind="Schedule",namespace="tenant-a",node="",reason="BackupStale",resource="pg",status="Degraded",type="Backup"} 1
+cozy_health_issue{component="etcd",kind="",namespace="cozy-system",node="",reason="QuorumAtRisk",resource="",status="Degraded",type="Quorum"} 1
 `), "cozy_health_component_status", "cozy_health_issue"))
 	m.RemoveIn("tenant-a", "backups")
 	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(`
-# HELP cozy_health_issue 1 for every published condition that is not True (status is its severity: Degraded, Down or Unknown), with the node and resource it is pinned to and its reason; node is empty for component-level conditions.
+# HELP cozy_health_issue 1 for every published condition that is not True (status is its severity: Degraded, Down or Unknown), with the node and the resource (kind, name) it is pinned to and its reason; node is empty for component-level conditions.
 # TYPE cozy_health_issue gauge
-cozy_health_issue{component="etcd",namespace="cozy-system",node="",reason="QuorumAtRisk",resource="",status="Degraded",type="Quorum"} 1
+cozy_health_issue{component="etcd",kind="",namespace="cozy-system",node="",reason="QuorumAtRisk",resource="",status="Degraded",type="Quorum"} 1
 `), "cozy_health_component_status", "cozy_health_issue"))
 }

@@ -130,7 +130,7 @@ func IssuesOf(cs *rollup.ComponentStatus) []metrics.Issue {
 		}
 		is := metrics.Issue{Node: c.Node, Type: c.Type, Reason: c.Reason, Status: c.Severity}
 		if c.Resource != nil {
-			is.Resource = c.Resource.Name
+			is.Kind, is.Resource = c.Resource.Kind, c.Resource.Name
 		}
 		out = append(out, is)
 	}
