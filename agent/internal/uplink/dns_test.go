@@ -105,21 +105,24 @@ func (d *dnsServer) resolver() *net.Resolver {
 	}}
 }
 
-// portOnBoth picks a port free on 127.0.0.1 and 127.0.0.2, below the
-// ephemeral range: two replica pods behind one Service port.
-func portOnBoth(t *testing.T) string {
+// portOnAll picks a port free on 127.0.0.1, .2 and .3, below the ephemeral
+// range: replica pods behind one Service port.
+func portOnAll(t *testing.T) string {
 	t.Helper()
+next:
 	for range 50 {
 		p, err := harness.RebindablePort()
 		require.NoError(t, err)
-		ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.2", strconv.Itoa(p)))
-		if err != nil {
-			continue
+		for _, ip := range []string{"127.0.0.2", "127.0.0.3"} {
+			ln, err := net.Listen("tcp", net.JoinHostPort(ip, strconv.Itoa(p)))
+			if err != nil {
+				continue next
+			}
+			require.NoError(t, ln.Close())
 		}
-		require.NoError(t, ln.Close())
 		return strconv.Itoa(p)
 	}
-	t.Fatal("no port free on both 127.0.0.1 and 127.0.0.2")
+	t.Fatal("no port free on 127.0.0.1, .2 and .3")
 	return ""
 }
 
@@ -127,18 +130,19 @@ func portOnBoth(t *testing.T) string {
 // interval, the agent still finds the first replica of a fresh install
 // (the name resolved to nothing) and the pod that replaced a deleted one
 // (gone from DNS before its replacement appears) within seconds, by
-// resolving again soon while it has nothing to stream to, a replica does
-// not answer, or the replicas changed recently; once they have settled it
-// goes back to the interval.
+// resolving again soon while it has nothing to stream to and for a while
+// after the replicas changed or one stopped answering; once they have
+// settled it goes back to the interval, also while a listed replica stays
+// down.
 func TestFindsReplicasSoonerThanTheResolveInterval(t *testing.T) {
 	const host = "cozy-health-aggregator-ingest.cozy-health.svc"
 	l := newLab(t, host)
-	port := portOnBoth(t)
+	port := portOnAll(t)
 	dns := startDNS(t, host+".")
 	u, err := New(Config{
 		Aggregators: []string{net.JoinHostPort(host, port)}, CAFile: l.files.CAFile, NodeName: "cp1", InsecureDevKeyFile: l.keyFile,
 		BackoffInitial: 100 * time.Millisecond, BackoffMax: 500 * time.Millisecond, AckTimeout: 2 * time.Second,
-		ResolveInterval: 10 * time.Minute, ResolveUnsettled: 5 * time.Second, Resolver: dns.resolver(),
+		ResolveInterval: 10 * time.Minute, ResolveUnsettled: 10 * time.Second, Resolver: dns.resolver(),
 	}, zaptest.NewLogger(t))
 	require.NoError(t, err)
 	runUplink(t, u)
@@ -173,12 +177,30 @@ func TestFindsReplicasSoonerThanTheResolveInterval(t *testing.T) {
 		return !gone
 	}, 30*time.Second, 50*time.Millisecond, "the dead replica, gone from DNS, is dropped")
 
-	// Every replica streams and none came or went for ResolveUnsettled:
-	// no more quick resolves (they are at most 8 s apart).
-	require.Eventually(t, func() bool {
-		n := dns.aQueries.Load()
-		time.Sleep(10 * time.Second)
-		return dns.aQueries.Load() == n
-	}, time.Minute, 10*time.Millisecond, "resolves settle back to the interval")
+	// A second replica joins: once both stream and none came or went for
+	// ResolveUnsettled, no more quick resolves (they are at most 8 s apart).
+	third := startReplicaAt(t, l.files, net.JoinHostPort("127.0.0.3", port), "--insecure-dev-keys-dir", l.keysDir)
+	dns.set("127.0.0.2", "127.0.0.3")
+	require.Eventually(t, func() bool { return len(third.reports()) > 0 }, 30*time.Second, 50*time.Millisecond)
+	settled := func(msg string) {
+		t.Helper()
+		require.Eventually(t, func() bool {
+			n := dns.aQueries.Load()
+			time.Sleep(12 * time.Second)
+			return dns.aQueries.Load() == n
+		}, 2*time.Minute, 10*time.Millisecond, msg)
+	}
+	settled("resolves settle back to the interval")
+
+	// One replica stops answering but stays listed (crash looping: the
+	// Service lists it while not ready) while the other streams: its broken
+	// stream brings a resolve within seconds, and quick resolves for
+	// ResolveUnsettled, not for as long as it stays down.
+	third.kill()
+	n := dns.aQueries.Load()
+	require.Eventually(t, func() bool { return dns.aQueries.Load() > n }, 30*time.Second, 50*time.Millisecond,
+		"a broken stream brings a resolve within seconds")
+	settled("resolves settle back to the interval while it stays down")
+	assert.False(t, u.Status()[third.addr].Connected)
 	assert.True(t, u.Status()[second.addr].Connected)
 }

@@ -100,6 +100,7 @@ func jitter(d time.Duration) time.Duration {
 // stream runs one stream: Hello, then the newest report whenever there is a
 // newer one. It reports whether any report was acknowledged.
 func (u *Uplink) stream(ctx context.Context, client pb.IngestServiceClient, r *replica, log *zap.Logger) (bool, error) {
+	replicaCtx := ctx // ends when the replica is dropped or the uplink stops
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	hello := &pb.Hello{
@@ -140,6 +141,9 @@ func (u *Uplink) stream(ctx context.Context, client pb.IngestServiceClient, r *r
 	defer func() {
 		r.connected.Store(false)
 		u.m.connected.WithLabelValues(r.addr).Set(0)
+		if replicaCtx.Err() == nil {
+			u.lostStream()
+		}
 	}()
 	log.Info("aggregator stream open")
 

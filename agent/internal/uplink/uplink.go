@@ -66,8 +66,8 @@ type Config struct {
 	// instead of a fresh in-memory key (--insecure-dev-key-file).
 	InsecureDevKeyFile string
 	// ResolveInterval is how often DNS names are re-resolved while the
-	// replicas stay the same and every one streams; for a minute after they
-	// changed, and while none resolved or one does not stream, sooner (from
+	// replicas stay the same and some stream; while none streams, and for
+	// ResolveUnsettled after they changed or a stream broke, sooner (from
 	// 1 s, doubling up to 8 s), as a replaced replica's pod shows up in DNS
 	// within seconds.
 	ResolveInterval time.Duration
@@ -168,6 +168,11 @@ type Uplink struct {
 	latest  atomic.Pointer[pending]
 	desired atomic.Int64 // nanoseconds
 
+	// streamLost wakes the resolve loop when a stream that was open
+	// breaks: the replica's pod may be gone, and its replacement joins the
+	// Service within seconds.
+	streamLost chan struct{}
+
 	mu sync.Mutex // guards replicas and resolved
 	// replicas by dial address.
 	replicas map[string]*replica
@@ -213,7 +218,7 @@ func New(cfg Config, log *zap.Logger) (*Uplink, error) {
 	return &Uplink{
 		cfg: cfg, log: log, signer: signer, instanceID: hex.EncodeToString(id),
 		tls: &tls.Config{MinVersion: tls.VersionTLS12}, ca: ca, m: m,
-		replicas: map[string]*replica{}, resolved: map[string][]target{},
+		replicas: map[string]*replica{}, resolved: map[string][]target{}, streamLost: make(chan struct{}, 1),
 	}, nil
 }
 
@@ -297,6 +302,7 @@ func (u *Uplink) Run(ctx context.Context) error {
 	}()
 	t := time.NewTimer(0)
 	defer t.Stop()
+	next := time.Now() // when t fires
 	quick := resolveRetryInitial
 	var last map[string]target
 	var unsettledUntil time.Time
@@ -304,17 +310,35 @@ func (u *Uplink) Run(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return nil
+		case <-u.streamLost:
+			// A stream that was open broke: its pod may be gone, and the
+			// replacement joins the Service within seconds. Resolve at the
+			// quick pace from now on, but never sooner than it (a replica
+			// that keeps accepting and dropping streams does not turn into
+			// a DNS query per reconnect).
+			now := time.Now()
+			if !now.Before(unsettledUntil) {
+				quick = resolveRetryInitial
+			}
+			unsettledUntil = now.Add(u.cfg.ResolveUnsettled)
+			if next.Sub(now) > quick {
+				t.Reset(quick)
+				next = now.Add(quick)
+			}
+			continue
 		case <-t.C:
 		}
 		targets := u.resolve(ctx)
 		u.reconcile(ctx, targets, &wg)
 		now := time.Now()
-		if len(targets) == 0 || !sameTargets(last, targets) || !u.allConnected() {
-			// Nothing to stream to yet (a fresh install), replicas that came
-			// or went, or one that does not answer (its pod gone): more
-			// changes follow within seconds (the Deployment replaces a
-			// deleted pod, a rollout goes on), and a warming replica waits
-			// for this node's reports.
+		if len(targets) == 0 || !sameTargets(last, targets) || u.streaming() == 0 {
+			// Nothing to stream to (a fresh install, or every replica
+			// down), or replicas that came or went: more changes follow
+			// within seconds (the Deployment replaces a deleted pod, a
+			// rollout goes on), and a warming replica waits for this node's
+			// reports. One replica that stays down (crash looping, still
+			// listed) beside others that stream does not keep the quick
+			// pace.
 			unsettledUntil = now.Add(u.cfg.ResolveUnsettled)
 		}
 		last = targets
@@ -325,13 +349,14 @@ func (u *Uplink) Run(ctx context.Context) error {
 			quick = resolveRetryInitial
 		}
 		t.Reset(wait)
+		next = now.Add(wait)
 	}
 }
 
-// For ResolveUnsettled after the replicas changed, or while one does not
-// stream, re-resolves wait 1 s, doubling up to 8 s: a replacement replica
-// is found within seconds, and a thousand agents of a cluster whose
-// replicas are all down ask the cluster DNS about 125 times a second.
+// For ResolveUnsettled after the replicas changed or a stream broke, and
+// while no replica streams, re-resolves wait 1 s, doubling up to 8 s: a
+// replacement replica is found within seconds, and while no replica
+// streams a thousand agents ask the cluster DNS about 125 times a second.
 const (
 	resolveRetryInitial = time.Second
 	resolveRetryMax     = 8 * time.Second
@@ -349,16 +374,25 @@ func sameTargets(a, b map[string]target) bool {
 	return true
 }
 
-// allConnected tells whether every replica's stream is open.
-func (u *Uplink) allConnected() bool {
+// streaming counts the replicas whose stream is open.
+func (u *Uplink) streaming() int {
 	u.mu.Lock()
 	defer u.mu.Unlock()
+	n := 0
 	for _, r := range u.replicas {
-		if !r.connected.Load() {
-			return false
+		if r.connected.Load() {
+			n++
 		}
 	}
-	return true
+	return n
+}
+
+// lostStream wakes the resolve loop (see streamLost); it never blocks.
+func (u *Uplink) lostStream() {
+	select {
+	case u.streamLost <- struct{}{}:
+	default:
+	}
 }
 
 // target is one replica to dial: an IP address and port, and the name its
