@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"go.uber.org/zap"
@@ -18,13 +19,16 @@ const warmUpPoll = 250 * time.Millisecond
 // warmUp waits until this replica may campaign for the Lease, and tells
 // /readyz how far it is: --warm-up has passed, and every expected node
 // (every Node matching --node-selector) that its kubelet reports Ready has
-// reported to this replica, or --warm-up-max has passed since start. A
-// Node that is not Ready (powered off, its kubelet gone) holds nothing
-// back: its agent is unlikely to report, and it reads Unknown either way. A replica that took the Lease with a
-// half-filled view would write every node whose agent has not found it yet
-// as Unknown/HeartbeatMissed, although those agents report, to the other
-// replicas: agents learn of a new replica when they next resolve the
-// Service, up to 30 s after it appears. It returns false when ctx ended.
+// reported to this replica, or --warm-up-max has passed since start.
+//
+// A replica that took the Lease with a half-filled view would write every
+// node whose agent has not found it yet as Unknown/HeartbeatMissed,
+// although those agents report to the other replicas: agents learn of a
+// new replica when they next resolve the Service (within seconds after the
+// replicas changed, else up to 30 s later). A Node that is not Ready
+// (powered off, its kubelet gone) holds nothing back: its agent is
+// unlikely to report, and it reads Unknown either way. It returns false
+// when ctx ended.
 func (a *App) warmUp(ctx context.Context, start time.Time) bool {
 	a.setWarming(fmt.Sprintf("warming up: ingesting reports for %s before campaigning for the Lease", a.cfg.WarmUp))
 	select {
@@ -106,13 +110,7 @@ func firstN(s []string, n int) []string { return s[:min(n, len(s))] }
 
 // joinFirst joins the first n names of s, saying how many more there are.
 func joinFirst(s []string, n int) string {
-	out := ""
-	for i, x := range firstN(s, n) {
-		if i > 0 {
-			out += ", "
-		}
-		out += x
-	}
+	out := strings.Join(firstN(s, n), ", ")
 	if len(s) > n {
 		out += fmt.Sprintf(" and %d more", len(s)-n)
 	}
