@@ -12,13 +12,11 @@
 //   - A node silent past its grace is Unknown/HeartbeatMissed in every
 //     component; a component no fresh node observes is Unknown/NoData.
 //   - Raft clusters (etcd; ovn-central's OVN_Northbound and OVN_Southbound,
-//     inside kube-ovn) are judged by quorum.Count.Judge: Healthy when every
-//     voting member is healthy, Degraded (QuorumAtRisk) while a quorum is
-//     healthy, Down (QuorumLost) only when even every unknown member being
-//     healthy makes no quorum; otherwise the Quorum condition is Unknown
-//     (QuorumUndetermined, naming the unknown members) and the component
-//     Degraded if a member is known bad, else Unknown. Unknown members are
-//     counted neither healthy nor lost.
+//     inside kube-ovn) are read by the quorum package's one reader (which
+//     claims are believed) and judged by quorum.Count.Judge; judgeRaft
+//     (quorum.go) states what each verdict publishes: lost means cannot
+//     vote, a member that votes but warns makes the component Degraded,
+//     etcd's NOSPACE alarm is its own Down verdict.
 //   - A node-local component is Down (AllNodesDown) only when it is Down on
 //     every node listed, or a rule of its own (ovn-central's quorum) says it
 //     cannot serve; Degraded when some nodes are Down or Degraded; Unknown
