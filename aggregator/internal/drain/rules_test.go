@@ -324,6 +324,16 @@ func TestOVNCentralRule(t *testing.T) {
 			nodes: three(map[string]NodeInfo{"node-2": fresh("node-2", ovn(nb, Dn, 3), ovn("OVN_Southbound", H, 3)),
 				"node-3": stale("node-3", ovn(nb, H, 3), ovn("OVN_Southbound", H, 3))}),
 			contains: "OVN_Southbound: node-1 is a voting member; with node-3 stale: no report since 2026-11-30T11:59:00Z, draining node-1 leaves 1 of 3 voting members certainly healthy (2 if the 1 uncertain are healthy), quorum needs 2"},
+		// Issue 22 item 2 for ovn-central: a control-plane node that reports
+		// kube-ovn but no member, while the members count more servers than
+		// nodes report: it may host the missing one.
+		{name: "control-plane node without a member, members missing: unknown", target: "node-4", verdicts: []Verdict{Unknown, Safe},
+			nodes: map[string]NodeInfo{
+				"node-1": fresh("node-1", ovn(nb, H, 4), ovn("OVN_Southbound", H, 3)),
+				"node-2": fresh("node-2", ovn(nb, H, 4), ovn("OVN_Southbound", H, 3)),
+				"node-3": fresh("node-3", ovn(nb, H, 4), ovn("OVN_Southbound", H, 3)),
+				"node-4": fresh("node-4", ovsOK)},
+			contains: "kube-ovn ovn-central OVN_Northbound: node-4 is a control-plane node that reports no member, and 1 of 4 voting members are on no reporting node: it may host one"},
 		{name: "kube-ovn not deployed: safe", nodes: etcdCluster(3, nil), target: "node-1", verdicts: []Verdict{Safe},
 			contains: "kube-ovn: no node observes kube-ovn (no ovs-ovn, no ovn-central member), node-1 included"},
 		// No silent green: kube-ovn runs, nobody reports a member.
