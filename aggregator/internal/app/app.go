@@ -198,7 +198,14 @@ func New(cfg config.Config, log *zap.Logger, opts Options) (a *App, err error) {
 		rollup.Config{HeartbeatGrace: cfg.HeartbeatGrace, DefaultInterval: cfg.ReportInterval, FreshForMultiple: cfg.FreshForMultiple},
 		rollup.Holds{Degraded: cfg.DampDegraded, Down: cfg.DampDown, Unknown: cfg.DampUnknown},
 		rollup.DefaultMaxListed, a.metrics, a.writer, a.clock, a.base)
-	a.engine.cache.SetRejected(a.claims.Reject)
+	a.engine.cache.SetRejected(func(r quorum.Rejection, detail string) {
+		// Until the Node informer has synced, every node's role is
+		// unknown: that is the aggregator starting, not a claim to count.
+		if r.Reason == quorum.ReasonRoleUnknown && (a.nodesSynced == nil || !a.nodesSynced()) {
+			return
+		}
+		a.claims.Reject(r, detail)
+	})
 
 	if cfg.Adapters {
 		if a.adapters, err = a.newAdapters(cfg, rc); err != nil {

@@ -61,6 +61,9 @@ const (
 	// ReasonClaimRejected: the node's member claims were rejected (see
 	// Rejection).
 	ReasonClaimRejected = "ClaimRejected"
+	// ReasonRoleUnknown is the Rejection reason of a claim from a node
+	// whose Node object has not been seen (its role is not known).
+	ReasonRoleUnknown = "role_unknown"
 )
 
 // Attributes are every observation attribute ClaimsOf reads. The rollup
@@ -319,7 +322,7 @@ func Read(cluster string, nodes []Node) View {
 		if n.Role != state.RoleControlPlane {
 			reason := "not_control_plane"
 			if n.Role == state.RoleUnknown {
-				reason = "role_unknown"
+				reason = ReasonRoleUnknown
 			}
 			if len(cc.members) > 0 {
 				v.Rejected = append(v.Rejected, Rejection{Node: n.Name, Kind: kind, Reason: reason})
