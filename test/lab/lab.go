@@ -23,6 +23,7 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/cozystack/cozy-health/pkg/client/clientset/versioned"
@@ -301,6 +302,13 @@ func Up(ctx context.Context, o Options) (l *Lab, err error) {
 		pod := "cozy-health-agent-" + n.Name
 		if _, err := cp.CreateNodeAndPod(ctx, n.Name, AgentNamespace, pod, AgentServiceAccount); err != nil {
 			return nil, err
+		}
+		// Every lab node hosts an etcd member and an ovn-central member:
+		// label it control-plane, as Talos does, or the aggregator does not
+		// believe its member claims (a node cannot set this label itself).
+		patch := []byte(`{"metadata":{"labels":{"node-role.kubernetes.io/control-plane":""}}}`)
+		if _, err := cp.Clientset().CoreV1().Nodes().Patch(ctx, n.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+			return nil, fmt.Errorf("lab: label node %s control-plane: %w", n.Name, err)
 		}
 		tok, err := cp.PodBoundToken(ctx, AgentNamespace, AgentServiceAccount, pod, []string{TokenAudience}, 48*time.Hour)
 		if err != nil {

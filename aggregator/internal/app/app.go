@@ -45,6 +45,7 @@ import (
 	"github.com/cozystack/cozy-health/aggregator/internal/ingest"
 	"github.com/cozystack/cozy-health/aggregator/internal/leader"
 	"github.com/cozystack/cozy-health/aggregator/internal/metrics"
+	"github.com/cozystack/cozy-health/aggregator/internal/quorum"
 	"github.com/cozystack/cozy-health/aggregator/internal/rollup"
 	"github.com/cozystack/cozy-health/aggregator/internal/servingcert"
 	"github.com/cozystack/cozy-health/aggregator/internal/state"
@@ -99,11 +100,14 @@ type App struct {
 	// CRDs come and go, under Run's errgroup.
 	adapters *adapter.Manager
 	drain    *drain.Service
-	ingest   *ingest.Server
-	grpc     *grpc.Server
-	health   *health.Server
-	httpSrv  *http.Server
-	metSrv   *http.Server
+	// claims counts and logs the cluster claims the rollup and the drain
+	// check do not believe (quorum.Auditor).
+	claims  *quorum.Auditor
+	ingest  *ingest.Server
+	grpc    *grpc.Server
+	health  *health.Server
+	httpSrv *http.Server
+	metSrv  *http.Server
 
 	// certs serves the certificate of the watched Secret (--tls-mode
 	// secret or self-signed); nil with --tls-mode=files. Its informer comes
@@ -187,10 +191,21 @@ func New(cfg config.Config, log *zap.Logger, opts Options) (a *App, err error) {
 	if err != nil {
 		return nil, err
 	}
+	if a.claims, err = quorum.NewAuditor(a.reg, a.base, a.clock.Now); err != nil {
+		return nil, err
+	}
 	a.engine = NewEngine(a.state,
 		rollup.Config{HeartbeatGrace: cfg.HeartbeatGrace, DefaultInterval: cfg.ReportInterval, FreshForMultiple: cfg.FreshForMultiple},
 		rollup.Holds{Degraded: cfg.DampDegraded, Down: cfg.DampDown, Unknown: cfg.DampUnknown},
 		rollup.DefaultMaxListed, a.metrics, a.writer, a.clock, a.base)
+	a.engine.cache.SetRejected(func(r quorum.Rejection, detail string) {
+		// Until the Node informer has synced, every node's role is
+		// unknown: that is the aggregator starting, not a claim to count.
+		if r.Reason == quorum.ReasonRoleUnknown && (a.nodesSynced == nil || !a.nodesSynced()) {
+			return
+		}
+		a.claims.Reject(r, detail)
+	})
 
 	if cfg.Adapters {
 		if a.adapters, err = a.newAdapters(cfg, rc); err != nil {

@@ -32,15 +32,15 @@ func (a *App) newDrain(nodes coreinformers.NodeInformer, log *zap.Logger) (*drai
 		return nil, nil, fmt.Errorf("--drain-auth: want %s or %s, got %q", config.DrainAuthNone, config.DrainAuthDelegated, a.cfg.DrainAuth)
 	}
 	source := drainSource(a.state, nodes, a.engine.cfg.Grace, log.With(zap.String("component", "drain")))
-	svc, err := drain.NewService(drain.Config{}, source, a.clock, log, a.reg)
+	svc, err := drain.NewService(drain.Config{Auditor: a.claims}, source, a.clock, log, a.reg)
 	if err != nil {
 		return nil, nil, err
 	}
 	return svc, auth, nil
 }
 
-// drainSource reads the state and the Kubernetes Nodes' cordons from the
-// Node informer's cache. The first read waits (up to 10 s) for the cache
+// drainSource reads the state and the Kubernetes Nodes' cordons and roles
+// from the Node informer's cache. The first read waits (up to 10 s) for the cache
 // to fill; a cache that never fills reads every node as "not a Kubernetes
 // Node": gone, so quorum projections err on blocked, never on safe.
 func drainSource(st *state.State, nodes coreinformers.NodeInformer, grace func(time.Duration) time.Duration, log *zap.Logger) drain.Source {
@@ -60,7 +60,7 @@ func drainSource(st *state.State, nodes coreinformers.NodeInformer, grace func(t
 		}
 		kn := make(map[string]drain.KubeNode, len(list))
 		for _, n := range list {
-			kn[n.Name] = drain.KubeNode{Cordoned: n.Spec.Unschedulable}
+			kn[n.Name] = drain.KubeNode{Cordoned: n.Spec.Unschedulable, Role: state.RoleOf(n.Labels)}
 		}
 		return drain.StateNodes(st, now, kn, grace)
 	}

@@ -45,7 +45,11 @@ func TestDrainMountedOnAggregator(t *testing.T) {
 	defer cancel()
 	cp := startPlane(t)
 	for _, n := range []string{"node-1", "node-2", "node-3", "worker-1"} {
-		_, err := cp.Clientset().CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n}}, metav1.CreateOptions{})
+		node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n}}
+		if n != "worker-1" {
+			node.Labels = map[string]string{"node-role.kubernetes.io/control-plane": ""}
+		}
+		_, err := cp.Clientset().CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{})
 		require.NoError(t, err)
 	}
 	cfg := testConfig(t, "drain-test")
@@ -95,6 +99,17 @@ func TestDrainMountedOnAggregator(t *testing.T) {
 				rs[0].(map[string]any)["message"])
 		}
 	}, time.Minute, 200*time.Millisecond)
+
+	// A worker (no control-plane label on its Node, as the Node informer
+	// says) that claims a healthy etcd member is not believed: node-1
+	// stays blocked (counted, its claim would have made it safe).
+	a.State().Accept(etcdReport("worker-1", 1, report.StatusHealthy), time.Now())
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		_, body := check(c, "worker-1") // its report is in the snapshot
+		assert.Equal(c, "safe", body["verdict"], body)
+	}, time.Minute, 200*time.Millisecond)
+	_, body = check(t, "node-1")
+	assert.Equal(t, "blocked", body["verdict"], body)
 
 	// The same answer over the aggregator's TLS gRPC listener.
 	tc, err := tlsutil.ClientConfig(filepath.Join(filepath.Dir(cfg.TLSCert), "ca.crt"), "127.0.0.1")

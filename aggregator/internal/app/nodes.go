@@ -17,12 +17,16 @@ import (
 // agent DaemonSet runs on) is expected to report, so one whose agent never
 // reached this replica reads Unknown (HeartbeatMissed) instead of being
 // absent; a Node deleted from Kubernetes is pruned from the state (and so
-// from the metrics and, at the next rollup, from the Health objects). It
-// only registers handlers: the informer runs when Run starts the factory.
+// from the metrics and, at the next rollup, from the Health objects). Each
+// Node's role (control-plane by node-role.kubernetes.io/control-plane, a
+// label NodeRestriction refuses from kubelets) goes to the state: raft
+// member claims are believed only from control-plane nodes. It only
+// registers handlers: the informer runs when Run starts the factory.
 func trackNodes(inf cache.SharedIndexInformer, st *state.State, selector labels.Selector, now func() time.Time, log *zap.Logger) error {
 	log = log.With(zap.String("component", "nodes"))
 	seen := func(n *corev1.Node) {
 		st.Restore(n.Name)
+		st.SetRole(n.Name, state.RoleOf(n.Labels))
 		if selector.Matches(labels.Set(n.Labels)) {
 			st.Expect(n.Name, now())
 		} else {

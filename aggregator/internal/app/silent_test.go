@@ -89,7 +89,10 @@ func TestSilentNodeReachesEveryObject(t *testing.T) {
 	defer cancel()
 	nodes := []string{"node-1", "node-2", "node-3"}
 	for _, n := range nodes {
-		_, err := cp.Clientset().CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n}}, metav1.CreateOptions{})
+		// The lab's nodes host etcd and ovn-central members: control-plane
+		// Nodes, or their member claims are not believed.
+		_, err := cp.Clientset().CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n,
+			Labels: map[string]string{"node-role.kubernetes.io/control-plane": ""}}}, metav1.CreateOptions{})
 		require.NoError(t, err)
 	}
 	hc, err := versioned.NewForConfig(cp.Config)

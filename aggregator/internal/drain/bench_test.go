@@ -12,6 +12,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/cozystack/cozy-health/aggregator/internal/state"
 	"github.com/cozystack/cozy-health/pkg/report"
 )
 
@@ -75,6 +76,13 @@ func simulatedCluster() map[string]NodeInfo {
 			nodes[n] = cordoned(n, obs[i]...)
 		default:
 			nodes[n] = fresh(n, obs[i]...)
+		}
+	}
+	// Only the etcd members' Nodes are labelled control-plane.
+	for i, n := range names {
+		if ni, ok := nodes[n]; ok && i >= benchEtcdMembers {
+			ni.Role = state.RoleWorker
+			nodes[n] = ni
 		}
 	}
 	return nodes

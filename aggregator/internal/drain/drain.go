@@ -45,6 +45,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/cozystack/cozy-health/aggregator/internal/quorum"
 	"github.com/cozystack/cozy-health/pkg/report"
 )
 
@@ -87,6 +88,9 @@ type Reason struct {
 	ResourceRef *report.ResourceRef `json:"resourceRef,omitempty"`
 	// Attributes are the numbers behind the finding.
 	Attributes map[string]float64 `json:"attributes,omitempty"`
+	// rejected are the claims the rule did not believe; the Service hands
+	// them to its Auditor. Not part of the answer.
+	rejected []quorum.Rejection
 }
 
 // Result is the verdict on one node and every reason behind it.

@@ -2,8 +2,10 @@ package drain
 
 import (
 	"fmt"
+	"strings"
 	"time"
 
+	"github.com/cozystack/cozy-health/aggregator/internal/state"
 	"github.com/cozystack/cozy-health/pkg/report"
 )
 
@@ -22,6 +24,24 @@ func etcdMember(st report.Status, learner bool) report.Observation {
 	}
 	return report.Observation{Component: report.ComponentEtcd, Check: report.CheckEtcdMember, Status: st, Reason: reason,
 		Attributes: map[string]float64{report.AttrIsLearner: l, report.AttrMemberID: 1}}
+}
+
+// etcdMemberAs is a voting member's etcd-member observation with status st
+// and the agent's reason.
+func etcdMemberAs(st report.Status, reason string) report.Observation {
+	o := etcdMember(st, false)
+	o.Reason = reason
+	return o
+}
+
+// alarms is an etcd-alarms observation with the agent's reason
+// (NoAlarms, or Alarm<first alarm>).
+func alarms(reason string) report.Observation {
+	st := report.StatusDown
+	if reason == "NoAlarms" {
+		st = report.StatusHealthy
+	}
+	return report.Observation{Component: report.ComponentEtcd, Check: report.CheckEtcdAlarms, Status: st, Reason: reason}
 }
 
 func membership(voting, learners int) report.Observation {
@@ -52,14 +72,22 @@ func rep(node string, obs ...report.Observation) *report.NodeReport {
 	return &report.NodeReport{NodeName: node, AgentInstanceID: "a", Sequence: 1, SentAt: t0, Interval: 5 * time.Second, Observations: obs}
 }
 
-// node states.
+// node states. A node named worker* is a worker; every other is labelled
+// control-plane (the raft rules believe member claims only there).
+
+func roleOf(node string) state.Role {
+	if strings.HasPrefix(node, "worker") {
+		return state.RoleWorker
+	}
+	return state.RoleControlPlane
+}
 
 func fresh(node string, obs ...report.Observation) NodeInfo {
-	return NodeInfo{Exists: true, LastReport: rep(node, obs...), LastHeard: t0.Add(-2 * time.Second), Fresh: true, FreshUntil: t0.Add(13 * time.Second)}
+	return NodeInfo{Exists: true, LastReport: rep(node, obs...), LastHeard: t0.Add(-2 * time.Second), Fresh: true, FreshUntil: t0.Add(13 * time.Second), Role: roleOf(node)}
 }
 
 func stale(node string, obs ...report.Observation) NodeInfo {
-	return NodeInfo{Exists: true, LastReport: rep(node, obs...), LastHeard: t0.Add(-time.Minute), Fresh: false}
+	return NodeInfo{Exists: true, LastReport: rep(node, obs...), LastHeard: t0.Add(-time.Minute), Fresh: false, Role: roleOf(node)}
 }
 
 func cordoned(node string, obs ...report.Observation) NodeInfo {
@@ -74,7 +102,7 @@ func deleted(node string, obs ...report.Observation) NodeInfo {
 	return n
 }
 
-func silent() NodeInfo { return NodeInfo{Exists: true} }
+func silent(node string) NodeInfo { return NodeInfo{Exists: true, Role: roleOf(node)} }
 
 // etcdCluster builds n control-plane nodes node-1..node-n with healthy
 // voting members, then applies the overrides.

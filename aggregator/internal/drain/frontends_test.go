@@ -27,7 +27,7 @@ import (
 func blockedCluster() map[string]NodeInfo {
 	return etcdCluster(3, map[string]NodeInfo{
 		"node-2":   fresh("node-2", etcdMember(report.StatusDown, false), membership(3, 0)),
-		"worker-1": silent(),
+		"worker-1": silent("worker-1"),
 	})
 }
 

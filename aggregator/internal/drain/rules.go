@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/cozystack/cozy-health/aggregator/internal/quorum"
+	"github.com/cozystack/cozy-health/aggregator/internal/state"
 	"github.com/cozystack/cozy-health/pkg/report"
 )
 
@@ -63,18 +64,26 @@ type etcdQuorumRule struct{}
 func (etcdQuorumRule) Name() string { return RuleEtcdQuorum }
 
 func (etcdQuorumRule) Check(node string, s *Snapshot, now time.Time) []Reason {
-	return []Reason{raftReason(RuleEtcdQuorum, report.ComponentEtcd, "etcd", nil, &s.etcd, node, s, now)}
+	v := s.view(quorum.Etcd, now)
+	r := raftReason(RuleEtcdQuorum, report.ComponentEtcd, "etcd", nil, &v, node, s, now)
+	if v.NoSpaceAgreed() {
+		// NOSPACE is cluster-wide: draining one node neither causes nor
+		// clears it, and raising the quota needs each member restarted, so
+		// it never blocks a drain that keeps quorum.
+		r.Message += "; etcd has a NOSPACE alarm (cluster-wide, refusing writes): draining this node does not change it"
+	}
+	return []Reason{r}
 }
 
 // ovnCentralQuorumRule: draining a node that hosts an ovn-central member
 // must leave a healthy majority of each clustered database (NB and SB).
 // Absence of data is never read as safe: while kube-ovn is deployed (some
 // node observes it), a database no node reports a member of, or a target
-// whose ovn-central-member check reads Unknown, is unknown.
+// whose ovn-central-member check reads Unknown, is unknown. Members are
+// believed only from control-plane nodes (quorum.Read); a control-plane
+// target that reports no member is safe only while every voting member is
+// accounted for on other nodes.
 type ovnCentralQuorumRule struct{}
-
-// ovnDatabases are ovn-central's clustered databases.
-var ovnDatabases = []string{"OVN_Northbound", "OVN_Southbound"}
 
 func (ovnCentralQuorumRule) Name() string { return RuleOVNCentralQuorum }
 
@@ -82,36 +91,37 @@ func (ovnCentralQuorumRule) Check(node string, s *Snapshot, now time.Time) []Rea
 	reason := func(v Verdict, format string, args ...any) []Reason {
 		return []Reason{{Rule: RuleOVNCentralQuorum, Component: report.ComponentKubeOVN, Verdict: v, Message: fmt.Sprintf(format, args...)}}
 	}
+	views := make([]quorum.View, len(quorum.OVNDatabases))
+	members := 0
+	for i, db := range quorum.OVNDatabases {
+		views[i] = s.view(db, now)
+		members += len(views[i].Members)
+	}
 	n := s.nodes[node]
 	switch {
 	case n.LastReport == nil:
 		return reason(Unknown, "kube-ovn: whether %s hosts an ovn-central member is unknown: its agent never reported", node)
-	case len(s.kubeOVN) == 0 && len(s.ovn) == 0:
+	case len(s.kubeOVN) == 0 && members == 0:
 		return reason(Safe, "kube-ovn: no node observes kube-ovn (no ovs-ovn, no ovn-central member), %s included", node)
-	case s.facts[node] != nil && s.facts[node].ovnUnknown:
+	case s.facts[node] != nil && s.facts[node].claims.OVNUnknown:
 		return reason(Unknown, "kube-ovn: whether %s hosts an ovn-central member is unknown: its ovn-central-member check reads Unknown", node)
 	}
 	var out []Reason
-	var unreported []string
-	for _, db := range ovnDatabases {
-		idx := s.ovn[db]
-		if idx == nil {
-			unreported = append(unreported, db)
+	for i, db := range quorum.OVNDatabases {
+		v := &views[i]
+		ref := &report.ResourceRef{Kind: report.KindOVNDatabase, Name: db}
+		if len(v.Members) == 0 {
+			out = append(out, Reason{Rule: RuleOVNCentralQuorum, Component: report.ComponentKubeOVN, Verdict: Unknown, ResourceRef: ref,
+				Message: fmt.Sprintf("kube-ovn: kube-ovn runs (observed on %d node(s)) but no control-plane node reports an ovn-central %s member: whether draining %s keeps its quorum is unknown",
+					len(s.kubeOVN), db, node)})
 			continue
 		}
-		if _, ok := idx.member(node); ok {
-			out = append(out, raftReason(RuleOVNCentralQuorum, report.ComponentKubeOVN, "kube-ovn ovn-central "+db,
-				&report.ResourceRef{Kind: report.KindOVNDatabase, Name: db}, idx, node, s, now))
+		if _, ok := v.Member(node); ok || n.Role != state.RoleWorker {
+			out = append(out, raftReason(RuleOVNCentralQuorum, report.ComponentKubeOVN, "kube-ovn ovn-central "+db, ref, v, node, s, now))
 		}
 	}
-	for _, db := range unreported {
-		out = append(out, Reason{Rule: RuleOVNCentralQuorum, Component: report.ComponentKubeOVN, Verdict: Unknown,
-			ResourceRef: &report.ResourceRef{Kind: report.KindOVNDatabase, Name: db},
-			Message: fmt.Sprintf("kube-ovn: kube-ovn runs (observed on %d node(s)) but no node reports an ovn-central %s member: whether draining %s keeps its quorum is unknown",
-				len(s.kubeOVN), db, node)})
-	}
 	if len(out) == 0 {
-		return reason(Safe, "kube-ovn: %s hosts no ovn-central member (as of its report of %s)", node, n.LastHeard.UTC().Format(time.RFC3339))
+		return reason(Safe, "kube-ovn: %s hosts no ovn-central member: it is not a control-plane node (no %s label), and members are believed only there", node, state.LabelControlPlane)
 	}
 	return out
 }
@@ -127,16 +137,59 @@ type replicaCount struct {
 	// reachable / reachableMaybe: other replicas certainly / possibly
 	// connected (not Down) on nodes that stay.
 	reachable, reachableMaybe int
+	// targetUnderstated: the target says its replica is not UpToDate, but
+	// the other holders' view of LINSTOR counts more UpToDate replicas than
+	// they and the unreported replicas can hold: the target may hold one.
+	targetUnderstated bool
 	// others describes every other replica that does not certainly count.
 	others []string
+	// rejected are the replica claims no other holder's view corroborates.
+	rejected []quorum.Rejection
+}
+
+// KindDRBDReplica is the kind of a rejected DRBD replica claim.
+const KindDRBDReplica = "drbd-replica"
+
+// corroborated tells whether LINSTOR's view as some holder other than r
+// reports it has room for r's claim: at least as many replicas as nodes
+// claim one, and, when r claims an UpToDate diskful replica, at least as
+// many UpToDate replicas as nodes claim. Each agent reports its own
+// replicas with the cluster-wide counts of the LINSTOR controller's view,
+// so a node's claim about itself is believed only where another node's
+// report of the controller's view agrees; a node that invents a replica
+// finds no such witness among the honest holders.
+func corroborated(r replica, reps []replica, claimedUp int) bool {
+	for _, m := range reps {
+		if m.node == r.node || m.replicas < len(reps) {
+			continue
+		}
+		if r.upToDate && !r.diskless && m.upToDateReplicas < claimedUp {
+			continue
+		}
+		return true
+	}
+	return false
 }
 
 // countReplicas counts resource res's replicas other than node's at now.
-// Replicas LINSTOR counts but no reporting node holds are uncertain.
+// Replicas LINSTOR counts but no reporting node holds are uncertain, and
+// so is a replica claim no other holder's view of LINSTOR corroborates.
 func countReplicas(res, node string, s *Snapshot, now time.Time) replicaCount {
 	reps := s.replicas(res)
 	c := replicaCount{replicas: len(reps)}
 	ltdUpToDate := -1
+	claimedUp, othersUp, viewUp := 0, 0, -1
+	for _, r := range reps {
+		if r.upToDate && !r.diskless {
+			claimedUp++
+			if r.node != node {
+				othersUp++
+			}
+		}
+		if r.node != node && r.upToDateReplicas > viewUp {
+			viewUp = r.upToDateReplicas
+		}
+	}
 	for _, r := range reps {
 		if r.replicas > c.replicas {
 			c.replicas = r.replicas
@@ -164,6 +217,13 @@ func countReplicas(res, node string, s *Snapshot, now time.Time) replicaCount {
 				c.upToDateMaybe++
 			}
 			c.others = append(c.others, r.node+" Unknown")
+		case !corroborated(r, reps, claimedUp):
+			c.reachableMaybe++
+			if r.upToDate && !r.diskless {
+				c.upToDateMaybe++
+			}
+			c.others = append(c.others, r.node+" (no other holder's view of LINSTOR corroborates its claim)")
+			c.rejected = append(c.rejected, quorum.Rejection{Node: r.node, Kind: KindDRBDReplica, Reason: "not_corroborated"})
 		default:
 			down := r.status == report.StatusDown
 			if !down {
@@ -177,7 +237,8 @@ func countReplicas(res, node string, s *Snapshot, now time.Time) replicaCount {
 			}
 		}
 	}
-	if missing := c.replicas - len(reps); missing > 0 {
+	missing := max(c.replicas-len(reps), 0)
+	if missing > 0 {
 		c.reachableMaybe += missing
 		seen := 0
 		for _, r := range reps {
@@ -189,6 +250,9 @@ func countReplicas(res, node string, s *Snapshot, now time.Time) replicaCount {
 			c.upToDateMaybe += min(extra, missing)
 		}
 		c.others = append(c.others, fmt.Sprintf("%d replica(s) on no reporting node", missing))
+	}
+	if !(c.target.upToDate && !c.target.diskless) && viewUp > othersUp+missing {
+		c.targetUnderstated = true
 	}
 	return c
 }
@@ -208,12 +272,14 @@ func (linstorLastReplicaRule) Name() string { return RuleLinstorLastReplica }
 
 func (linstorLastReplicaRule) Check(node string, s *Snapshot, now time.Time) []Reason {
 	var out []Reason
+	var rejected []quorum.Rejection
 	resources := s.resources(node)
 	targetFresh := s.fresh(node, now)
 	for _, d := range resources {
 		res := d.resource
 		c := countReplicas(res, node, s, now)
-		if c.target.diskless || c.upToDate > 0 {
+		rejected = append(rejected, c.rejected...)
+		if c.upToDate > 0 || (c.target.diskless && !c.targetUnderstated) {
 			continue
 		}
 		ref := &report.ResourceRef{Kind: report.KindResource, Name: res}
@@ -221,6 +287,10 @@ func (linstorLastReplicaRule) Check(node string, s *Snapshot, now time.Time) []R
 		targetUpToDate := c.target.upToDate && c.target.status != report.StatusUnknown && targetFresh
 		targetMaybe := !targetFresh || c.target.status == report.StatusUnknown
 		switch {
+		case c.targetUnderstated:
+			out = append(out, Reason{Rule: RuleLinstorLastReplica, Component: report.ComponentLinstor, Verdict: Unknown, ResourceRef: ref, Attributes: attrs,
+				Message:  fmt.Sprintf("linstor: %s says its replica of %s is not UpToDate, but LINSTOR's view as the other holders report it counts more UpToDate replicas than they hold: %s may hold the only one%s", node, res, node, c.with()),
+				rejected: []quorum.Rejection{{Node: node, Kind: KindDRBDReplica, Reason: "contradicts_controller_view"}}})
 		case targetUpToDate && c.upToDateMaybe == 0:
 			out = append(out, Reason{Rule: RuleLinstorLastReplica, Component: report.ComponentLinstor, Verdict: Blocked, ResourceRef: ref, Attributes: attrs,
 				Message: fmt.Sprintf("linstor: %s holds the only UpToDate replica of %s among the nodes that stay; %d replica(s) in all%s", node, res, c.replicas, c.with())})
@@ -244,6 +314,7 @@ func (linstorLastReplicaRule) Check(node string, s *Snapshot, now time.Time) []R
 		out = append(out, Reason{Rule: RuleLinstorLastReplica, Component: report.ComponentLinstor, Verdict: Safe, Message: msg,
 			Attributes: map[string]float64{"resources": float64(len(resources))}})
 	}
+	out[0].rejected = append(out[0].rejected, rejected...)
 	return out
 }
 
@@ -269,10 +340,12 @@ func (linstorQuorumRule) Name() string { return RuleLinstorQuorum }
 
 func (linstorQuorumRule) Check(node string, s *Snapshot, now time.Time) []Reason {
 	var out []Reason
+	var rejected []quorum.Rejection
 	resources := s.resources(node)
 	for _, d := range resources {
 		res := d.resource
 		c := countReplicas(res, node, s, now)
+		rejected = append(rejected, c.rejected...)
 		need := quorum.Needed(c.replicas)
 		if c.reachable >= need {
 			continue
@@ -303,5 +376,6 @@ func (linstorQuorumRule) Check(node string, s *Snapshot, now time.Time) []Reason
 		out = append(out, Reason{Rule: RuleLinstorQuorum, Component: report.ComponentLinstor, Verdict: Safe, Message: msg,
 			Attributes: map[string]float64{"resources": float64(len(resources))}})
 	}
+	out[0].rejected = append(out[0].rejected, rejected...)
 	return out
 }

@@ -12,6 +12,8 @@ import (
 	"go.uber.org/zap"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/utils/clock"
+
+	"github.com/cozystack/cozy-health/aggregator/internal/quorum"
 )
 
 // Errors of Service.Check; the HTTP and gRPC front ends map them to 400 /
@@ -35,6 +37,10 @@ type Config struct {
 	// takes a new one; 0 means 1s. Freshness is still judged at the time of
 	// the check (NodeInfo.FreshUntil); only newer reports wait this long.
 	MaxSnapshotAge time.Duration
+	// Auditor counts and logs the claims the rules reject (DRBD replica
+	// claims no other holder corroborates); nil drops them. The raft
+	// claims are the same the rollup reads and audits.
+	Auditor *quorum.Auditor
 }
 
 // Validate refuses values the service cannot run with.
@@ -155,6 +161,11 @@ func (s *Service) Check(node, via string) (Result, error) {
 		return Result{}, fmt.Errorf("%w: %s is neither a Kubernetes Node nor reported by an agent", ErrNodeNotFound, node)
 	}
 	res := Evaluate(node, snap, now)
+	for _, r := range res.Reasons {
+		for _, rej := range r.rejected {
+			s.cfg.Auditor.Reject(rej, r.Rule+" "+node)
+		}
+	}
 	s.m.checks.WithLabelValues(via, string(res.Verdict)).Inc()
 	s.m.checkSeconds.Observe(time.Since(start).Seconds())
 	s.log.Info("drain check", zap.String("node", node), zap.String("via", via), zap.String("verdict", string(res.Verdict)), zap.Int("reasons", len(res.Reasons)))

@@ -5,6 +5,8 @@ import (
 	"sort"
 	"time"
 
+	"github.com/cozystack/cozy-health/aggregator/internal/quorum"
+	"github.com/cozystack/cozy-health/aggregator/internal/state"
 	"github.com/cozystack/cozy-health/pkg/report"
 )
 
@@ -27,12 +29,18 @@ type NodeInfo struct {
 	// Fresh at TakenAt is stale at any now after FreshUntil, so a cached
 	// snapshot never reads a silent node as fresh.
 	FreshUntil time.Time
+	// Role is the node's role by its Node object's labels
+	// (state.RoleOf); raft member claims are believed only from
+	// control-plane nodes (quorum.Read).
+	Role state.Role
 }
 
 // KubeNode is what the drain check reads of a Kubernetes Node.
 type KubeNode struct {
 	// Cordoned is spec.unschedulable.
 	Cordoned bool
+	// Role is state.RoleOf the Node's labels.
+	Role state.Role
 }
 
 // liveness is how a node counts for a projection at some now.
@@ -62,34 +70,13 @@ type Snapshot struct {
 	// holders maps a DRBD resource to the nodes holding a replica, sorted.
 	// Shared between snapshots while no replica moves; never mutated.
 	holders map[string][]string
-	// etcd is the etcd cluster's members and reported sizes.
-	etcd raftIndex
-	// ovn is one raft index per ovn-central database.
-	ovn map[string]*raftIndex
+	// raft lists the nodes the raft reader reads (quorum.Read), sorted:
+	// those whose report claims anything about a raft cluster, and every
+	// control-plane node.
+	raft []string
 	// kubeOVN lists the nodes whose latest report observes kube-ovn at
 	// all (ovs-ovn, the pinger, ovn-central), sorted: kube-ovn is deployed.
 	kubeOVN []string
-}
-
-// raftMember is one node's member of a raft cluster as its latest report
-// describes it.
-type raftMember struct {
-	node    string
-	learner bool
-	status  report.Status
-	reason  string
-}
-
-// raftSize is a cluster size one node reported.
-type raftSize struct {
-	node string
-	size int
-}
-
-// raftIndex is one raft cluster: its members, and the sizes reported.
-type raftIndex struct {
-	members []raftMember
-	sizes   []raftSize
 }
 
 // replica is one node's replica of a DRBD resource.
@@ -104,13 +91,6 @@ type replica struct {
 	upToDateReplicas int
 }
 
-// ovnFact is one node's member of one ovn-central database.
-type ovnFact struct {
-	db     string
-	member raftMember
-	size   int // -1 when absent
-}
-
 // drbdFact is one node's replica of one resource.
 type drbdFact struct {
 	resource string
@@ -120,14 +100,14 @@ type drbdFact struct {
 // nodeFacts are what the rules read of one report, extracted once per
 // report (reports are immutable, so facts are cached by report pointer).
 type nodeFacts struct {
-	report   *report.NodeReport
-	etcd     *raftMember
-	etcdSize int // -1 when absent
-	ovn      []ovnFact
-	// kubeOVN: the report observes kube-ovn. ovnUnknown: its
-	// ovn-central-member check read Unknown as a whole (it failed or timed
-	// out), so whether the node hosts a member is not known.
-	kubeOVN, ovnUnknown bool
+	report *report.NodeReport
+	// claims are the report's raft claims, read by the one reader
+	// (quorum.ClaimsOf); claims.KubeOVN: the report observes kube-ovn;
+	// claims.OVNUnknown: its ovn-central-member check read Unknown as a
+	// whole, so whether the node hosts a member is not known.
+	claims *quorum.Claims
+	// raft: the report claims something about a raft cluster.
+	raft bool
 	// drbdUnknown is the reason of a drbd-resource check that read Unknown
 	// as a whole (LINSTOR unreachable, no DRBD source): which resources
 	// the node holds is not known. Empty when it did not.
@@ -137,29 +117,15 @@ type nodeFacts struct {
 }
 
 func extract(node string, r *report.NodeReport) *nodeFacts {
-	f := &nodeFacts{report: r, etcdSize: -1}
+	f := &nodeFacts{report: r, claims: quorum.ClaimsOf(r)}
 	for i := range r.Observations {
 		o := &r.Observations[i]
-		if o.Component == report.ComponentKubeOVN {
-			f.kubeOVN = true
+		if o.Component == report.ComponentEtcd || o.Check == report.CheckOVNCentralMember {
+			f.raft = true
 		}
 		switch {
-		case o.Check == report.CheckOVNCentralMember && o.ResourceRef == nil:
-			f.ovnUnknown = f.ovnUnknown || o.Status == report.StatusUnknown
 		case o.Check == report.CheckDRBDResource && o.Status == report.StatusUnknown && (o.ResourceRef == nil || o.ResourceRef.Kind != report.KindResource):
 			f.drbdUnknown = o.Reason
-		case o.Component == report.ComponentEtcd && o.Check == report.CheckEtcdMember:
-			f.etcd = &raftMember{node: node, learner: o.Attributes[report.AttrIsLearner] == 1, status: o.Status, reason: o.Reason}
-		case o.Component == report.ComponentEtcd && o.Check == report.CheckEtcdMembership:
-			if v, ok := o.Attributes[report.AttrVotingMembers]; ok {
-				f.etcdSize = int(v)
-			}
-		case o.Check == report.CheckOVNCentralMember && o.ResourceRef != nil && o.ResourceRef.Name != "":
-			of := ovnFact{db: o.ResourceRef.Name, member: raftMember{node: node, status: o.Status, reason: o.Reason}, size: -1}
-			if v, ok := o.Attributes[report.AttrRaftServers]; ok {
-				of.size = int(v)
-			}
-			f.ovn = append(f.ovn, of)
 		case o.Check == report.CheckDRBDResource && o.ResourceRef != nil && o.ResourceRef.Kind == report.KindResource && o.ResourceRef.Name != "":
 			rp := replica{node: node, status: o.Status, replicas: -1, upToDateReplicas: -1}
 			for k, v := range o.Attributes {
@@ -224,7 +190,6 @@ func (x *Indexer) Snapshot(nodes map[string]NodeInfo, takenAt time.Time) *Snapsh
 		TakenAt: takenAt,
 		nodes:   make(map[string]NodeInfo, len(nodes)),
 		facts:   make(map[string]*nodeFacts, len(nodes)),
-		ovn:     map[string]*raftIndex{},
 	}
 	moved := x.holders == nil
 	for name, n := range nodes {
@@ -256,38 +221,37 @@ func (x *Indexer) Snapshot(nodes map[string]NodeInfo, takenAt time.Time) *Snapsh
 	x.facts = s.facts
 	s.holders = x.holders
 
-	names := make([]string, 0, 8)
 	for name, f := range s.facts {
-		if f.etcd != nil || f.etcdSize >= 0 || len(f.ovn) > 0 {
-			names = append(names, name)
+		if f.raft || s.nodes[name].Role == state.RoleControlPlane {
+			s.raft = append(s.raft, name)
 		}
-		if f.kubeOVN {
+		if f.claims.KubeOVN {
 			s.kubeOVN = append(s.kubeOVN, name)
 		}
 	}
-	sort.Strings(names)
-	sort.Strings(s.kubeOVN)
-	for _, name := range names {
-		f := s.facts[name]
-		if f.etcd != nil {
-			s.etcd.members = append(s.etcd.members, *f.etcd)
-		}
-		if f.etcdSize >= 0 {
-			s.etcd.sizes = append(s.etcd.sizes, raftSize{node: name, size: f.etcdSize})
-		}
-		for _, of := range f.ovn {
-			db := s.ovn[of.db]
-			if db == nil {
-				db = &raftIndex{}
-				s.ovn[of.db] = db
-			}
-			db.members = append(db.members, of.member)
-			if of.size >= 0 {
-				db.sizes = append(db.sizes, raftSize{node: name, size: of.size})
-			}
+	for name, n := range s.nodes {
+		if _, ok := s.facts[name]; !ok && n.Role == state.RoleControlPlane {
+			s.raft = append(s.raft, name)
 		}
 	}
+	sort.Strings(s.raft)
+	sort.Strings(s.kubeOVN)
 	return s
+}
+
+// view is the raft reader's View of cluster at now (quorum.Read over the
+// nodes of s.raft, each as fresh as it is at now).
+func (s *Snapshot) view(cluster string, now time.Time) quorum.View {
+	nodes := make([]quorum.Node, 0, len(s.raft))
+	for _, name := range s.raft {
+		n := s.nodes[name]
+		qn := quorum.Node{Name: name, Role: n.Role, Reported: n.LastReport != nil, Fresh: s.fresh(name, now)}
+		if f := s.facts[name]; f != nil {
+			qn.Claims = f.claims
+		}
+		nodes = append(nodes, qn)
+	}
+	return quorum.Read(cluster, nodes)
 }
 
 func buildHolders(facts map[string]*nodeFacts) map[string][]string {

@@ -19,16 +19,16 @@ func StateNodes(st *state.State, now time.Time, kube map[string]KubeNode, grace 
 		for name, e := range nodes {
 			if e.Report == nil {
 				// Expected, never heard: not fresh, nothing to judge.
-				out[name] = NodeInfo{}
+				out[name] = NodeInfo{Role: e.Role}
 				continue
 			}
 			until := e.ReceivedAt.Add(grace(e.Report.Interval))
-			out[name] = NodeInfo{LastReport: e.Report, LastHeard: e.ReceivedAt, Fresh: !now.After(until), FreshUntil: until}
+			out[name] = NodeInfo{LastReport: e.Report, LastHeard: e.ReceivedAt, Fresh: !now.After(until), FreshUntil: until, Role: e.Role}
 		}
 	})
 	for name, k := range kube {
 		n := out[name]
-		n.Exists, n.Cordoned = true, k.Cordoned
+		n.Exists, n.Cordoned, n.Role = true, k.Cordoned, k.Role
 		out[name] = n
 	}
 	return out

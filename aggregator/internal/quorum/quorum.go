@@ -1,55 +1,26 @@
 // Package quorum is the one quorum rule of the raft clusters cozy-health
-// judges (etcd; ovn-central's Northbound and Southbound databases), shared
-// by the rollup's projections and the drain rules, so the two never
-// disagree on how many members vote or how many make a quorum.
+// judges (etcd; ovn-central's Northbound and Southbound databases) and the
+// one reader of the facts it judges (reader.go), shared by the rollup's
+// projections, the rollup cache and the drain rules, so they never
+// disagree on which members are believed, how many vote, or how many make
+// a quorum. audit.go counts and logs the claims the reader rejects.
 package quorum
 
 // Source says where a cluster's voting-member count came from.
 type Source uint8
 
 const (
-	// Reported: the largest count a fresh member reported
-	// (etcd-membership's votingMembers, ovn-central's raftServers).
+	// Reported: the count a strict majority of the fresh accepted members
+	// reported (etcd-membership's votingMembers, ovn-central's
+	// raftServers).
 	Reported Source = iota + 1
-	// Counted: no fresh member reported a count; it is the number of voting
-	// members (learners excluded) that the reports describe.
+	// Counted: no fresh accepted member reported a count; it is the number
+	// of voting members (learners excluded) the reports describe.
 	Counted
+	// Disputed: members reported counts and no majority agrees; the
+	// largest is used, and a loss of quorum is never proven on it.
+	Disputed
 )
-
-// Size accumulates a cluster's voting-member count from reports. The zero
-// value is an empty cluster.
-type Size struct {
-	reported int
-	any      bool
-	seen     int
-}
-
-// Report records a count of voting members that a fresh member reported;
-// the largest wins. Counts from members whose node is stale must not be
-// reported: the membership may have changed since.
-func (s *Size) Report(voting int) {
-	if !s.any || voting > s.reported {
-		s.reported, s.any = voting, true
-	}
-}
-
-// Seen records one voting member that a report describes.
-func (s *Size) Seen() { s.seen++ }
-
-// Voting is the cluster's voting-member count and where it came from: the
-// largest reported count, else the voting members seen.
-func (s Size) Voting() (int, Source) {
-	if s.any {
-		return s.reported, Reported
-	}
-	return s.seen, Counted
-}
-
-// Missing is how many voting members no report describes (never negative).
-func (s Size) Missing() int {
-	v, _ := s.Voting()
-	return max(v-s.seen, 0)
-}
 
 // Needed is the quorum of a cluster of voting members: floor(V/2)+1.
 func Needed(voting int) int { return voting/2 + 1 }
@@ -60,6 +31,11 @@ func Needed(voting int) int { return voting/2 + 1 }
 // unknown member is never counted healthy, and never counted lost.
 type Count struct {
 	Voting, Healthy, Bad int
+	// Disputed: Voting is not agreed by a majority of the members (Source
+	// Disputed); Judge then never proves a loss (Lost reads Undetermined),
+	// so one member's claim of a larger cluster cannot turn a healthy
+	// cluster Down.
+	Disputed bool
 }
 
 // Unknown is the number of voting members whose health is not known.
@@ -100,8 +76,10 @@ func (j Judgement) String() string {
 }
 
 // Judge is the one quorum rule, with q = floor(V/2)+1: Intact when H = V,
-// AtRisk when q <= H < V, Lost only when H + U < q, Undetermined in
-// between; Empty when V = 0.
+// AtRisk when q <= H < V, Lost only when H + U < q (and V is not
+// Disputed), Undetermined in between; Empty when V = 0. H counts every
+// member that can vote (View.Count: Healthy, and Degraded members that
+// vote but warn); only a member that cannot vote is bad.
 func (c Count) Judge() Judgement {
 	q := Needed(c.Voting)
 	switch {
@@ -111,7 +89,7 @@ func (c Count) Judge() Judgement {
 		return Intact
 	case c.Healthy >= q:
 		return AtRisk
-	case c.Healthy+c.Unknown() < q:
+	case c.Healthy+c.Unknown() < q && !c.Disputed:
 		return Lost
 	}
 	return Undetermined

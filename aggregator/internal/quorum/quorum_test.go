@@ -12,40 +12,6 @@ func TestNeeded(t *testing.T) {
 	}
 }
 
-func TestSize(t *testing.T) {
-	var s Size
-	v, from := s.Voting()
-	assert.Equal(t, 0, v)
-	assert.Equal(t, Counted, from, "nothing reported: the (zero) members seen")
-
-	s.Seen()
-	s.Seen()
-	v, from = s.Voting()
-	assert.Equal(t, 2, v)
-	assert.Equal(t, Counted, from)
-	assert.Zero(t, s.Missing())
-
-	s.Report(3)
-	s.Report(5)
-	s.Report(4)
-	v, from = s.Voting()
-	assert.Equal(t, 5, v, "the largest reported count wins")
-	assert.Equal(t, Reported, from)
-	assert.Equal(t, 3, s.Missing(), "5 voting members, 2 described by reports")
-
-	var zero Size
-	zero.Report(0)
-	v, from = zero.Voting()
-	assert.Equal(t, 0, v)
-	assert.Equal(t, Reported, from, "a reported 0 is a report")
-
-	var more Size
-	more.Report(1)
-	more.Seen()
-	more.Seen()
-	assert.Zero(t, more.Missing(), "more members seen than reported is never a negative gap")
-}
-
 func TestJudge(t *testing.T) {
 	for _, tc := range []struct {
 		c    Count
@@ -70,6 +36,9 @@ func TestJudge(t *testing.T) {
 		{Count{Voting: 5, Bad: 3}, Lost},
 		// More healthy than the reported size (a member added since): intact.
 		{Count{Voting: 3, Healthy: 4}, Intact},
+		// A disputed size never proves a loss.
+		{Count{Voting: 5, Healthy: 2, Bad: 3, Disputed: true}, Undetermined},
+		{Count{Voting: 5, Healthy: 3, Disputed: true}, AtRisk},
 	} {
 		assert.Equal(t, tc.want, tc.c.Judge(), "V=%d H=%d B=%d U=%d", tc.c.Voting, tc.c.Healthy, tc.c.Bad, tc.c.Unknown())
 	}

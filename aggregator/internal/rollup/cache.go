@@ -3,6 +3,7 @@ package rollup
 import (
 	"time"
 
+	"github.com/cozystack/cozy-health/aggregator/internal/quorum"
 	"github.com/cozystack/cozy-health/aggregator/internal/state"
 	"github.com/cozystack/cozy-health/pkg/report"
 )
@@ -17,7 +18,13 @@ type Cache struct {
 	valid    bool
 	// gen numbers the ComputeCached calls.
 	gen uint64
+	// onReject receives the raft claims the reader rejected (SetRejected).
+	onReject rejectFunc
 }
+
+// SetRejected makes ComputeCached hand every raft claim the reader rejects
+// to f (a quorum.Auditor's Reject); nil drops them.
+func (c *Cache) SetRejected(f func(quorum.Rejection, string)) { c.onReject = f }
 
 // NewCache returns an empty Cache.
 func NewCache() *Cache {
@@ -27,7 +34,8 @@ func NewCache() *Cache {
 // Unchanged tells whether ComputeCached over nodes at now would give the
 // same answer as the last call with the same cfg, except for observedAt
 // and freshUntil, which move with every report: the same nodes, each
-// judging the same (sameJudgement) and each as fresh or stale as then.
+// judging the same (sameJudgement), each as fresh or stale as then and of
+// the same role.
 // When it would, it also returns those new times: observed, per
 // component, the latest arrival of a fresh node's report (absent: no fresh
 // node). Reports that changed are folded on the way, so a ComputeCached
@@ -44,7 +52,7 @@ func (c *Cache) Unchanged(nodes map[string]state.Entry, now time.Time, cfg Confi
 			return nil, false
 		}
 		stale := cfg.Stale(e, now)
-		if stale != f.usedStale {
+		if stale != f.usedStale || e.Role != f.usedRole {
 			return nil, false
 		}
 		if f.report != e.Report {
@@ -105,15 +113,13 @@ var componentIndex = func() map[string]int {
 	return m
 }()
 
-// judgedAttributes are the attributes the rollup reads (etcdQuorum); the
-// others are for people and drain rules.
-var judgedAttributes = [...]string{report.AttrIsLearner, report.AttrVotingMembers}
-
 // sameJudgement tells whether two reports of a node fold into the same
 // facts: the same observations in the same order, equal in everything
-// factsOf and etcdQuorum read. The message of a Healthy observation is not
-// read (a Healthy condition carries none), nor are attributes other than
-// judgedAttributes.
+// factsOf reads, and the same raft claims (quorum.ClaimsOf, the one reader
+// the quorum rule reads through: whatever fact it reads, this compares).
+// The message of a Healthy observation is not read (a Healthy condition
+// carries none), nor are attributes (quorum.Attributes are read through
+// the claims; the others are for people and drain rules).
 func sameJudgement(a, b *report.NodeReport) bool {
 	if a == nil || b == nil {
 		// Without a report (an expected node never heard) the node is
@@ -134,15 +140,8 @@ func sameJudgement(a, b *report.NodeReport) bool {
 		if (x.ResourceRef == nil) != (y.ResourceRef == nil) || (x.ResourceRef != nil && *x.ResourceRef != *y.ResourceRef) {
 			return false
 		}
-		for _, k := range judgedAttributes {
-			vx, okx := x.Attributes[k]
-			vy, oky := y.Attributes[k]
-			if okx != oky || vx != vy {
-				return false
-			}
-		}
 	}
-	return true
+	return quorum.ClaimsOf(a).Equal(quorum.ClaimsOf(b))
 }
 
 // reportFacts is what one report says, per component, about its node when
@@ -152,10 +151,13 @@ type reportFacts struct {
 	comps  map[string]*componentFacts
 	// present has bit componentIndex[c] set for every c in comps.
 	present uint8
-	// usedGen and usedStale: the ComputeCached call that last judged these
-	// facts, and whether the node was stale then.
+	// claims are the report's raft claims (quorum.ClaimsOf).
+	claims *quorum.Claims
+	// usedGen, usedStale and usedRole: the ComputeCached call that last
+	// judged these facts, whether the node was stale then, and its role.
 	usedGen   uint64
 	usedStale bool
+	usedRole  state.Role
 }
 
 type componentFacts struct {

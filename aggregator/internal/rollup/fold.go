@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cozystack/cozy-health/aggregator/internal/quorum"
 	"github.com/cozystack/cozy-health/pkg/report"
 )
 
@@ -19,7 +20,7 @@ func factsOf(node string, r *report.NodeReport) *reportFacts {
 	for _, o := range obs {
 		byComp[o.Component] = append(byComp[o.Component], o)
 	}
-	f := &reportFacts{report: r, comps: make(map[string]*componentFacts, len(byComp)+1)}
+	f := &reportFacts{report: r, comps: make(map[string]*componentFacts, len(byComp)+1), claims: quorum.ClaimsOf(r)}
 	for _, comp := range report.NodeComponents {
 		obs := byComp[comp]
 		if len(obs) == 0 && comp != report.ComponentNode {

@@ -10,88 +10,80 @@ import (
 	"github.com/cozystack/cozy-health/pkg/report"
 )
 
-// raftMember is one node's member of a raft cluster as that node's latest
-// report describes it.
-type raftMember struct {
-	node    string
-	learner bool
-	status  report.Status
-	reason  string
-}
+// rejectFunc receives the claims the reader rejected (nil: dropped).
+type rejectFunc func(quorum.Rejection, string)
 
-// raftCluster is what the reports say of one raft cluster: etcd, or one of
-// ovn-central's clustered databases.
-type raftCluster struct {
-	// what names the cluster in messages; sizeFrom names where a reported
-	// voting-member count comes from.
-	what, sizeFrom string
-	// ref pins the Quorum condition to a resource (an OVN database); nil
-	// for etcd, the component itself.
-	ref     *report.ResourceRef
-	members []raftMember
-	size    quorum.Size
-}
-
-// add records a member observation of node; a member whose node is stale
-// is Unknown (HeartbeatMissed), whatever its last report said.
-func (rc *raftCluster) add(node string, fresh, learner bool, o report.Observation) {
-	m := raftMember{node: node, learner: learner, status: o.Status, reason: o.Reason}
-	if !fresh {
-		m.status, m.reason = report.StatusUnknown, report.ReasonHeartbeatMissed
+// raftNodes is every node of the snapshot as the raft reader sees it:
+// role, freshness and the claims of its report (claims[i] of names[i]).
+func raftNodes(names []string, claims []*quorum.Claims, snap state.Snapshot, now time.Time, cfg Config) []quorum.Node {
+	out := make([]quorum.Node, len(names))
+	for i, name := range names {
+		e := snap[name]
+		out[i] = quorum.Node{Name: name, Role: e.Role, Reported: e.Report != nil, Fresh: !cfg.Stale(e, now), Claims: claims[i]}
 	}
-	rc.members = append(rc.members, m)
+	return out
 }
 
-// judge applies the quorum rule (quorum.Count.Judge) to the cluster. It
-// returns the cluster's effect on its component and the conditions: the
-// Quorum condition first, then, when memberConds is set, one QuorumMember
-// condition per voting member.
+// judgeRaft applies the quorum rule (quorum.Count.Judge) to a cluster's
+// View. It returns the cluster's effect on its component, the reason of
+// that effect, and the conditions: the Quorum condition first (pinned to
+// ref; nil for etcd, the component itself), then, when memberConds is set,
+// one QuorumMember condition per voting member.
 //
-// A member counts healthy when its observation is Healthy on a fresh node;
-// known bad when it is Degraded or Down on a fresh node; unknown when its
-// node is stale or its observation Unknown, and so is every voting member
-// no report describes. The Quorum condition is Healthy (all healthy),
-// Degraded (QuorumAtRisk), Down (QuorumLost, only when even every unknown
-// member being healthy would not make a quorum) or Unknown
-// (QuorumUndetermined, naming the unknown members; NoVotingMembers when
-// none is known). An undetermined quorum makes the component Degraded when
-// a member is known bad, else Unknown.
-func (rc *raftCluster) judge(memberConds bool) (report.Status, []Condition) {
-	var count quorum.Count
-	var bad, unknown []string
+// Every member that votes counts healthy: Healthy, Degraded (votes but
+// warns: DBSizeNearQuota, MemberErrors) and, for etcd, one under the
+// NOSPACE alarm; a member that cannot vote (Down) counts lost; a member
+// whose health is not known (Unknown, stale node, a control-plane node
+// without a member observation, rejected claims) is unknown, and so is
+// every voting member no node describes. The Quorum condition is Healthy
+// (all voting members vote), Degraded (QuorumAtRisk), Down (QuorumLost,
+// only when even every unknown member voting would not make a quorum) or
+// Unknown (QuorumUndetermined, naming the unknown members; NoVotingMembers
+// when none is known). The component: Down when quorum is lost; else Down
+// (AlarmNOSPACE) when a majority of the members reporting etcd's alarms
+// report NOSPACE (fewer: Degraded, AlarmNOSPACE); else Degraded when quorum
+// is at risk, or a member warns (with the member's reason), or the quorum
+// is undetermined and a member is known lost; else as the Quorum condition.
+func judgeRaft(v *quorum.View, what, sizeFrom string, ref *report.ResourceRef, memberConds bool) (report.Status, string, []Condition) {
+	count := v.Count()
+	var bad, warns, unknown []string
 	var conds []Condition
-	for _, m := range rc.members {
-		if m.learner {
+	warnReason := ""
+	for _, m := range v.Members {
+		if m.Learner {
 			continue
 		}
-		rc.size.Seen()
-		c := Condition{Type: TypeQuorumMember, Node: m.node, Severity: m.status, Reason: m.reason}
-		switch m.status {
-		case report.StatusHealthy:
-			count.Healthy++
+		c := Condition{Type: TypeQuorumMember, Node: m.Node, Severity: m.Status, Reason: m.Reason}
+		switch m.Class {
+		case quorum.Votes:
 			c.Message = "voting member, healthy"
-		case report.StatusUnknown:
-			unknown = append(unknown, fmt.Sprintf("%s (%s)", m.node, m.reason))
-			c.Message = "voting member, health unknown: counted neither healthy nor lost"
+		case quorum.Warns:
+			warns = append(warns, fmt.Sprintf("%s (%s)", m.Node, m.Reason))
+			if warnReason == "" {
+				warnReason = m.Reason
+			}
+			c.Message = "voting member, votes but warns: counted for quorum"
+		case quorum.NoSpace:
+			c.Message = "voting member under etcd's NOSPACE alarm (cluster-wide): it votes, counted for quorum"
+		case quorum.CannotVote:
+			bad = append(bad, fmt.Sprintf("%s %s (%s)", m.Node, m.Status, m.Reason))
+			c.Message = fmt.Sprintf("voting member that cannot vote: %s", m.Status)
 		default:
-			count.Bad++
-			bad = append(bad, fmt.Sprintf("%s %s (%s)", m.node, m.status, m.reason))
-			c.Message = fmt.Sprintf("voting member, not healthy: %s", m.status)
+			unknown = append(unknown, fmt.Sprintf("%s (%s)", m.Node, m.Reason))
+			c.Message = "voting member, health unknown: counted neither healthy nor lost"
 		}
 		if memberConds {
 			conds = append(conds, c)
 		}
 	}
-	voting, from := rc.size.Voting()
-	count.Voting = voting
-	source := rc.sizeFrom
-	if from == quorum.Counted {
-		source = "counted member observations"
+	if missing := v.Missing(); missing > 0 {
+		s := fmt.Sprintf("%d on no reporting node", missing)
+		if len(v.Candidates) > 0 {
+			s += fmt.Sprintf(" (control-plane nodes that report no member: %s)", strings.Join(v.Candidates, ", "))
+		}
+		unknown = append(unknown, s)
 	}
-	if missing := rc.size.Missing(); missing > 0 {
-		unknown = append(unknown, fmt.Sprintf("%d on no reporting node", missing))
-	}
-	q := Condition{Type: TypeQuorum, Resource: rc.ref}
+	q := Condition{Type: TypeQuorum, Resource: ref}
 	effect := report.StatusUnknown
 	switch count.Judge() {
 	case quorum.Empty:
@@ -108,118 +100,106 @@ func (rc *raftCluster) judge(memberConds bool) (report.Status, []Condition) {
 			effect = report.StatusDegraded
 		}
 	}
+	reason := q.Reason
 	if q.Severity != report.StatusUnknown {
 		effect = q.Severity
 	}
-	if voting == 0 {
-		q.Message = fmt.Sprintf("%s: no voting member is known", rc.what)
+	if v.Voting == 0 {
+		q.Message = fmt.Sprintf("%s: no voting member is known", what)
 	} else {
-		q.Message = fmt.Sprintf("%s: %d/%d voting members healthy, quorum needs %d (voting members from %s)",
-			rc.what, count.Healthy, voting, quorum.Needed(voting), source)
+		q.Message = fmt.Sprintf("%s: %d/%d voting members vote, quorum needs %d (voting members from %s)",
+			what, count.Healthy, v.Voting, quorum.Needed(v.Voting), v.SizeNote(sizeFrom))
 	}
 	if len(bad) > 0 {
-		q.Message += "; not healthy: " + strings.Join(bad, ", ")
+		q.Message += "; cannot vote: " + strings.Join(bad, ", ")
+	}
+	if len(warns) > 0 {
+		q.Message += "; vote but warn: " + strings.Join(warns, ", ")
 	}
 	if len(unknown) > 0 {
 		q.Message += "; unknown: " + strings.Join(unknown, ", ")
 	}
-	q.Message = truncate(q.Message)
-	return effect, append([]Condition{q}, conds...)
-}
-
-// etcdQuorum judges etcd on the quorum projection. The first condition
-// returned is the component-level Quorum condition; one QuorumMember
-// condition per voting member follows. Learners do not vote. The
-// voting-member count is the largest votingMembers a fresh node's
-// etcd-membership observation carries; without one, the members reports
-// describe that are not learners.
-func etcdQuorum(names []string, snap state.Snapshot, now time.Time, cfg Config) (report.Status, []Condition) {
-	rc := raftCluster{what: "etcd", sizeFrom: "etcd-membership"}
-	for _, name := range names {
-		e := snap[name]
-		fresh := !cfg.Stale(e, now)
-		for _, o := range e.Observations() {
-			if o.Component != report.ComponentEtcd {
-				continue
-			}
-			// The attributes read here are judgedAttributes.
-			switch o.Check {
-			case report.CheckEtcdMember:
-				rc.add(name, fresh, o.Attributes[report.AttrIsLearner] == 1, o)
-			case report.CheckEtcdMembership:
-				if v, ok := o.Attributes[report.AttrVotingMembers]; ok && fresh {
-					rc.size.Report(int(v))
-				}
-			}
+	switch {
+	case effect == report.StatusDown:
+	case v.NoSpaceAgreed():
+		effect, reason = report.StatusDown, quorum.ReasonAlarmNOSPACE
+		q.Message += fmt.Sprintf("; NOSPACE alarm reported by %d of %d members reporting alarms: etcd refuses writes cluster-wide", v.NoSpace, v.AlarmReporters)
+	case v.NoSpace > 0:
+		q.Message += fmt.Sprintf("; NOSPACE alarm reported by only %d of %d members reporting alarms (no majority)", v.NoSpace, v.AlarmReporters)
+		if effect.Rank() < report.StatusDegraded.Rank() {
+			effect, reason = report.StatusDegraded, quorum.ReasonAlarmNOSPACE
 		}
+	case effect == report.StatusDegraded:
+	case len(warns) > 0:
+		effect, reason = report.StatusDegraded, warnReason
 	}
-	return rc.judge(true)
+	q.Message = truncate(q.Message)
+	return effect, reason, append([]Condition{q}, conds...)
 }
 
-// ovnDatabases are ovn-central's clustered databases, each a raft cluster.
-var ovnDatabases = []string{"OVN_Northbound", "OVN_Southbound"}
+// etcdQuorum judges etcd on the quorum projection (judgeRaft). The first
+// condition returned is the component-level Quorum condition; one
+// QuorumMember condition per voting member follows.
+func etcdQuorum(nodes []quorum.Node, reject rejectFunc) (report.Status, string, []Condition) {
+	v := quorum.Read(quorum.Etcd, nodes)
+	rejected(reject, v.Rejected)
+	return judgeRaft(&v, "etcd", "etcd-membership", nil, true)
+}
+
+func rejected(reject rejectFunc, rs []quorum.Rejection) {
+	if reject == nil {
+		return
+	}
+	for _, r := range rs {
+		reject(r, "")
+	}
+}
 
 // ovnCentralQuorum judges each of ovn-central's clustered databases on the
-// quorum projection, from the ovn-central-member observations (one per node
-// hosting a member, pinned to its OVNDatabase). The voting-member count is
-// the largest raftServers a fresh member reports. It returns the worst
-// effect and one component-level Quorum condition per database, pinned to
-// the database. kube-ovn is observed on some fresh node when this is
-// called, so a database no node reports a member of is Unknown
-// (NoVotingMembers): ovn-central runs somewhere, and where is not known.
-func ovnCentralQuorum(names []string, snap state.Snapshot, now time.Time, cfg Config) (report.Status, string, []Condition) {
-	clusters := make(map[string]*raftCluster, len(ovnDatabases))
-	for _, db := range ovnDatabases {
-		clusters[db] = &raftCluster{what: "ovn-central " + db, sizeFrom: "raftServers",
-			ref: &report.ResourceRef{Kind: report.KindOVNDatabase, Name: db}}
-	}
-	for _, name := range names {
-		e := snap[name]
-		fresh := !cfg.Stale(e, now)
-		for _, o := range e.Observations() {
-			if o.Component != report.ComponentKubeOVN || o.Check != report.CheckOVNCentralMember || o.ResourceRef == nil {
-				continue
-			}
-			rc := clusters[o.ResourceRef.Name]
-			if rc == nil {
-				continue
-			}
-			rc.add(name, fresh, false, o)
-			if v, ok := o.Attributes[report.AttrRaftServers]; ok && fresh {
-				rc.size.Report(int(v))
-			}
-		}
-	}
+// quorum projection (judgeRaft), from the ovn-central-member observations
+// (one per node hosting a member, pinned to its OVNDatabase). It returns
+// the worst effect, its reason and one component-level Quorum condition
+// per database, pinned to the database. kube-ovn is observed on some fresh
+// node when this is called, so a database no node reports a member of is
+// Unknown (NoVotingMembers): ovn-central runs somewhere, and where is not
+// known.
+func ovnCentralQuorum(nodes []quorum.Node, reject rejectFunc) (report.Status, string, []Condition) {
 	worst, reason := report.StatusHealthy, ReasonQuorumHealthy
-	conds := make([]Condition, 0, len(ovnDatabases))
-	for _, db := range ovnDatabases {
-		effect, cs := clusters[db].judge(false)
+	conds := make([]Condition, 0, len(quorum.OVNDatabases))
+	for _, db := range quorum.OVNDatabases {
+		v := quorum.Read(db, nodes)
+		rejected(reject, v.Rejected)
+		effect, why, cs := judgeRaft(&v, "ovn-central "+db, "raftServers", &report.ResourceRef{Kind: report.KindOVNDatabase, Name: db}, false)
 		q := cs[0]
 		if q.Reason == ReasonNoVotingMembers {
-			q.Message = fmt.Sprintf("ovn-central %s: no node reports a member (the agents' --ovn-nb-ctl/--ovn-sb-ctl sockets and --ovn-db-dir files); its quorum is unknown", db)
+			q.Message = fmt.Sprintf("ovn-central %s: no control-plane node reports a member (the agents' --ovn-nb-ctl/--ovn-sb-ctl sockets and --ovn-db-dir files); its quorum is unknown", db)
 		}
 		if effect.Rank() > worst.Rank() {
-			worst, reason = effect, q.Reason
+			worst, reason = effect, why
 		}
 		conds = append(conds, q)
 	}
 	return worst, reason, conds
 }
 
-// worstOtherEtcdCheck is the worst etcd observation on fresh nodes other
-// than the member and membership checks the projection already judged. A
-// Degraded or Down one (fsync latency, alarms) degrades etcd to at most
+// worstOtherEtcdCheck is the worst etcd observation of fresh control-plane
+// nodes other than the member and membership checks the projection
+// already judged, and a NOSPACE alarm (judged there too). A Degraded or
+// Down one (fsync latency, a CORRUPT alarm) degrades etcd to at most
 // Degraded: the cluster still serves with a reduced margin; only the
-// projection makes etcd Down.
-func worstOtherEtcdCheck(names []string, snap state.Snapshot, now time.Time, cfg Config) report.Status {
+// projection makes etcd Down. A node not labelled control-plane says
+// nothing about etcd.
+func worstOtherEtcdCheck(nodes []quorum.Node, snap state.Snapshot) report.Status {
 	worst := report.StatusHealthy
-	for _, name := range names {
-		e := snap[name]
-		if cfg.Stale(e, now) {
+	for _, n := range nodes {
+		if !n.Fresh || n.Role != state.RoleControlPlane {
 			continue
 		}
-		for _, o := range e.Observations() {
+		for _, o := range snap[n.Name].Observations() {
 			if o.Component != report.ComponentEtcd || o.Check == report.CheckEtcdMember || o.Check == report.CheckEtcdMembership {
+				continue
+			}
+			if o.Check == report.CheckEtcdAlarms && o.Reason == quorum.ReasonAlarmNOSPACE {
 				continue
 			}
 			if o.Status == report.StatusDegraded || o.Status == report.StatusDown {

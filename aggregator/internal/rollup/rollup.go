@@ -12,13 +12,11 @@
 //   - A node silent past its grace is Unknown/HeartbeatMissed in every
 //     component; a component no fresh node observes is Unknown/NoData.
 //   - Raft clusters (etcd; ovn-central's OVN_Northbound and OVN_Southbound,
-//     inside kube-ovn) are judged by quorum.Count.Judge: Healthy when every
-//     voting member is healthy, Degraded (QuorumAtRisk) while a quorum is
-//     healthy, Down (QuorumLost) only when even every unknown member being
-//     healthy makes no quorum; otherwise the Quorum condition is Unknown
-//     (QuorumUndetermined, naming the unknown members) and the component
-//     Degraded if a member is known bad, else Unknown. Unknown members are
-//     counted neither healthy nor lost.
+//     inside kube-ovn) are read by the quorum package's one reader (which
+//     claims are believed) and judged by quorum.Count.Judge; judgeRaft
+//     (quorum.go) states what each verdict publishes: lost means cannot
+//     vote, a member that votes but warns makes the component Degraded,
+//     etcd's NOSPACE alarm is its own Down verdict.
 //   - A node-local component is Down (AllNodesDown) only when it is Down on
 //     every node listed, or a rule of its own (ovn-central's quorum) says it
 //     cannot serve; Degraded when some nodes are Down or Degraded; Unknown
@@ -41,6 +39,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/cozystack/cozy-health/aggregator/internal/quorum"
 	"github.com/cozystack/cozy-health/aggregator/internal/state"
 	"github.com/cozystack/cozy-health/pkg/report"
 )
@@ -208,18 +207,25 @@ func Compute(snap state.Snapshot, now time.Time, cfg Config) map[string]*Compone
 func ComputeCached(snap state.Snapshot, now time.Time, cfg Config, cache *Cache) map[string]*ComponentStatus {
 	names := snap.Names()
 	facts := make([]*reportFacts, len(names))
+	claims := make([]*quorum.Claims, len(names))
 	for i, name := range names {
 		facts[i] = cache.get(name, snap[name].Report)
+		claims[i] = facts[i].claims
 	}
 	cache.sweep(snap)
+	raft := raftNodes(names, claims, snap, now, cfg)
+	var reject rejectFunc
+	if cache != nil {
+		reject = cache.onReject
+	}
 	out := make(map[string]*ComponentStatus, len(report.NodeComponents))
 	for _, comp := range report.NodeComponents {
-		out[comp] = computeComponent(comp, names, facts, snap, now, cfg)
+		out[comp] = computeComponent(comp, names, facts, raft, reject, snap, now, cfg)
 	}
 	if cache != nil {
 		cache.gen++
 		for i, name := range names {
-			facts[i].usedGen, facts[i].usedStale = cache.gen, cfg.Stale(snap[name], now)
+			facts[i].usedGen, facts[i].usedStale, facts[i].usedRole = cache.gen, cfg.Stale(snap[name], now), snap[name].Role
 		}
 		cache.computed, cache.valid = len(names), true
 	}
@@ -260,7 +266,7 @@ func (c Config) freshUntil(observedAt time.Time) time.Time {
 	return observedAt.Add(time.Duration(c.FreshForMultiple) * c.DefaultInterval)
 }
 
-func computeComponent(comp string, names []string, facts []*reportFacts, snap state.Snapshot, now time.Time, cfg Config) *ComponentStatus {
+func computeComponent(comp string, names []string, facts []*reportFacts, raft []quorum.Node, reject rejectFunc, snap state.Snapshot, now time.Time, cfg Config) *ComponentStatus {
 	cs := &ComponentStatus{Component: comp, Nodes: make(map[string]NodeState, len(names)), Conditions: make([]Condition, 0, 2*len(names))}
 	var observedAt time.Time
 	anyFresh := false
@@ -306,21 +312,21 @@ func computeComponent(comp string, names []string, facts []*reportFacts, snap st
 		cs.Conditions = append(cs.Conditions, Condition{Type: TypeData, Severity: report.StatusUnknown, Reason: report.ReasonNoData,
 			Message: fmt.Sprintf("no fresh %s observation from any node", comp)})
 	case comp == report.ComponentEtcd:
-		quorum, conds := etcdQuorum(names, snap, now, cfg)
+		effect, reason, conds := etcdQuorum(raft, reject)
 		cs.Conditions = append(cs.Conditions, conds...)
-		cs.Overall, cs.Reason = quorum, conds[0].Reason
-		if worstOtherEtcdCheck(names, snap, now, cfg).Rank() >= report.StatusDegraded.Rank() && quorum.Rank() < report.StatusDegraded.Rank() {
+		cs.Overall, cs.Reason = effect, reason
+		if worstOtherEtcdCheck(raft, snap).Rank() >= report.StatusDegraded.Rank() && effect.Rank() < report.StatusDegraded.Rank() {
 			cs.Overall, cs.Reason = report.StatusDegraded, ReasonCheckDegraded
 		}
 	default:
 		cs.Overall, cs.Reason = nodesProjection(cs.Nodes)
 		if comp == report.ComponentKubeOVN {
-			quorum, reason, conds := ovnCentralQuorum(names, snap, now, cfg)
+			effect, reason, conds := ovnCentralQuorum(raft, reject)
 			cs.Conditions = append(cs.Conditions, conds...)
 			// A quorum that is not Healthy names the reason when it is at
 			// least as bad as the nodes: it says more than NodesNotHealthy.
-			if quorum != report.StatusHealthy && quorum.Rank() >= cs.Overall.Rank() {
-				cs.Overall, cs.Reason = quorum, reason
+			if effect != report.StatusHealthy && effect.Rank() >= cs.Overall.Rank() {
+				cs.Overall, cs.Reason = effect, reason
 			}
 		}
 	}

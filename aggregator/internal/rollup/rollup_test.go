@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/cozystack/cozy-health/aggregator/internal/quorum"
 	"github.com/cozystack/cozy-health/aggregator/internal/state"
 	"github.com/cozystack/cozy-health/pkg/report"
 )
@@ -30,12 +31,38 @@ const (
 	U = report.StatusUnknown
 )
 
-// node builds one node's entry: received `ago` before t0, with observations.
+// node builds one node's entry: received `ago` before t0, with
+// observations, of a Node labelled control-plane (most test nodes host raft
+// members); worker makes it a worker.
 func node(name string, ago time.Duration, obs ...report.Observation) state.Entry {
 	return state.Entry{
 		Report:     &report.NodeReport{NodeName: name, AgentInstanceID: "i-" + name, Sequence: 1, SentAt: t0.Add(-ago), Interval: 5 * time.Second, Observations: obs},
 		ReceivedAt: t0.Add(-ago),
+		Role:       state.RoleControlPlane,
 	}
+}
+
+// worker is e on a Node without the control-plane label.
+func worker(e state.Entry) state.Entry {
+	e.Role = state.RoleWorker
+	return e
+}
+
+// memberAs is an etcd-member observation with status s and reason.
+func memberAs(s report.Status, reason string) report.Observation {
+	o := member(s, false)
+	o.Reason = reason
+	return o
+}
+
+// raftOf is the reader's view of every node of s at now.
+func raftOf(s state.Snapshot, now time.Time, cfg Config) []quorum.Node {
+	names := s.Names()
+	claims := make([]*quorum.Claims, len(names))
+	for i, n := range names {
+		claims[i] = quorum.ClaimsOf(s[n].Report)
+	}
+	return raftNodes(names, claims, s, now, cfg)
 }
 
 func ob(comp, check string, s report.Status, reason string) report.Observation {
@@ -215,7 +242,7 @@ func cases() []goldenCase {
 		{name: "quorum-3-one-down", components: etcdOnly, snap: etcdNodes([]report.Status{H, H, D}, none, none, 3)},
 		{name: "quorum-3-one-unknown", components: etcdOnly, snap: etcdNodes([]report.Status{H, U, H}, none, none, 3)},
 		{name: "quorum-3-one-stale", components: etcdOnly, snap: etcdNodes([]report.Status{H, H, H}, none, map[int]bool{2: true}, 3)},
-		{name: "quorum-3-two-down", components: etcdOnly, snap: etcdNodes([]report.Status{H, D, G}, none, none, 3)},
+		{name: "quorum-3-two-down", components: etcdOnly, snap: etcdNodes([]report.Status{H, D, D}, none, none, 3)},
 		{name: "quorum-3-learner-does-not-vote", components: etcdOnly, snap: etcdNodes([]report.Status{H, H, D, H}, map[int]bool{3: true}, none, 3)},
 		{name: "quorum-3-learner-down-ignored", components: etcdOnly, snap: etcdNodes([]report.Status{H, H, H, D}, map[int]bool{3: true}, none, 3)},
 		{name: "quorum-3-member-not-reporting", components: etcdOnly, snap: etcdNodes([]report.Status{H, H}, none, none, 3)},
@@ -230,7 +257,80 @@ func cases() []goldenCase {
 		// Degraded (a member is known bad), never Down.
 		{name: "quorum-3-one-down-one-silent", components: etcdOnly, snap: etcdNodes([]report.Status{H, D, H}, none, map[int]bool{2: true}, 3)},
 		{name: "quorum-3-two-silent", components: etcdOnly, snap: etcdNodes([]report.Status{H, H, H}, none, map[int]bool{1: true, 2: true}, 3)},
-		{name: "quorum-3-loss-proven", components: etcdOnly, snap: etcdNodes([]report.Status{D, G, U}, none, none, 3)},
+		{name: "quorum-3-loss-proven", components: etcdOnly, snap: etcdNodes([]report.Status{D, D, U}, none, none, 3)},
+		// Issue 22 item 1: capacity is not failure. etcd's DB is
+		// replicated, so every member crosses the near-quota line
+		// together: all vote, etcd is Degraded with the members' reason.
+		{name: "etcd-all-near-quota", components: etcdOnly, snap: snap(
+			node("cp-1", time.Second, memberAs(G, "DBSizeNearQuota"), membership(3, 0)),
+			node("cp-2", time.Second, memberAs(G, "DBSizeNearQuota"), membership(3, 0)),
+			node("cp-3", time.Second, memberAs(G, "MemberErrors"), membership(3, 0)))},
+		// A NOSPACE alarm is its own verdict: members under it still vote
+		// (no QuorumLost), etcd refuses writes cluster-wide: Down.
+		{name: "etcd-nospace", components: etcdOnly, snap: snap(
+			node("cp-1", time.Second, memberAs(D, "AlarmNOSPACE"), membership(3, 0), ob(report.ComponentEtcd, report.CheckEtcdAlarms, D, "AlarmNOSPACE")),
+			node("cp-2", time.Second, memberAs(D, "AlarmNOSPACE"), membership(3, 0), ob(report.ComponentEtcd, report.CheckEtcdAlarms, D, "AlarmNOSPACE")),
+			node("cp-3", time.Second, memberAs(D, "AlarmNOSPACE"), membership(3, 0), ob(report.ComponentEtcd, report.CheckEtcdAlarms, D, "AlarmNOSPACE")))},
+		// One member's alarms say NOSPACE, the two others none: no
+		// majority, Degraded naming it, never Down.
+		{name: "etcd-nospace-one-claim", components: etcdOnly, snap: snap(
+			node("cp-1", time.Second, member(H, false), membership(3, 0), ob(report.ComponentEtcd, report.CheckEtcdAlarms, D, "AlarmNOSPACE")),
+			node("cp-2", time.Second, member(H, false), membership(3, 0), ob(report.ComponentEtcd, report.CheckEtcdAlarms, H, "NoAlarms")),
+			node("cp-3", time.Second, member(H, false), membership(3, 0), ob(report.ComponentEtcd, report.CheckEtcdAlarms, H, "NoAlarms")))},
+		// A CORRUPT alarm on a member: that member is lost.
+		{name: "etcd-corrupt-member", components: etcdOnly, snap: snap(
+			node("cp-1", time.Second, member(H, false), membership(3, 0)),
+			node("cp-2", time.Second, member(H, false), membership(3, 0)),
+			node("cp-3", time.Second, memberAs(D, "AlarmCORRUPT"), membership(3, 0)))},
+		// Issue 22 item 2: a control-plane node that reports but has no
+		// etcd member observation (its etcd checks did not run) is an
+		// unknown voting member, named; with no size reported it counts.
+		{name: "etcd-control-plane-without-member", components: etcdOnly, snap: snap(
+			node("cp-1", time.Second, member(H, false)),
+			node("cp-2", time.Second, member(H, false)),
+			node("cp-3", time.Second, ob(report.ComponentNode, report.CheckTalosServices, H, "ServicesRunning")))},
+		// Talos patch not applied: every control-plane agent's etcd checks
+		// read Unknown (no talosconfig): etcd Unknown, never Healthy.
+		{name: "etcd-talos-unpatched", components: etcdOnly, snap: snap(
+			node("cp-1", time.Second, memberAs(U, report.ReasonInputMissing)),
+			node("cp-2", time.Second, memberAs(U, report.ReasonInputMissing)),
+			node("cp-3", time.Second, memberAs(U, report.ReasonInputMissing)))},
+		// Issue 22 item 6: NB/SB membership grew to 4 servers with no status
+		// change: 3/4, QuorumAtRisk (the cache must see it too:
+		// TestCacheSeesEveryQuorumFact).
+		{name: "ovn-central-membership-grew", components: kubeOVNOnly, snap: snap(
+			node("a", time.Second, ovnMember(nb, H, "ClusterMember", 4), ovnMember(sb, H, "ClusterMember", 4)),
+			node("b", time.Second, ovnMember(nb, H, "ClusterMember", 4), ovnMember(sb, H, "ClusterMember", 4)),
+			node("c", time.Second, ovnMember(nb, H, "ClusterMember", 4), ovnMember(sb, H, "ClusterMember", 4)))},
+		// Issue 27 item 1, adversarial: a compromised worker's reports
+		// beside honest ones (TestAdversarial holds the table).
+		{name: "adversarial-worker-fakes-lost-etcd", components: etcdOnly, snap: snap(
+			node("cp-1", time.Second, member(H, false), membership(3, 0)),
+			node("cp-2", time.Second, member(H, false), membership(3, 0)),
+			node("cp-3", time.Second, member(H, false), membership(3, 0)),
+			worker(node("w", time.Second, member(D, false), member(D, false), member(D, false), member(D, false), membership(7, 0),
+				ob(report.ComponentEtcd, report.CheckEtcdAlarms, D, "AlarmNOSPACE"))))},
+		{name: "adversarial-worker-fakes-healthy-etcd", components: etcdOnly, snap: snap(
+			node("cp-1", time.Second, member(H, false), membership(3, 0)),
+			node("cp-2", time.Second, member(D, false), membership(3, 0)),
+			node("cp-3", time.Second, member(D, false), membership(3, 0)),
+			worker(node("w", time.Second, member(H, false), member(H, false), membership(3, 0))))},
+		{name: "adversarial-control-plane-two-members", components: etcdOnly, snap: snap(
+			node("cp-1", time.Second, member(H, false), membership(3, 0)),
+			node("cp-2", time.Second, member(D, false), membership(3, 0)),
+			node("cp-3", time.Second, member(D, false), member(H, false), membership(3, 0)))},
+		{name: "adversarial-control-plane-inflates-size", components: etcdOnly, snap: snap(
+			node("cp-1", time.Second, member(H, false), membership(3, 0)),
+			node("cp-2", time.Second, member(H, false), membership(3, 0)),
+			node("cp-3", time.Second, member(H, false), membership(9, 0)))},
+		{name: "adversarial-size-disputed", components: etcdOnly, snap: snap(
+			node("cp-1", time.Second, member(H, false), membership(3, 0)),
+			node("cp-2", time.Second, member(D, false), membership(9, 0)),
+			node("cp-3", 20*time.Second, member(H, false), membership(3, 0)))},
+		{name: "adversarial-worker-fakes-ovn", components: kubeOVNOnly, snap: snap(
+			ovnNode("a", time.Second, H, H, "ClusterMember"), ovnNode("b", time.Second, D, D, "MemberNotRunning"),
+			ovnNode("c", time.Second, D, D, "MemberNotRunning"),
+			worker(node("w", time.Second, ovnMember(nb, H, "ClusterMember", 3), ovnMember(nb, H, "ClusterMember", 3), ovnMember(sb, H, "ClusterMember", 3))))},
 		// ovn-central: NB and SB raft clusters of 3 on a, b, c; d runs
 		// ovs-ovn only.
 		{name: "ovn-central-healthy", components: kubeOVNOnly, snap: snap(
@@ -464,6 +564,8 @@ func TestQuorumTable(t *testing.T) {
 		{[]report.Status{H, H, U}, nil, 3, G},
 		{[]report.Status{H, U, U}, nil, 3, U}, // undetermined, nobody known bad
 		{[]report.Status{H, H, G}, nil, 3, G},
+		{[]report.Status{G, G, G}, nil, 3, G}, // all vote but warn (near quota): Degraded, never Down
+		{[]report.Status{H, D, G}, nil, 3, G}, // a warning member votes: 2 of 3
 		{[]report.Status{H, D, U}, nil, 3, G}, // undetermined, one known bad: never a false red
 		{[]report.Status{D, U, U}, nil, 3, G},
 		{[]report.Status{H, D, D}, nil, 3, D}, // loss proven
@@ -480,7 +582,7 @@ func TestQuorumTable(t *testing.T) {
 		{[]report.Status{D, D, D}, nil, 5, D},    // two on no reporting node cannot make three
 	} {
 		s := etcdNodes(tc.statuses, tc.learners, nil, tc.voting)
-		q, conds := etcdQuorum(s.Names(), s, t0, defaultCfg)
+		q, _, conds := etcdQuorum(raftOf(s, t0, defaultCfg), nil)
 		assert.Equal(t, tc.want, q, "%v learners=%v V=%d: %s", tc.statuses, tc.learners, tc.voting, conds[0].Message)
 	}
 }
@@ -562,4 +664,102 @@ func TestNextStale(t *testing.T) {
 	assert.True(t, defaultCfg.Stale(s["b"], defaultCfg.NextStale(s, t0)))
 	assert.False(t, defaultCfg.Stale(s["b"], defaultCfg.NextStale(s, t0).Add(-time.Nanosecond)))
 	assert.True(t, defaultCfg.NextStale(snap(node("c", 20*time.Second)), t0).IsZero(), "no fresh node, no deadline")
+}
+
+// TestCacheSeesEveryQuorumFact: a fact the quorum rule reads changes while
+// every status stays the same (issue 22 item 6: ovn-central's raftServers
+// 3 -> 4; etcd's votingMembers; a learner flag; the Node's role): the
+// cache's fast path must not retime the old answer. Before the cache
+// compared the reader's claims, raftServers was not compared and the
+// rollup kept Quorum Healthy 3/3.
+func TestCacheSeesEveryQuorumFact(t *testing.T) {
+	ovnOf := func(servers int) state.Snapshot {
+		return snap(
+			node("a", time.Second, ovnMember(nb, H, "ClusterMember", servers), ovnMember(sb, H, "ClusterMember", servers)),
+			node("b", time.Second, ovnMember(nb, H, "ClusterMember", servers), ovnMember(sb, H, "ClusterMember", servers)),
+			node("c", time.Second, ovnMember(nb, H, "ClusterMember", servers), ovnMember(sb, H, "ClusterMember", servers)))
+	}
+	etcdOf := func(voting int, learner bool, role state.Role) state.Snapshot {
+		s := etcdNodes([]report.Status{H, H, H}, map[int]bool{2: learner}, nil, voting)
+		e := s["cp-3"]
+		e.Role = role
+		s["cp-3"] = e
+		return s
+	}
+	for _, tc := range []struct {
+		name        string
+		before, now state.Snapshot
+	}{
+		{"ovn raftServers 3 -> 4", ovnOf(3), ovnOf(4)},
+		{"etcd votingMembers 3 -> 5", etcdOf(3, false, state.RoleControlPlane), etcdOf(5, false, state.RoleControlPlane)},
+		{"etcd learner", etcdOf(3, false, state.RoleControlPlane), etcdOf(3, true, state.RoleControlPlane)},
+		{"control-plane label removed", etcdOf(3, false, state.RoleControlPlane), etcdOf(3, false, state.RoleWorker)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cache := NewCache()
+			ComputeCached(tc.before, t0, defaultCfg, cache)
+			_, unchanged := cache.Unchanged(tc.now, t0, defaultCfg)
+			assert.False(t, unchanged, "a fact the quorum rule reads changed: the cache must recompute")
+			assert.Equal(t, render(Compute(tc.now, t0, defaultCfg), nil), render(ComputeCached(tc.now, t0, defaultCfg, cache), nil))
+		})
+	}
+}
+
+// TestAdversarial is issue 27's table: a compromised node's reports beside
+// honest ones. A worker's claims about etcd and ovn-central are not
+// believed at all (the result equals the honest nodes' alone); a
+// control-plane node's lies about the cluster (a second member, a larger
+// size) cannot make the component greener than the honest facts, nor turn
+// a healthy cluster Down. Every rejected claim is handed to the auditor.
+func TestAdversarial(t *testing.T) {
+	byName := map[string]goldenCase{}
+	for _, tc := range cases() {
+		byName[tc.name] = tc
+	}
+	for _, tc := range []struct {
+		golden    string
+		comp      string
+		adversary string
+		worker    bool
+		want      report.Status
+		reason    string
+		rejected  []string // kind/reason
+	}{
+		{"adversarial-worker-fakes-lost-etcd", report.ComponentEtcd, "w", true, H, ReasonQuorumHealthy,
+			[]string{"etcd-member/not_control_plane", "etcd-membership/not_control_plane", "etcd-alarms/not_control_plane"}},
+		{"adversarial-worker-fakes-healthy-etcd", report.ComponentEtcd, "w", true, D, ReasonQuorumLost,
+			[]string{"etcd-member/not_control_plane", "etcd-membership/not_control_plane"}},
+		{"adversarial-worker-fakes-ovn", report.ComponentKubeOVN, "w", true, D, ReasonQuorumLost,
+			[]string{"ovn-central-member/not_control_plane", "ovn-central-member/not_control_plane"}}, // NB and SB
+		{"adversarial-control-plane-two-members", report.ComponentEtcd, "cp-3", false, G, ReasonQuorumUndetermined,
+			[]string{"etcd-member/duplicate_member"}},
+		{"adversarial-control-plane-inflates-size", report.ComponentEtcd, "cp-3", false, H, ReasonQuorumHealthy, nil},
+		{"adversarial-size-disputed", report.ComponentEtcd, "cp-2", false, G, ReasonQuorumUndetermined, nil},
+	} {
+		t.Run(tc.golden, func(t *testing.T) {
+			s := byName[tc.golden].snap
+			require.NotNil(t, s, "golden case %s", tc.golden)
+			cache := NewCache()
+			var got []string
+			cache.SetRejected(func(r quorum.Rejection, _ string) {
+				assert.Equal(t, tc.adversary, r.Node)
+				got = append(got, r.Kind+"/"+r.Reason)
+			})
+			out := ComputeCached(s, t0, defaultCfg, cache)[tc.comp]
+			assert.Equal(t, tc.want, out.Overall)
+			assert.Equal(t, tc.reason, out.Reason)
+			assert.ElementsMatch(t, tc.rejected, got)
+			if tc.worker {
+				honest := state.Snapshot{}
+				for n, e := range s {
+					if n != tc.adversary {
+						honest[n] = e
+					}
+				}
+				h := Compute(honest, t0, defaultCfg)[tc.comp]
+				assert.Equal(t, h.Overall, out.Overall, "a worker's claims change nothing")
+				assert.Equal(t, h.Reason, out.Reason)
+			}
+		})
+	}
 }

@@ -22,6 +22,50 @@ type Entry struct {
 	// ReceivedAt is when the aggregator accepted it (its own clock); for an
 	// expected node without a report, when this replica learned of it.
 	ReceivedAt time.Time
+	// Role is what the node's Kubernetes Node object says the node is, by
+	// labels the node cannot set on itself (SetRole); RoleUnknown while no
+	// Node object of this name was seen.
+	Role Role
+}
+
+// Role is what a node is by its Kubernetes Node object's labels. Only
+// labels that NodeRestriction forbids a kubelet to set on its own Node
+// count (node-role.kubernetes.io/*), so a compromised node cannot promote
+// itself.
+type Role uint8
+
+const (
+	// RoleUnknown: no Node object of this name has been seen.
+	RoleUnknown Role = iota
+	// RoleWorker: the Node object carries no control-plane label.
+	RoleWorker
+	// RoleControlPlane: the Node object is labelled
+	// node-role.kubernetes.io/control-plane.
+	RoleControlPlane
+)
+
+// LabelControlPlane marks a control-plane Node. NodeRestriction refuses it
+// from kubelets (node-role.kubernetes.io/* is not in the kubelet's allowed
+// label set), so only a cluster administrator or Talos' control plane
+// sets it.
+const LabelControlPlane = "node-role.kubernetes.io/control-plane"
+
+// RoleOf is the role of a Node with labels.
+func RoleOf(labels map[string]string) Role {
+	if _, ok := labels[LabelControlPlane]; ok {
+		return RoleControlPlane
+	}
+	return RoleWorker
+}
+
+func (r Role) String() string {
+	switch r {
+	case RoleWorker:
+		return "worker"
+	case RoleControlPlane:
+		return "control-plane"
+	}
+	return "unknown"
 }
 
 // Observations are the report's observations; none without a report.
@@ -71,6 +115,9 @@ type State struct {
 	// mu guards nodes, deleted and version.
 	mu    sync.RWMutex
 	nodes map[string]Entry
+	// roles are the roles SetRole recorded, also for nodes not (yet) in
+	// nodes, so a report that arrives after its Node carries its role.
+	roles map[string]Role
 	// deleted remembers nodes pruned because Kubernetes deleted them, so a
 	// report still in flight does not resurrect them; a node object that is
 	// created again clears it (Restore).
@@ -80,7 +127,7 @@ type State struct {
 
 // New returns an empty State. observer may be nil.
 func New(observer Observer) *State {
-	return &State{observer: observer, nodes: map[string]Entry{}, deleted: map[string]struct{}{}}
+	return &State{observer: observer, nodes: map[string]Entry{}, roles: map[string]Role{}, deleted: map[string]struct{}{}}
 }
 
 // Accept stores r as the latest report of its node. A report older (by
@@ -100,7 +147,7 @@ func (s *State) Accept(r *report.NodeReport, receivedAt time.Time) {
 		s.mu.Unlock()
 		return
 	}
-	s.nodes[r.NodeName] = Entry{Report: r, ReceivedAt: receivedAt}
+	s.nodes[r.NodeName] = Entry{Report: r, ReceivedAt: receivedAt, Role: s.roles[r.NodeName]}
 	s.version++
 	s.mu.Unlock()
 	if s.observer != nil {
@@ -122,7 +169,7 @@ func (s *State) Expect(name string, at time.Time) {
 		s.mu.Unlock()
 		return
 	}
-	s.nodes[name] = Entry{ReceivedAt: at}
+	s.nodes[name] = Entry{ReceivedAt: at, Role: s.roles[name]}
 	s.version++
 	s.mu.Unlock()
 }
@@ -150,12 +197,29 @@ func (s *State) DeleteNode(name string) {
 	s.mu.Lock()
 	_, had := s.nodes[name]
 	delete(s.nodes, name)
+	delete(s.roles, name)
 	s.deleted[name] = struct{}{}
 	s.version++
 	s.mu.Unlock()
 	if had && s.observer != nil {
 		s.observer.Removed(name)
 	}
+}
+
+// SetRole records the role of node name from its Node object (RoleOf its
+// labels); the node's entry, if any, and every later one carry it.
+func (s *State) SetRole(name string, r Role) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.roles[name] == r {
+		return
+	}
+	s.roles[name] = r
+	if e, ok := s.nodes[name]; ok {
+		e.Role = r
+		s.nodes[name] = e
+	}
+	s.version++
 }
 
 // Restore allows reports from a node again after it was deleted (a Node of

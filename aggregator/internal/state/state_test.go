@@ -69,3 +69,33 @@ func TestExpectedNodes(t *testing.T) {
 	assert.Nil(t, e.Report)
 	assert.Equal(t, []string{"a"}, obs.accepted)
 }
+
+// TestSetRole: a Node's role reaches its entry whether the Node or the
+// report comes first, survives new reports, and goes with the Node.
+func TestSetRole(t *testing.T) {
+	s := New(nil)
+	now := time.Now()
+	s.SetRole("cp-1", RoleControlPlane)
+	s.Accept(&report.NodeReport{NodeName: "cp-1", AgentInstanceID: "a", Sequence: 1}, now)
+	e, _ := s.Get("cp-1")
+	assert.Equal(t, RoleControlPlane, e.Role, "role set before the first report")
+
+	s.Accept(&report.NodeReport{NodeName: "w-1", AgentInstanceID: "a", Sequence: 1}, now)
+	e, _ = s.Get("w-1")
+	assert.Equal(t, RoleUnknown, e.Role, "no Node seen yet")
+	v := s.Version()
+	s.SetRole("w-1", RoleWorker)
+	assert.Greater(t, s.Version(), v, "a role change is a change")
+	s.Accept(&report.NodeReport{NodeName: "w-1", AgentInstanceID: "a", Sequence: 2}, now)
+	e, _ = s.Get("w-1")
+	assert.Equal(t, RoleWorker, e.Role, "kept across reports")
+
+	s.DeleteNode("w-1")
+	s.Restore("w-1")
+	s.Expect("w-1", now)
+	e, _ = s.Get("w-1")
+	assert.Equal(t, RoleUnknown, e.Role, "a deleted Node's role goes with it")
+
+	assert.Equal(t, RoleControlPlane, RoleOf(map[string]string{LabelControlPlane: ""}))
+	assert.Equal(t, RoleWorker, RoleOf(map[string]string{"kube-ovn/role": "master"}), "a label a kubelet may set on itself is no role")
+}

@@ -1,0 +1,129 @@
+package drain
+
+import (
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/cozystack/cozy-health/aggregator/internal/quorum"
+	"github.com/cozystack/cozy-health/pkg/report"
+)
+
+// TestAdversarialDrain is issue 27's table for the drain check: honest
+// nodes whose facts block (or leave unknown) a drain, and one compromised
+// node's reports beside them. No single node's reports may turn the answer
+// safe. Before the trust rules, the worker's claims were counted and each
+// of these answered safe.
+func TestAdversarialDrain(t *testing.T) {
+	const (
+		H  = report.StatusHealthy
+		Dn = report.StatusDown
+	)
+	nb := quorum.OVNNorthbound
+	sb := quorum.OVNSouthbound
+	honestEtcd := func() map[string]NodeInfo {
+		return map[string]NodeInfo{
+			"node-1": fresh("node-1", etcdMember(H, false), membership(3, 0)),
+			"node-2": fresh("node-2", etcdMember(H, false), membership(3, 0)),
+			"node-3": fresh("node-3", etcdMember(Dn, false), membership(3, 0)),
+		}
+	}
+	with := func(base map[string]NodeInfo, name string, n NodeInfo) map[string]NodeInfo {
+		base[name] = n
+		return base
+	}
+	honestDRBD := func() map[string]NodeInfo {
+		return map[string]NodeInfo{
+			"node-1": fresh("node-1", drbd("pvc-a", H, true, false, 2, 1)),
+			"node-2": fresh("node-2", drbd("pvc-a", report.StatusDegraded, false, false, 2, 1)),
+		}
+	}
+	for _, tc := range []struct {
+		name    string
+		nodes   map[string]NodeInfo
+		target  string
+		rule    string
+		honest  Verdict // the honest nodes alone
+		verdict Verdict // with the adversary
+	}{
+		{name: "worker claims a healthy etcd member", rule: RuleEtcdQuorum, target: "node-1", honest: Blocked, verdict: Blocked,
+			nodes: with(honestEtcd(), "worker-1", fresh("worker-1", etcdMember(H, false), membership(3, 0)))},
+		{name: "worker claims two healthy etcd members and a larger size", rule: RuleEtcdQuorum, target: "node-1", honest: Blocked, verdict: Blocked,
+			nodes: with(honestEtcd(), "worker-1", fresh("worker-1", etcdMember(H, false), etcdMember(H, false), membership(2, 0)))},
+		{name: "control-plane node claims a second member", rule: RuleEtcdQuorum, target: "node-1", honest: Blocked, verdict: Unknown,
+			nodes: with(honestEtcd(), "node-3", fresh("node-3", etcdMember(Dn, false), etcdMember(H, false), membership(3, 0)))},
+		{name: "control-plane node claims a smaller cluster: the majority's size stands", rule: RuleEtcdQuorum, target: "node-1", honest: Blocked, verdict: Blocked,
+			nodes: with(honestEtcd(), "node-3", fresh("node-3", etcdMember(Dn, false), membership(1, 0)))},
+		{name: "worker claims a healthy ovn-central member", rule: RuleOVNCentralQuorum, target: "node-1", honest: Blocked, verdict: Blocked,
+			nodes: map[string]NodeInfo{
+				"node-1":   fresh("node-1", ovn(nb, H, 3), ovn(sb, H, 3)),
+				"node-2":   fresh("node-2", ovn(nb, H, 3), ovn(sb, H, 3)),
+				"node-3":   fresh("node-3", ovn(nb, Dn, 3), ovn(sb, H, 3)),
+				"worker-1": fresh("worker-1", ovn(nb, H, 3)),
+			}},
+		{name: "worker claims an UpToDate replica of the last one", rule: RuleLinstorLastReplica, target: "node-1", honest: Blocked, verdict: Unknown,
+			nodes: with(honestDRBD(), "worker-1", fresh("worker-1", drbd("pvc-a", H, true, false, 3, 2)))},
+		{name: "the target understates its own replica", rule: RuleLinstorLastReplica, target: "node-1", honest: Blocked, verdict: Unknown,
+			nodes: with(honestDRBD(), "node-1", fresh("node-1", drbd("pvc-a", report.StatusDegraded, false, false, 2, 0)))},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			res := Evaluate(tc.target, snap(tc.nodes), t0)
+			rs := reasonsOf(res, tc.rule)
+			require.NotEmpty(t, rs)
+			assert.Equal(t, tc.verdict, rs[0].Verdict, rs[0].Message)
+			assert.NotEqual(t, Safe, res.Verdict, "no single node's reports make a drain safe")
+			if tc.honest != "" {
+				h := honestOnly(tc.nodes, tc.name)
+				if h != nil {
+					assert.Equal(t, tc.honest, reasonsOf(Evaluate(tc.target, snap(h), t0), tc.rule)[0].Verdict, "the honest nodes alone")
+				}
+			}
+		})
+	}
+}
+
+// honestOnly drops the worker adversary, if the case has one.
+func honestOnly(nodes map[string]NodeInfo, _ string) map[string]NodeInfo {
+	if _, ok := nodes["worker-1"]; !ok {
+		return nil
+	}
+	out := map[string]NodeInfo{}
+	for k, v := range nodes {
+		if k != "worker-1" {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+// TestServiceCountsRejectedClaims: a DRBD replica claim no other holder
+// corroborates is counted once (cozy_health_claims_rejected_total) however
+// often it is judged.
+func TestServiceCountsRejectedClaims(t *testing.T) {
+	nodes := map[string]NodeInfo{
+		"node-1":   fresh("node-1", drbd("pvc-a", report.StatusHealthy, true, false, 2, 1)),
+		"node-2":   fresh("node-2", drbd("pvc-a", report.StatusDegraded, false, false, 2, 1)),
+		"worker-1": fresh("worker-1", drbd("pvc-a", report.StatusHealthy, true, false, 3, 2)),
+	}
+	reg := prometheus.NewRegistry()
+	clk := clocktesting.NewFakeClock(t0)
+	aud, err := quorum.NewAuditor(reg, nil, clk.Now)
+	require.NoError(t, err)
+	svc, err := NewService(Config{Auditor: aud}, func(_ time.Time) map[string]NodeInfo { return nodes }, clk, nil, nil)
+	require.NoError(t, err)
+	for range 3 {
+		res, err := svc.Check("node-1", "http")
+		require.NoError(t, err)
+		assert.Equal(t, Unknown, res.Verdict)
+	}
+	mfs, err := reg.Gather()
+	require.NoError(t, err)
+	require.Len(t, mfs, 1)
+	assert.InDelta(t, 1, mfs[0].GetMetric()[0].GetCounter().GetValue(), 0)
+	assert.Equal(t, "kind", mfs[0].GetMetric()[0].GetLabel()[0].GetName())
+	assert.Equal(t, KindDRBDReplica, mfs[0].GetMetric()[0].GetLabel()[0].GetValue())
+}
