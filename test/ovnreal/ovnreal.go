@@ -658,3 +658,37 @@ func poll(ctx context.Context, f func() error) error {
 
 // Poll is poll for the tests: f until it returns nil or ctx ends.
 func Poll(ctx context.Context, f func() error) error { return poll(ctx, f) }
+
+// StartStandalone runs one non-clustered (standalone) database db in its
+// own member tree, as an OVN deployment without raft does, and stops it at
+// the test's end.
+func StartStandalone(t testing.TB, db string) *Member {
+	t.Helper()
+	Require(t)
+	root := shortTempDir(t)
+	m := &Member{Root: root, IP: "127.0.0.1", RunDir: filepath.Join(root, "var/run/ovn"), DBDir: filepath.Join(root, "var/lib/ovn")}
+	for _, d := range []string{m.RunDir, m.DBDir, filepath.Join(root, "var/log/ovn")} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := run(ctx, "ovsdb-tool", "create", m.DBFile(db), schema(db)); err != nil {
+		t.Fatal(err)
+	}
+	p := &Proc{Name: db + "-standalone", args: m.serverArgs(db), env: env(root), log: filepath.Join(root, "var/log/ovn", short(db)+".out")}
+	if db == Northbound {
+		m.NB = p
+	} else {
+		m.SB = p
+	}
+	t.Cleanup(func() { _ = p.Stop(syscall.SIGTERM) })
+	if err := p.start(); err != nil {
+		t.Fatal(err)
+	}
+	if err := poll(ctx, func() error { _, err := Appctl(ctx, m.Ctl(db), "version"); return err }); err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
