@@ -94,7 +94,7 @@ type Proc struct {
 	env  []string
 	log  string
 
-	mu   sync.Mutex
+	mu     sync.Mutex
 	cmd    *exec.Cmd
 	done   chan struct{}
 	exited string
