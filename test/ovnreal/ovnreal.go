@@ -29,6 +29,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -591,6 +592,47 @@ func (c *Cluster) WaitLeader(ctx context.Context, db string) (int, error) {
 		return -1, fmt.Errorf("wait for a %s leader: %w", db, err)
 	}
 	return leader, nil
+}
+
+// SetElectionTimer changes db's election timer to ms through its leader
+// (`cluster/change-election-timer`), doubling at most per step as OVS
+// requires when raising it.
+func (c *Cluster) SetElectionTimer(ctx context.Context, db string, ms int) error {
+	l, err := c.WaitLeader(ctx, db)
+	if err != nil {
+		return err
+	}
+	text, err := c.ClusterStatus(ctx, l, db)
+	if err != nil {
+		return err
+	}
+	cur, err := strconv.Atoi(field(text, "Election timer"))
+	if err != nil {
+		return fmt.Errorf("read the election timer of %s: %w", db, err)
+	}
+	for cur != ms {
+		next := ms
+		if next > 2*cur {
+			next = 2 * cur
+		}
+		if _, err := Appctl(ctx, c.Members[l].Ctl(db), "cluster/change-election-timer", db, strconv.Itoa(next)); err != nil {
+			return err
+		}
+		if err := poll(ctx, func() error {
+			text, err := c.ClusterStatus(ctx, l, db)
+			if err != nil {
+				return err
+			}
+			if got := field(text, "Election timer"); got != strconv.Itoa(next) {
+				return fmt.Errorf("election timer of %s is %s, not yet %d", db, got, next)
+			}
+			return nil
+		}); err != nil {
+			return err
+		}
+		cur = next
+	}
+	return nil
 }
 
 // Leave makes member i leave db's cluster (`cluster/leave`) and waits until

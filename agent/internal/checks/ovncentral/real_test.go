@@ -213,6 +213,12 @@ func TestRealOVNCentral(t *testing.T) {
 	// once, then Down (NoLeader) when OVS steps it down.
 	t.Run("quorum lost", func(t *testing.T) {
 		r.t = t
+		// OVS steps a leader without a majority down after an election
+		// timeout: 4 s leaves the Degraded window wide enough to be seen
+		// on a loaded machine.
+		ctx, cancel := context.WithTimeout(context.Background(), verdictBound)
+		defer cancel()
+		require.NoError(t, c.SetElectionTimer(ctx, Southbound, 4000))
 		l := r.leader(Southbound)
 		t0 := time.Now()
 		var stopped []int
@@ -237,6 +243,7 @@ func TestRealOVNCentral(t *testing.T) {
 		}
 		r.leader(Southbound)
 		r.healthy("quorum back", t0, Southbound)
+		require.NoError(t, c.SetElectionTimer(ctx, Southbound, 1000))
 	})
 
 	// Issue 22 item 8: a member that left the cluster is Down, not Unknown.
