@@ -4,11 +4,14 @@ import (
 	"context"
 	"testing"
 	"time"
+
+	"github.com/cozystack/cozy-health/test/harness"
 )
 
 // TestStart starts the whole fixture and reads every member's status
 // with the upstream client.
 func TestStart(t *testing.T) {
+	harness.SkipShort(t)
 	t0 := time.Now()
 	c := Start(t, Options{OVS: true, Northd: true})
 	t.Logf("real OVN (%s) up in %s", Version(), time.Since(t0).Round(time.Millisecond))
