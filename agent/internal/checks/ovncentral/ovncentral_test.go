@@ -176,6 +176,24 @@ func TestMembersThroughTheirControlSockets(t *testing.T) {
 	assert.Equal(t, report.StatusHealthy, obs[Northbound].Status, obs[Northbound].Message)
 }
 
+// TestLeftMember: after cluster/leave the member's server runs on and
+// answers "unknown cluster" while its database file stays: Down
+// (MemberLeftCluster), and the others count one server less.
+func TestLeftMember(t *testing.T) {
+	c := startCluster(t)
+	require.NoError(t, c.sb.Leave("node-3"))
+	obs := run(t, c.check("node-3"))
+	assert.Equal(t, report.StatusDown, obs[Southbound].Status)
+	assert.Equal(t, ReasonMemberLeftCluster, obs[Southbound].Reason)
+	assert.Equal(t, report.StatusHealthy, obs[Northbound].Status)
+	obs = run(t, c.check("node-1"))
+	assert.Equal(t, report.StatusHealthy, obs[Southbound].Status, obs[Southbound].Message)
+	assert.Equal(t, 2.0, obs[Southbound].Attributes[report.AttrRaftServers])
+	require.NoError(t, c.sb.Rejoin("node-3"))
+	obs = run(t, c.check("node-3"))
+	assert.Equal(t, report.StatusHealthy, obs[Southbound].Status, obs[Southbound].Message)
+}
+
 func TestNoMemberHere(t *testing.T) {
 	dir := t.TempDir()
 	dbdir := filepath.Join(dir, "ovn-db")
@@ -252,18 +270,25 @@ func TestBadControlSockets(t *testing.T) {
 	require.NoError(t, err)
 	ln.(*net.UnixListener).SetUnlinkOnClose(false)
 	require.NoError(t, ln.Close())
-	// An ovsdb-server whose SB database is not clustered answers
-	// "unknown cluster" (raft_unixctl_status).
+	// An ovsdb-server whose SB database is not clustered has no cluster/
+	// commands (`"cluster/status" is not a valid command`, as Debian's
+	// ovsdb-server 3.1 answers); its storage status is what kube-ovn reads.
+	storage := "status: ok"
 	u, err := ovssrc.StartUnixctl(sb, map[string]ovssrc.Command{
-		"cluster/status": func([]string) (string, error) { return "", fmt.Errorf("unknown cluster") },
+		"ovsdb-server/get-db-storage-status": func([]string) (string, error) { return storage, nil },
 	})
 	require.NoError(t, err)
 	defer u.Close()
 	obs := run(t, New(Config{NBCtl: nb, SBCtl: sb}))
 	assert.Equal(t, ReasonMemberNotListening, obs[Northbound].Reason)
 	assert.Equal(t, report.StatusDown, obs[Northbound].Status)
-	assert.Equal(t, report.StatusUnknown, obs[Southbound].Status)
-	assert.Contains(t, obs[Southbound].Message, "unknown cluster")
+	assert.Equal(t, report.StatusHealthy, obs[Southbound].Status, obs[Southbound].Message)
+	assert.Equal(t, ReasonStandalone, obs[Southbound].Reason)
+	storage = "status: ovsdb error: I/O error"
+	obs = run(t, New(Config{NBCtl: nb, SBCtl: sb}))
+	assert.Equal(t, report.StatusDown, obs[Southbound].Status)
+	assert.Equal(t, ReasonStorageError, obs[Southbound].Reason)
+	assert.Contains(t, obs[Southbound].Message, "I/O error")
 
 	// A wedged ovsdb-server: its database reads Unknown within its share
 	// of the deadline, naming the database.
