@@ -60,6 +60,14 @@ const (
 // naming the one command that installs them.
 func Require(t testing.TB) {
 	t.Helper()
+	if err := Available(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Available says whether the Debian packages are installed; its error
+// names what is missing and the one command that installs it.
+func Available() error {
 	var missing []string
 	for _, b := range binaries {
 		if _, err := exec.LookPath(b); err != nil {
@@ -72,8 +80,9 @@ func Require(t testing.TB) {
 		}
 	}
 	if len(missing) > 0 {
-		t.Fatalf("real OVN is not installed (missing %s); install it with: %s", strings.Join(missing, ", "), InstallCommand)
+		return fmt.Errorf("real OVN is not installed (missing %s); install it with: %s", strings.Join(missing, ", "), InstallCommand)
 	}
+	return nil
 }
 
 // Version is `ovn-northd --version`'s first line and ovsdb-server's.
@@ -205,8 +214,9 @@ type Member struct {
 	Root string
 	// IP is its loopback address.
 	IP string
-	// RunDir is <Root>/var/run/ovn, DBDir <Root>/var/lib/ovn.
-	RunDir, DBDir string
+	// RunDir is <Root>/var/run/ovn, DBDir <Root>/var/lib/ovn, LogDir
+	// <Root>/var/log/ovn (unless Options.Layout placed them).
+	RunDir, DBDir, LogDir string
 	// NB and SB are its ovsdb-servers.
 	NB, SB *Proc
 }
@@ -291,33 +301,60 @@ type Options struct {
 	OVS bool
 	// Northd runs ovn-northd.
 	Northd bool
+	// Layout places the members' files (one per member, overriding
+	// Members); empty: <dir>/m<i>/var/run/ovn, var/lib/ovn, var/log/ovn.
+	Layout []Layout
+}
+
+// Layout is where one member's files are: RunDir its sockets and pidfiles
+// (kube-ovn's /var/run/ovn), DBDir its database files (OVN_DIR), LogDir
+// its logs.
+type Layout struct{ RunDir, DBDir, LogDir string }
+
+// Launch starts the fixture under dir (which holds the members' trees when
+// o.Layout is empty); Close stops it. Outside tests, e.g. the local lab.
+func Launch(ctx context.Context, dir string, o Options) (*Cluster, error) {
+	if err := Available(); err != nil {
+		return nil, err
+	}
+	if o.OVS {
+		o.Northd = true
+	}
+	if o.Members == 0 {
+		o.Members = 3
+	}
+	if len(o.Layout) > 0 {
+		o.Members = len(o.Layout)
+	}
+	if o.ElectionTimer == 0 {
+		o.ElectionTimer = 1000
+	}
+	c := &Cluster{Dir: dir}
+	if err := c.start(ctx, o); err != nil {
+		c.Close()
+		return nil, err
+	}
+	return c, nil
 }
 
 // Start starts the fixture under t.TempDir and stops it at the test's end.
 func Start(t testing.TB, o Options) *Cluster {
 	t.Helper()
 	Require(t)
-	if o.Members == 0 {
-		o.Members = 3
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	dir := shortTempDir(t)
+	c, err := Launch(ctx, dir, o)
+	if err != nil {
+		t.Fatalf("start real OVN: %v", err)
 	}
-	if o.OVS {
-		o.Northd = true
-	}
-	if o.ElectionTimer == 0 {
-		o.ElectionTimer = 1000
-	}
-	c := &Cluster{Dir: shortTempDir(t), logf: t.Logf}
+	c.logf = t.Logf
 	t.Cleanup(func() {
 		c.Close()
 		if t.Failed() {
 			c.dumpLogs(t)
 		}
 	})
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	if err := c.start(ctx, o); err != nil {
-		t.Fatalf("start real OVN: %v", err)
-	}
 	return c
 }
 
@@ -336,9 +373,12 @@ func (c *Cluster) start(ctx context.Context, o Options) error {
 	a, b := 1+rand.IntN(254), 1+rand.IntN(254)
 	for i := 0; i < o.Members; i++ {
 		root := filepath.Join(c.Dir, fmt.Sprintf("m%d", i+1))
-		m := &Member{Root: root, IP: fmt.Sprintf("127.%d.%d.%d", a, b, i+1),
-			RunDir: filepath.Join(root, "var/run/ovn"), DBDir: filepath.Join(root, "var/lib/ovn")}
-		for _, d := range []string{m.RunDir, m.DBDir, filepath.Join(root, "var/log/ovn")} {
+		l := Layout{RunDir: filepath.Join(root, "var/run/ovn"), DBDir: filepath.Join(root, "var/lib/ovn"), LogDir: filepath.Join(root, "var/log/ovn")}
+		if len(o.Layout) > 0 {
+			l = o.Layout[i]
+		}
+		m := &Member{Root: root, IP: fmt.Sprintf("127.%d.%d.%d", a, b, i+1), RunDir: l.RunDir, DBDir: l.DBDir, LogDir: l.LogDir}
+		for _, d := range []string{m.RunDir, m.DBDir, m.LogDir} {
 			if err := os.MkdirAll(d, 0o755); err != nil {
 				return err
 			}
@@ -356,7 +396,7 @@ func (c *Cluster) start(ctx context.Context, o Options) error {
 			if err != nil {
 				return err
 			}
-			p := c.proc(m, db+"-"+filepath.Base(m.Root), filepath.Join(m.Root, "var/log/ovn", short(db)+".out"), m.serverArgs(db))
+			p := c.proc(m, db+"-"+filepath.Base(m.Root), filepath.Join(m.LogDir, short(db)+".out"), m.serverArgs(db))
 			if db == Northbound {
 				m.NB = p
 			} else {
@@ -374,10 +414,10 @@ func (c *Cluster) start(ctx context.Context, o Options) error {
 	}
 	if o.Northd {
 		m := c.Members[0]
-		c.Northd = c.proc(m, "ovn-northd", filepath.Join(m.Root, "var/log/ovn/ovn-northd.out"), []string{"ovn-northd",
+		c.Northd = c.proc(m, "ovn-northd", filepath.Join(m.LogDir, "ovn-northd.out"), []string{"ovn-northd",
 			"--ovnnb-db=" + c.Remotes(Northbound), "--ovnsb-db=" + c.Remotes(Southbound),
 			"--pidfile=" + filepath.Join(m.RunDir, "ovn-northd.pid"), "--no-chdir",
-			"--log-file=" + filepath.Join(m.Root, "var/log/ovn/ovn-northd.log")})
+			"--log-file=" + filepath.Join(m.LogDir, "ovn-northd.log")})
 		if err := c.Northd.start(); err != nil {
 			return err
 		}
@@ -394,21 +434,22 @@ func (m *Member) serverArgs(db string) []string {
 	return []string{"ovsdb-server", m.DBFile(db),
 		"--remote=punix:" + m.Sock(db), "--unixctl=" + m.Ctl(db),
 		"--pidfile=" + filepath.Join(m.RunDir, short(db)+".pid"), "--no-chdir",
-		"--log-file=" + filepath.Join(m.Root, "var/log/ovn", short(db)+".log")}
+		"--log-file=" + filepath.Join(m.LogDir, short(db)+".log")}
 }
 
-// env points every OVS/OVN default path into root.
-func env(root string) []string {
+// env points every OVS/OVN default path into the member's tree.
+func env(m *Member) []string {
+	root := m.Root
 	return []string{
 		"OVS_RUNDIR=" + filepath.Join(root, "run/openvswitch"), "OVS_LOGDIR=" + filepath.Join(root, "var/log/openvswitch"),
 		"OVS_DBDIR=" + filepath.Join(root, "etc/openvswitch"), "OVS_SYSCONFDIR=" + filepath.Join(root, "etc"),
-		"OVN_RUNDIR=" + filepath.Join(root, "var/run/ovn"), "OVN_LOGDIR=" + filepath.Join(root, "var/log/ovn"),
-		"OVN_DBDIR=" + filepath.Join(root, "var/lib/ovn"), "OVN_SYSCONFDIR=" + filepath.Join(root, "etc"),
+		"OVN_RUNDIR=" + m.RunDir, "OVN_LOGDIR=" + m.LogDir,
+		"OVN_DBDIR=" + m.DBDir, "OVN_SYSCONFDIR=" + filepath.Join(root, "etc"),
 	}
 }
 
 func (c *Cluster) proc(m *Member, name, log string, args []string) *Proc {
-	p := &Proc{Name: name, args: args, env: env(m.Root), log: log}
+	p := &Proc{Name: name, args: args, env: env(m), log: log}
 	c.procs = append(c.procs, p)
 	return p
 }
@@ -473,9 +514,9 @@ func (c *Cluster) startOVS(ctx context.Context) error {
 	if err := n.Vswitchd.start(); err != nil {
 		return err
 	}
-	n.Controller = c.proc(m, "ovn-controller", filepath.Join(m.Root, "var/log/ovn/ovn-controller.out"), []string{"ovn-controller", "unix:" + n.DBSocket,
+	n.Controller = c.proc(m, "ovn-controller", filepath.Join(m.LogDir, "ovn-controller.out"), []string{"ovn-controller", "unix:" + n.DBSocket,
 		"--pidfile=" + n.ControllerPidfile, "--no-chdir",
-		"--log-file=" + filepath.Join(m.Root, "var/log/ovn/ovn-controller.log")})
+		"--log-file=" + filepath.Join(m.LogDir, "ovn-controller.log")})
 	if err := n.Controller.start(); err != nil {
 		return err
 	}
@@ -738,8 +779,8 @@ func StartStandalone(t testing.TB, db string) *Member {
 	t.Helper()
 	Require(t)
 	root := shortTempDir(t)
-	m := &Member{Root: root, IP: "127.0.0.1", RunDir: filepath.Join(root, "var/run/ovn"), DBDir: filepath.Join(root, "var/lib/ovn")}
-	for _, d := range []string{m.RunDir, m.DBDir, filepath.Join(root, "var/log/ovn")} {
+	m := &Member{Root: root, IP: "127.0.0.1", RunDir: filepath.Join(root, "var/run/ovn"), DBDir: filepath.Join(root, "var/lib/ovn"), LogDir: filepath.Join(root, "var/log/ovn")}
+	for _, d := range []string{m.RunDir, m.DBDir, m.LogDir} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			t.Fatal(err)
 		}
@@ -749,7 +790,7 @@ func StartStandalone(t testing.TB, db string) *Member {
 	if err := run(ctx, "ovsdb-tool", "create", m.DBFile(db), schema(db)); err != nil {
 		t.Fatal(err)
 	}
-	p := &Proc{Name: db + "-standalone", args: m.serverArgs(db), env: env(root), log: filepath.Join(root, "var/log/ovn", short(db)+".out")}
+	p := &Proc{Name: db + "-standalone", args: m.serverArgs(db), env: env(m), log: filepath.Join(m.LogDir, short(db)+".out")}
 	if db == Northbound {
 		m.NB = p
 	} else {
