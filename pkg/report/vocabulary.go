@@ -142,7 +142,10 @@ const (
 	// (the ovs-ovn pod of this node is missing, orphaned or crashed);
 	// Degraded when ovn-controller is not connected to the southbound
 	// database or interfaces carry errors (ports of pods that no longer
-	// exist). Attributes: AttrInterfaces, AttrInterfacesWithErrors.
+	// exist); Unknown when ovsdb-server (OVSDBUnresponsive, within half
+	// the deadline) or a daemon (within a quarter) accepts but does not
+	// answer, the others still reported. Attributes: AttrInterfaces,
+	// AttrInterfacesWithErrors (absent when the table was not read).
 	CheckOVS = "ovs"
 	// AttrInterfaces: rows of the Open_vSwitch database's Interface table.
 	AttrInterfaces = "interfaces"
