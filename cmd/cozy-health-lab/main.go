@@ -119,7 +119,9 @@ cilium-reachable NODE, ovs-down, ovs-up, ovn-central-stop, ovn-central-start
 (the node's NB and SB raft members, on node-1..3: real ovsdb-servers of
 Debian's ovn-central where it is installed, stopped by SIGTERM; set
 COZY_HEALTH_LAB_OVN=stand-in for the stand-in), ovn-nb-stop, ovn-nb-start
-(its NB member only), etcd-metrics-absent, etcd-metrics-present,
+(its NB member only), ovn-sb-leave, ovn-sb-rejoin (cluster/leave of its SB
+member, and a fresh join), ovn-nb-freeze, ovn-nb-thaw (SIGSTOP/SIGCONT of its
+NB server), etcd-metrics-absent, etcd-metrics-present,
 linstor-offline, linstor-online, drbd-outdated RES, drbd-uptodate RES,
 talos-hang, talos-ok.
 Lab-wide faults: leader-kill (SIGKILL the Lease holder), aggregator-start

@@ -23,11 +23,22 @@ type ovnDB interface {
 	name() string
 	Stop(node string) error
 	Start(node string) error
+	// Leave makes the member leave the cluster (cluster/leave); Rejoin
+	// joins it again with a fresh database file.
+	Leave(node string) error
+	Rejoin(node string) error
+	// Freeze stops the member's server (SIGSTOP); Thaw continues it.
+	Freeze(node string) error
+	Thaw(node string) error
 }
 
 type fakeOVNDB struct{ *ovs.Cluster }
 
 func (f fakeOVNDB) name() string { return f.Name }
+
+func (f fakeOVNDB) Freeze(node string) error { return f.SetHang(node, true) }
+
+func (f fakeOVNDB) Thaw(node string) error { return f.SetHang(node, false) }
 
 // realOVNDB is one database of a real ovn-central (Debian's ovsdb-server)
 // whose members' sockets and files are the lab nodes' OVNRun and OVNDBDir.
@@ -66,6 +77,46 @@ func (r realOVNDB) Start(node string) error {
 		return nil
 	}
 	return p.Start()
+}
+
+// Leave runs cluster/leave on the member and waits until it has left.
+func (r realOVNDB) Leave(node string) error {
+	i, ok := r.member[node]
+	if !ok {
+		return fmt.Errorf("%s has no member on %s", r.db, node)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	return r.c.Leave(ctx, i, r.db)
+}
+
+// Rejoin joins a member that left again (a fresh join-cluster).
+func (r realOVNDB) Rejoin(node string) error {
+	i, ok := r.member[node]
+	if !ok {
+		return fmt.Errorf("%s has no member on %s", r.db, node)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	return r.c.Rejoin(ctx, i, r.db)
+}
+
+// Freeze stops the member's ovsdb-server with SIGSTOP.
+func (r realOVNDB) Freeze(node string) error {
+	p, err := r.proc(node)
+	if err != nil {
+		return err
+	}
+	return p.Signal(syscall.SIGSTOP)
+}
+
+// Thaw continues the member's ovsdb-server (SIGCONT).
+func (r realOVNDB) Thaw(node string) error {
+	p, err := r.proc(node)
+	if err != nil {
+		return err
+	}
+	return p.Signal(syscall.SIGCONT)
 }
 
 // startOVNCentral starts ovn-central's NB and SB members on the lab's

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -18,11 +19,19 @@ import (
 
 // TestLabOVNCentralIsReal: where Debian's ovn-central is installed (CI
 // installs it), the lab's ovn-central members are real ovsdb-servers at the
-// nodes' kube-ovn paths, and the ovn-* faults stop and start them by pid.
+// nodes' kube-ovn paths, and the ovn-* faults act on them by pid; the
+// stand-in answers the same faults the same way (read with the upstream
+// ovs-appctl).
 func TestLabOVNCentralIsReal(t *testing.T) {
 	harness.SkipShort(t)
 	ovnreal.Require(t)
-	t.Setenv(EnvOVN, "real")
+	for _, mode := range []string{"real", "stand-in"} {
+		t.Run(mode, func(t *testing.T) { testLabOVNCentral(t, mode) })
+	}
+}
+
+func testLabOVNCentral(t *testing.T, mode string) {
+	t.Setenv(EnvOVN, mode)
 	bound := map[string]net.Listener{}
 	addr := func() string {
 		l := listen(t)
@@ -59,7 +68,9 @@ func TestLabOVNCentralIsReal(t *testing.T) {
 	ns := d.nodes["node-2"]
 	msg, err := ns.fault("ovn-nb-stop", "")
 	require.NoError(t, err)
-	assert.Contains(t, msg, "real ovsdb-server")
+	if mode == "real" {
+		assert.Contains(t, msg, "real ovsdb-server")
+	}
 	assert.NoFileExists(t, filepath.Join(s.Nodes[1].OVNRun, "ovnnb_db.ctl"), "SIGTERM removes the control socket")
 	assert.FileExists(t, filepath.Join(s.Nodes[1].OVNDBDir, "ovnnb_db.db"))
 	_, err = ns.fault("ovn-nb-start", "")
@@ -71,4 +82,42 @@ func TestLabOVNCentralIsReal(t *testing.T) {
 		}
 		return err
 	}))
+
+	status := func(node int, db string) (string, error) {
+		ctl := filepath.Join(s.Nodes[node].OVNRun, "ovnsb_db.ctl")
+		if db == ovnreal.Northbound {
+			ctl = filepath.Join(s.Nodes[node].OVNRun, "ovnnb_db.ctl")
+		}
+		cctx, cancel := context.WithTimeout(ctx, time.Second)
+		defer cancel()
+		return ovnreal.Appctl(cctx, ctl, "cluster/status", db)
+	}
+
+	// cluster/leave: the server runs on, answers "unknown cluster", the
+	// file stays; rejoin makes it a member again.
+	ns3 := d.nodes["node-3"]
+	_, err = ns3.fault("ovn-sb-leave", "")
+	require.NoError(t, err)
+	_, err = status(2, ovnreal.Southbound)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "unknown cluster")
+	assert.FileExists(t, filepath.Join(s.Nodes[2].OVNDBDir, "ovnsb_db.db"))
+	_, err = ns3.fault("ovn-sb-rejoin", "")
+	require.NoError(t, err)
+	require.NoError(t, ovnreal.Poll(ctx, func() error {
+		text, err := status(2, ovnreal.Southbound)
+		if err == nil && !strings.Contains(text, "Status: cluster member") {
+			err = fmt.Errorf("not a member yet: %s", text)
+		}
+		return err
+	}))
+
+	// Frozen: accepts, never answers; thawed, answers again.
+	_, err = ns.fault("ovn-nb-freeze", "")
+	require.NoError(t, err)
+	_, err = status(1, ovnreal.Northbound)
+	require.Error(t, err, "a frozen server does not answer")
+	_, err = ns.fault("ovn-nb-thaw", "")
+	require.NoError(t, err)
+	require.NoError(t, ovnreal.Poll(ctx, func() error { _, err := status(1, ovnreal.Northbound); return err }))
 }

@@ -252,6 +252,26 @@ func (ns *nodeSources) fault(f, arg string) (string, error) {
 			verb = "running"
 		}
 		return fmt.Sprintf("ovn-central %s member(s) on %s %s", strings.Join(what, " and "), ns.name, verb), nil
+	case "ovn-sb-leave":
+		if err := ns.sb.Leave(ns.name); err != nil {
+			return "", err
+		}
+		return fmt.Sprintf("ovn-central %s member on %s left the cluster (cluster/leave): its server runs on without the database, whose file stays", ns.sb.name(), ns.name), nil
+	case "ovn-sb-rejoin":
+		if err := ns.sb.Rejoin(ns.name); err != nil {
+			return "", err
+		}
+		return fmt.Sprintf("ovn-central %s member on %s joined the cluster again", ns.sb.name(), ns.name), nil
+	case "ovn-nb-freeze":
+		if err := ns.nb.Freeze(ns.name); err != nil {
+			return "", err
+		}
+		return fmt.Sprintf("ovn-central %s server on %s frozen (SIGSTOP): it accepts and never answers", ns.nb.name(), ns.name), nil
+	case "ovn-nb-thaw":
+		if err := ns.nb.Thaw(ns.name); err != nil {
+			return "", err
+		}
+		return fmt.Sprintf("ovn-central %s server on %s continues (SIGCONT)", ns.nb.name(), ns.name), nil
 	case "cilium-unreachable", "cilium-reachable":
 		if arg == "" || arg == ns.name {
 			return "", fmt.Errorf("%s needs another node's name", f)

@@ -138,6 +138,22 @@ func (c *Cluster) Rejoin(node string) error {
 	return nil
 }
 
+// SetHang makes node's member accept requests on its control socket and
+// never answer (a frozen ovsdb-server, SIGSTOP), or answer again.
+func (c *Cluster) SetHang(node string, hang bool) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	m, err := c.member(node)
+	if err != nil {
+		return err
+	}
+	if m.ctlSrv == nil {
+		return fmt.Errorf("%s member on %s does not run", c.Name, node)
+	}
+	m.ctlSrv.SetHang(hang)
+	return nil
+}
+
 // Running tells whether node's member runs.
 func (c *Cluster) Running(node string) bool {
 	c.mu.Lock()
