@@ -116,8 +116,12 @@ func newRootCommand() *cobra.Command {
 		Long: `Faults on a node (--node): etcd-stop, etcd-start, agent-stop, agent-start,
 fsync-slow, fsync-ok, cilium-fail, cilium-ok, cilium-unreachable NODE,
 cilium-reachable NODE, ovs-down, ovs-up, ovn-central-stop, ovn-central-start
-(the node's NB and SB raft members, on node-1..3), ovn-nb-stop, ovn-nb-start
-(its NB member only), etcd-metrics-absent, etcd-metrics-present,
+(the node's NB and SB raft members, on node-1..3: real ovsdb-servers of
+Debian's ovn-central where it is installed, stopped by SIGTERM; set
+COZY_HEALTH_LAB_OVN=stand-in for the stand-in), ovn-nb-stop, ovn-nb-start
+(its NB member only), ovn-sb-leave, ovn-sb-rejoin (cluster/leave of its SB
+member, and a fresh join), ovn-nb-freeze, ovn-nb-thaw (SIGSTOP/SIGCONT of its
+NB server), etcd-metrics-absent, etcd-metrics-present,
 linstor-offline, linstor-online, drbd-outdated RES, drbd-uptodate RES,
 talos-hang, talos-ok.
 Lab-wide faults: leader-kill (SIGKILL the Lease holder), aggregator-start

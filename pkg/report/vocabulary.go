@@ -109,12 +109,17 @@ const (
 	// ovnsb_db.ctl; one observation per database with
 	// ResourceRef{Kind: KindOVNDatabase, Name: "OVN_Northbound" |
 	// "OVN_Southbound"}. Healthy when Status is "cluster member" and Role is
-	// leader or follower with a known leader; Down when the member runs
-	// without a leader (a candidate: the cluster lost its quorum as this
-	// member sees it), failed, left the cluster, or is not running where the
-	// node holds its database file (kube-ovn's OVN_DIR, /var/lib/ovn in Cozystack: ovnnb_db.db); Degraded
-	// while joining; Unknown when its status cannot be read. Not sent on
-	// nodes that host no member (no control socket, no database file).
+	// leader or follower with a known leader, or for a standalone database
+	// whose storage status is ok. Down when the member cannot vote: without
+	// a leader (a candidate: the cluster lost its quorum as this member sees
+	// it), failed, left the cluster (`unknown cluster` while the database
+	// file remains), not running or not listening where the node holds its
+	// database file (kube-ovn's OVN_DIR, /var/lib/ovn in Cozystack:
+	// ovnnb_db.db). Degraded when it votes but warns: a leader connected to
+	// fewer than a majority (LeaderLostMajority), joining. Unknown when its
+	// status cannot be read in time (each database within its own share of
+	// the deadline). Not sent on nodes that host no member (no control
+	// socket, no database file in a readable OVN_DIR).
 	// Attributes: AttrRaftServers, AttrIsLeader, AttrRaftTerm,
 	// AttrRaftConnectedPeers (absent when the member does not run). The
 	// message names role, status, term, leader and the connected peers.
@@ -137,7 +142,10 @@ const (
 	// (the ovs-ovn pod of this node is missing, orphaned or crashed);
 	// Degraded when ovn-controller is not connected to the southbound
 	// database or interfaces carry errors (ports of pods that no longer
-	// exist). Attributes: AttrInterfaces, AttrInterfacesWithErrors.
+	// exist); Unknown when ovsdb-server (OVSDBUnresponsive, within half
+	// the deadline) or a daemon (within a quarter) accepts but does not
+	// answer, the others still reported. Attributes: AttrInterfaces,
+	// AttrInterfacesWithErrors (absent when the table was not read).
 	CheckOVS = "ovs"
 	// AttrInterfaces: rows of the Open_vSwitch database's Interface table.
 	AttrInterfaces = "interfaces"

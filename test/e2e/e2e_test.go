@@ -232,6 +232,35 @@ func TestFaultMatrix(t *testing.T) {
 		))
 	})
 
+	// Issue 22 item 8, on real ovn-central where it is installed: a member
+	// that left the cluster is Down, not Unknown.
+	t.Run("ovn-central SB member left the cluster on node-3: Down (MemberLeftCluster)", func(t *testing.T) {
+		fault(t, "node-3", "ovn-sb-leave", "")
+		defer func() { fault(t, "node-3", "ovn-sb-rejoin", ""); healthy(t) }()
+		wait(t, "kube-ovn node-3 Down MemberLeftCluster", boundFault, lab.All(
+			lab.NodeEntryIs("kube-ovn", "node-3", healthv1alpha1.StatusDown, "MemberLeftCluster"),
+			conditionPinned("kube-ovn", "OvnCentralMember", "OVNDatabase", "OVN_Southbound", "MemberLeftCluster"),
+		))
+	})
+
+	// Issue 22 item 9: a frozen NB server reads Unknown naming its
+	// database; the SB member on the same node is still reported.
+	t.Run("ovn-central NB server frozen on node-2: NB Unknown (StatusTimeout), its SB member still read", func(t *testing.T) {
+		fault(t, "node-2", "ovn-nb-freeze", "")
+		defer func() { fault(t, "node-2", "ovn-nb-thaw", ""); healthy(t) }()
+		wait(t, "kube-ovn OvnCentralMember NB Unknown StatusTimeout, SB not failing", boundFault, lab.All(
+			conditionPinnedIs("kube-ovn", "OvnCentralMember", "OVNDatabase", "OVN_Northbound", healthv1alpha1.ConditionUnknown, "StatusTimeout"),
+			func(hs map[string]*healthv1alpha1.Health, _ time.Time) (bool, string) {
+				for _, c := range hs["kube-ovn"].Status.Conditions {
+					if c.ResourceRef != nil && c.ResourceRef.Name == "OVN_Southbound" && c.Status != healthv1alpha1.ConditionTrue {
+						return false, fmt.Sprintf("%s OVN_Southbound %s %s: %s", c.Type, c.Status, c.Reason, c.Message)
+					}
+				}
+				return true, "OVN_Southbound read and not failing"
+			},
+		))
+	})
+
 	t.Run("cilium: node-1 cannot reach node-2, a fact naming both", func(t *testing.T) {
 		fault(t, "node-1", "cilium-unreachable", "node-2")
 		defer func() { fault(t, "node-1", "cilium-reachable", "node-2"); healthy(t) }()
@@ -349,6 +378,23 @@ func conditionPinned(component, ctype, kind, name, reason string) lab.Condition 
 		for _, c := range h.Status.Conditions {
 			if c.Type == ctype && c.ResourceRef != nil && c.ResourceRef.Kind == kind && c.ResourceRef.Name == name {
 				return c.Status == healthv1alpha1.ConditionFalse && c.Reason == reason, fmt.Sprintf("%s %s/%s %s %s", ctype, kind, name, c.Status, c.Reason)
+			}
+		}
+		return false, fmt.Sprintf("no %s condition pinned to %s/%s", ctype, kind, name)
+	}
+}
+
+// conditionPinnedIs holds when component's condition of type ctype pinned
+// to kind/name has status (and reason, unless empty).
+func conditionPinnedIs(component, ctype, kind, name string, status healthv1alpha1.ConditionStatus, reason string) lab.Condition {
+	return func(hs map[string]*healthv1alpha1.Health, _ time.Time) (bool, string) {
+		h, ok := hs[component]
+		if !ok {
+			return false, component + " missing"
+		}
+		for _, c := range h.Status.Conditions {
+			if c.Type == ctype && c.ResourceRef != nil && c.ResourceRef.Kind == kind && c.ResourceRef.Name == name {
+				return c.Status == status && (reason == "" || c.Reason == reason), fmt.Sprintf("%s %s/%s %s %s: %s", ctype, kind, name, c.Status, c.Reason, c.Message)
 			}
 		}
 		return false, fmt.Sprintf("no %s condition pinned to %s/%s", ctype, kind, name)

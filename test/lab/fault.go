@@ -24,6 +24,8 @@ var Faults = map[string]bool{
 	"ovs-down": false, "ovs-up": false,
 	"ovn-central-stop": false, "ovn-central-start": false,
 	"ovn-nb-stop": false, "ovn-nb-start": false,
+	"ovn-sb-leave": false, "ovn-sb-rejoin": false,
+	"ovn-nb-freeze": false, "ovn-nb-thaw": false,
 	"cilium-unreachable": true, "cilium-reachable": true,
 	"etcd-metrics-absent": false, "etcd-metrics-present": false,
 	"linstor-offline": false, "linstor-online": false,

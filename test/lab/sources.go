@@ -6,7 +6,6 @@ import (
 	"net"
 	"net/http"
 	"net/url"
-	"path/filepath"
 	"strings"
 	"time"
 
@@ -32,7 +31,7 @@ type nodeSources struct {
 	cilium  *cilium.Server
 	health  *cilium.Health
 	ovs     *ovs.Node
-	nb, sb  *ovs.Cluster    // shared by every node
+	nb, sb  ovnDB           // shared by every node
 	linstor *linstor.Server // shared by every node
 	fsync   *fsyncProxy
 	// metricsAddr is where the agent reads etcd's metrics (the proxy);
@@ -120,8 +119,11 @@ func startSources(s *State, bound map[string]net.Listener) (_ *daemon, err error
 	for j, o := range names {
 		ips[o] = fmt.Sprintf("127.0.0.%d", j+10)
 	}
-	nb, sb := ovs.NewCluster("OVN_Northbound"), ovs.NewCluster("OVN_Southbound")
-	d.close = append(d.close, nb.Close, sb.Close)
+	nb, sb, closeOVN, err := startOVNCentral(s, ips)
+	if err != nil {
+		return nil, err
+	}
+	d.close = append(d.close, closeOVN)
 	for i := range s.Nodes {
 		n := &s.Nodes[i]
 		ns := &nodeSources{name: n.Name, linstor: ls, nb: nb, sb: sb}
@@ -154,15 +156,6 @@ func startSources(s *State, bound map[string]net.Listener) (_ *daemon, err error
 			return nil, fmt.Errorf("start ovs-ovn sockets for %s: %w", n.Name, err)
 		}
 		d.close = append(d.close, ns.ovs.Stop)
-		if n.OVNCentral {
-			ip := ips[n.Name]
-			if err := nb.AddMember(n.Name, "tcp:["+ip+"]:6643", filepath.Join(n.OVNRun, "ovnnb_db.ctl"), filepath.Join(n.OVNDBDir, "ovnnb_db.db")); err != nil {
-				return nil, err
-			}
-			if err := sb.AddMember(n.Name, "tcp:["+ip+"]:6644", filepath.Join(n.OVNRun, "ovnsb_db.ctl"), filepath.Join(n.OVNDBDir, "ovnsb_db.db")); err != nil {
-				return nil, err
-			}
-		}
 
 		mu, err := url.Parse(n.EtcdMetrics)
 		if err != nil {
@@ -234,7 +227,7 @@ func (ns *nodeSources) fault(f, arg string) (string, error) {
 		}
 		return fmt.Sprintf("ovs-ovn on %s runs again", ns.name), nil
 	case "ovn-central-stop", "ovn-central-start", "ovn-nb-stop", "ovn-nb-start":
-		clusters := []*ovs.Cluster{ns.nb, ns.sb}
+		clusters := []ovnDB{ns.nb, ns.sb}
 		if strings.HasPrefix(f, "ovn-nb-") {
 			clusters = clusters[:1]
 		}
@@ -249,13 +242,36 @@ func (ns *nodeSources) fault(f, arg string) (string, error) {
 			if err != nil {
 				return "", err
 			}
-			what = append(what, c.Name)
+			what = append(what, c.name())
 		}
 		verb := "stopped (control socket gone, database file kept)"
+		if _, real := ns.nb.(realOVNDB); real {
+			verb = "stopped by SIGTERM (real ovsdb-server; control socket gone, database file kept)"
+		}
 		if strings.HasSuffix(f, "-start") {
 			verb = "running"
 		}
 		return fmt.Sprintf("ovn-central %s member(s) on %s %s", strings.Join(what, " and "), ns.name, verb), nil
+	case "ovn-sb-leave":
+		if err := ns.sb.Leave(ns.name); err != nil {
+			return "", err
+		}
+		return fmt.Sprintf("ovn-central %s member on %s left the cluster (cluster/leave): its server runs on without the database, whose file stays", ns.sb.name(), ns.name), nil
+	case "ovn-sb-rejoin":
+		if err := ns.sb.Rejoin(ns.name); err != nil {
+			return "", err
+		}
+		return fmt.Sprintf("ovn-central %s member on %s joined the cluster again", ns.sb.name(), ns.name), nil
+	case "ovn-nb-freeze":
+		if err := ns.nb.Freeze(ns.name); err != nil {
+			return "", err
+		}
+		return fmt.Sprintf("ovn-central %s server on %s frozen (SIGSTOP): it accepts and never answers", ns.nb.name(), ns.name), nil
+	case "ovn-nb-thaw":
+		if err := ns.nb.Thaw(ns.name); err != nil {
+			return "", err
+		}
+		return fmt.Sprintf("ovn-central %s server on %s continues (SIGCONT)", ns.nb.name(), ns.name), nil
 	case "cilium-unreachable", "cilium-reachable":
 		if arg == "" || arg == ns.name {
 			return "", fmt.Errorf("%s needs another node's name", f)

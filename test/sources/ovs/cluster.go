@@ -29,6 +29,9 @@ type member struct {
 	node, address, ctl, dbFile string
 	sid                        string
 	ctlSrv                     *Unixctl
+	// left: the member ran cluster/leave; its ovsdb-server runs on
+	// without the database, which the others no longer list.
+	left bool
 }
 
 // NewCluster returns a cluster of database name with no members.
@@ -68,6 +71,16 @@ func (c *Cluster) Start(node string) error {
 	}
 	srv, err := StartUnixctl(m.ctl, map[string]Command{
 		"cluster/status": func(args []string) (string, error) { return c.status(m, args) },
+		// ovsdb-server answers "status: ok" for a healthy database of
+		// either storage (as Debian's ovsdb-server 3.1 does).
+		"ovsdb-server/get-db-storage-status": func(args []string) (string, error) {
+			c.mu.Lock()
+			defer c.mu.Unlock()
+			if len(args) != 1 || args[0] != c.Name || m.left {
+				return "", fmt.Errorf("Failed to find the database.")
+			}
+			return "status: ok", nil
+		},
 	})
 	if err != nil {
 		return err
@@ -90,6 +103,55 @@ func (c *Cluster) Stop(node string) error {
 		srv.Close()
 	}
 	return err
+}
+
+// Leave makes node's member leave the cluster, as `ovn-appctl -t <ctl>
+// cluster/leave <db>` does once it completes (observed on Debian's
+// ovn-central 23.03): its ovsdb-server keeps running and answers
+// cluster/status with "unknown cluster", its database file stays on disk,
+// and the others no longer list it. Start after Stop does not bring it
+// back; Rejoin does.
+func (c *Cluster) Leave(node string) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	m, err := c.member(node)
+	if err != nil {
+		return err
+	}
+	if c.leader >= 0 && c.members[c.leader] == m {
+		c.leader = -1
+	}
+	m.left = true
+	return nil
+}
+
+// Rejoin puts a member that left back into the cluster with a new server
+// id (a fresh `ovsdb-tool join-cluster`).
+func (c *Cluster) Rejoin(node string) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	m, err := c.member(node)
+	if err != nil {
+		return err
+	}
+	m.left, m.sid = false, newUUID()
+	return nil
+}
+
+// SetHang makes node's member accept requests on its control socket and
+// never answer (a frozen ovsdb-server, SIGSTOP), or answer again.
+func (c *Cluster) SetHang(node string, hang bool) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	m, err := c.member(node)
+	if err != nil {
+		return err
+	}
+	if m.ctlSrv == nil {
+		return fmt.Errorf("%s member on %s does not run", c.Name, node)
+	}
+	m.ctlSrv.SetHang(hang)
+	return nil
 }
 
 // Running tells whether node's member runs.
@@ -124,13 +186,17 @@ func (c *Cluster) member(node string) (*member, error) {
 
 // elect settles the leader for the running members. Caller holds mu.
 func (c *Cluster) elect() {
-	running := 0
+	running, voters := 0, 0
 	for _, m := range c.members {
+		if m.left {
+			continue
+		}
+		voters++
 		if m.ctlSrv != nil {
 			running++
 		}
 	}
-	if running < len(c.members)/2+1 {
+	if running < voters/2+1 {
 		if c.leader >= 0 {
 			c.leader = -1
 			c.term++
@@ -141,7 +207,7 @@ func (c *Cluster) elect() {
 		return
 	}
 	for i, m := range c.members {
-		if m.ctlSrv != nil {
+		if m.ctlSrv != nil && !m.left {
 			c.leader = i
 			c.term++
 			return
@@ -153,11 +219,11 @@ func short(sid string) string { return sid[:4] }
 
 // status prints what raft_unixctl_status prints (ovsdb/raft.c).
 func (c *Cluster) status(self *member, args []string) (string, error) {
-	if len(args) != 1 || args[0] != c.Name {
-		return "", fmt.Errorf("unknown cluster")
-	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if len(args) != 1 || args[0] != c.Name || self.left {
+		return "", fmt.Errorf("unknown cluster")
+	}
 	c.elect()
 	role, status, leader, vote := "follower", "cluster member", "unknown", "unknown"
 	switch {
@@ -190,7 +256,7 @@ func (c *Cluster) status(self *member, args []string) (string, error) {
 	b.WriteString("Entries not yet committed: 0\nEntries not yet applied: 0\n")
 	b.WriteString("Connections:")
 	for _, m := range c.members {
-		if m == self {
+		if m == self || m.left {
 			continue
 		}
 		if m.ctlSrv != nil {
@@ -203,6 +269,9 @@ func (c *Cluster) status(self *member, args []string) (string, error) {
 	b.WriteString("Disconnections: 0\n")
 	b.WriteString("Servers:\n")
 	for _, m := range c.members {
+		if m.left {
+			continue
+		}
 		fmt.Fprintf(&b, "    %s (%s at %s)", short(m.sid), short(m.sid), m.address)
 		if m == self {
 			b.WriteString(" (self)")

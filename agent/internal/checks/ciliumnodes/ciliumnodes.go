@@ -184,7 +184,8 @@ func Judge(st *HealthStatusResponse, self string) []report.Observation {
 	if st.Local != nil {
 		local = st.Local.Name
 	}
-	var probed int
+	var probed, listed int
+	var unprobed []string
 	var peers []report.Observation
 	for _, n := range st.Nodes {
 		if n == nil {
@@ -201,7 +202,11 @@ func Judge(st *HealthStatusResponse, self string) []report.Observation {
 			ep = p
 		}
 		epp, epProbed := pathProblem(ep)
+		listed++
 		if !hostProbed && !epProbed {
+			// Listed but not probed yet (a cilium-agent restart, a node
+			// that just joined): nothing is known of this path.
+			unprobed = append(unprobed, name)
 			continue
 		}
 		probed++
@@ -224,6 +229,7 @@ func Judge(st *HealthStatusResponse, self string) []report.Observation {
 		}
 	}
 	sort.Slice(peers, func(i, j int) bool { return peers[i].ResourceRef.Name < peers[j].ResourceRef.Name })
+	sort.Strings(unprobed)
 	sum := report.Observation{Attributes: map[string]float64{
 		report.AttrNodesProbed: float64(probed), report.AttrNodesUnreachable: float64(len(peers)),
 	}}
@@ -231,9 +237,13 @@ func Judge(st *HealthStatusResponse, self string) []report.Observation {
 	case len(st.Nodes) == 0:
 		sum.Status, sum.Reason = report.StatusUnknown, ReasonNoProbeResults
 		sum.Message = "cilium-health has no probe results yet"
-	case probed == 0:
+	case listed == 0:
 		sum.Status, sum.Reason = report.StatusHealthy, ReasonNoOtherNodes
-		sum.Message = "cilium-health probes no other node"
+		sum.Message = "cilium-health lists no other node"
+	case probed == 0:
+		// Peers are listed but none probed yet: no evidence either way.
+		sum.Status, sum.Reason = report.StatusUnknown, ReasonNoProbeResults
+		sum.Message = fmt.Sprintf("cilium-health lists %d other nodes but has probed none yet (after a cilium-agent restart or a node join): %s", listed, list(unprobed))
 	case len(peers) == 0:
 		sum.Status, sum.Reason = report.StatusHealthy, ReasonAllNodesReachable
 		sum.Message = fmt.Sprintf("all %d other nodes reachable", probed)
@@ -244,10 +254,22 @@ func Judge(st *HealthStatusResponse, self string) []report.Observation {
 		sum.Status, sum.Reason = report.StatusDegraded, ReasonNodesUnreachable
 		sum.Message = fmt.Sprintf("%s cannot reach %d of %d other nodes: %s", self, len(peers), probed, names(peers))
 	}
+	if probed > 0 && len(unprobed) > 0 {
+		// The verdict covers the probed nodes only; say which are not.
+		sum.Message += fmt.Sprintf(" (%d probed of %d listed; not probed yet: %s)", probed, listed, list(unprobed))
+	}
 	if len(peers) > report.MaxUnreachableNodes {
 		peers = peers[:report.MaxUnreachableNodes]
 	}
 	return append([]report.Observation{sum}, peers...)
+}
+
+// list names at most 8 nodes.
+func list(nodes []string) string {
+	if len(nodes) > 8 {
+		return strings.Join(nodes[:8], ", ") + fmt.Sprintf(" and %d more", len(nodes)-8)
+	}
+	return strings.Join(nodes, ", ")
 }
 
 func names(peers []report.Observation) string {

@@ -3,6 +3,7 @@ package ciliumnodes
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -115,4 +116,36 @@ func FuzzParse(f *testing.F) {
 			t.Fatalf("%d observations", len(obs))
 		}
 	})
+}
+
+// TestUpstreamFixtures is issue 22 item 5: after a cilium-agent restart or a
+// node join, cilium-health lists peers it has not probed yet; that is no
+// evidence of reachability (Unknown, NoProbeResults), and NoOtherNodes is
+// only for a node that lists no other. The payloads come from Cilium's own
+// types (testdata/README.md).
+func TestUpstreamFixtures(t *testing.T) {
+	for file, want := range map[string]struct {
+		status          report.Status
+		reason          string
+		probed          float64
+		messageContains string
+	}{
+		"health-unprobed.json":      {report.StatusUnknown, ReasonNoProbeResults, 0, "lists 2 other nodes but has probed none yet"},
+		"health-partly-probed.json": {report.StatusHealthy, ReasonAllNodesReachable, 1, "not probed yet: node-3"},
+		"health-alone.json":         {report.StatusHealthy, ReasonNoOtherNodes, 0, "lists no other node"},
+		"health-all-probed.json":    {report.StatusHealthy, ReasonAllNodesReachable, 2, "all 2 other nodes reachable"},
+	} {
+		t.Run(file, func(t *testing.T) {
+			b, err := os.ReadFile(filepath.Join("testdata", file))
+			require.NoError(t, err)
+			st, err := Parse(b)
+			require.NoError(t, err)
+			obs := Judge(st, "node-1")
+			require.Len(t, obs, 1)
+			assert.Equal(t, want.status, obs[0].Status, obs[0].Message)
+			assert.Equal(t, want.reason, obs[0].Reason)
+			assert.Equal(t, want.probed, obs[0].Attributes[report.AttrNodesProbed])
+			assert.Contains(t, obs[0].Message, want.messageContains)
+		})
+	}
 }

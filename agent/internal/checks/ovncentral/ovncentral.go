@@ -19,7 +19,9 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
+	"time"
 
 	"github.com/cozystack/cozy-health/agent/internal/check"
 	"github.com/cozystack/cozy-health/agent/internal/ovsrpc"
@@ -32,7 +34,11 @@ const (
 	Southbound = "OVN_Southbound"
 )
 
-// Reasons.
+// Reasons. For the quorum rule (aggregator/internal/quorum) Down means
+// "this member cannot vote": MemberNotRunning, MemberNotListening,
+// MemberFailed, MemberLeftCluster, NoLeader, StorageError. Degraded means
+// it votes but warns: LeaderLostMajority, MemberJoining. Unknown:
+// StatusUnreadable, StatusTimeout. Healthy: ClusterMember, Standalone.
 const (
 	ReasonClusterMember      = "ClusterMember"
 	ReasonNoLeader           = "NoLeader"
@@ -42,6 +48,20 @@ const (
 	ReasonMemberNotRunning   = "MemberNotRunning"
 	ReasonMemberNotListening = "MemberNotListening"
 	ReasonStatusUnreadable   = "StatusUnreadable"
+	// ReasonStatusTimeout: the member's ovsdb-server accepted the
+	// connection but did not answer within its database's share of the
+	// check's deadline (a frozen or wedged server).
+	ReasonStatusTimeout = "StatusTimeout"
+	// ReasonLeaderLostMajority: this member leads but is connected to
+	// fewer than a majority of the servers; OVS steps it down after an
+	// election timeout, and no write commits meanwhile.
+	ReasonLeaderLostMajority = "LeaderLostMajority"
+	// ReasonStandalone: a non-clustered database whose storage is ok
+	// (`ovsdb-server/get-db-storage-status`, as kube-ovn reads it).
+	ReasonStandalone = "Standalone"
+	// ReasonStorageError: a non-clustered database whose storage reports
+	// an error.
+	ReasonStorageError = "StorageError"
 )
 
 // Config says where the members' sockets and files are.
@@ -72,70 +92,169 @@ func (*Check) Component() string { return report.ComponentKubeOVN }
 
 type database struct{ name, ctl, file string }
 
-// Run implements check.Check.
-func (c *Check) Run(ctx context.Context) ([]report.Observation, error) {
-	dbs := []database{{Northbound, c.cfg.NBCtl, "ovnnb_db.db"}, {Southbound, c.cfg.SBCtl, "ovnsb_db.db"}}
-	var out []report.Observation
-	var absent []string
-	for _, db := range dbs {
-		if db.ctl == "" {
-			continue
-		}
-		o, hosted, err := c.member(ctx, db)
-		if err != nil {
-			return nil, err
-		}
-		if !hosted {
-			absent = append(absent, db.ctl)
-			continue
-		}
-		o.ResourceRef = &report.ResourceRef{Kind: report.KindOVNDatabase, Name: db.name}
-		out = append(out, o)
-	}
-	if len(out) == 0 {
-		if len(absent) == 0 {
-			return nil, check.NotApplicable("no ovn-central control socket configured")
-		}
-		return nil, check.NotApplicable(fmt.Sprintf("no ovn-central member on this node: no %s and no database file in %q", strings.Join(absent, ", "), c.cfg.DBDir))
-	}
-	return out, nil
+// outcome is one database's reading: an observation of a member this node
+// hosts, or absent (known to host none), or unsure (could not tell).
+type outcome struct {
+	obs    report.Observation
+	absent bool
+	unsure string
 }
 
-// member reads one database's member; hosted is false when this node holds
-// no member of it.
-func (c *Check) member(ctx context.Context, db database) (o report.Observation, hosted bool, err error) {
+// Run implements check.Check. The databases are read at once, each within
+// three quarters of what is left of the deadline, so a frozen
+// ovsdb-server of one reads Unknown naming its database while the other
+// is still reported.
+func (c *Check) Run(ctx context.Context) ([]report.Observation, error) {
+	var dbs []database
+	for _, db := range []database{{Northbound, c.cfg.NBCtl, "ovnnb_db.db"}, {Southbound, c.cfg.SBCtl, "ovnsb_db.db"}} {
+		if db.ctl != "" {
+			dbs = append(dbs, db)
+		}
+	}
+	if len(dbs) == 0 {
+		return nil, check.NotApplicable("no ovn-central control socket configured")
+	}
+	if dl, ok := ctx.Deadline(); ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, time.Until(dl)*3/4)
+		defer cancel()
+	}
+	res := make([]outcome, len(dbs))
+	var wg sync.WaitGroup
+	for i, db := range dbs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			res[i] = c.member(ctx, db)
+		}()
+	}
+	wg.Wait()
+	var out []report.Observation
+	var absent, unsure []string
+	for i, r := range res {
+		switch {
+		case r.absent:
+			absent = append(absent, dbs[i].ctl)
+		case r.unsure != "":
+			unsure = append(unsure, r.unsure)
+		default:
+			r.obs.ResourceRef = &report.ResourceRef{Kind: report.KindOVNDatabase, Name: dbs[i].name}
+			out = append(out, r.obs)
+		}
+	}
+	if len(out) > 0 {
+		// This node hosts ovn-central: a database it could not tell
+		// about is a member whose state is unknown.
+		for i, r := range res {
+			if r.unsure != "" {
+				out = append(out, report.Observation{Status: report.StatusUnknown, Reason: ReasonStatusUnreadable, Message: r.unsure,
+					ResourceRef: &report.ResourceRef{Kind: report.KindOVNDatabase, Name: dbs[i].name}})
+			}
+		}
+		return out, nil
+	}
+	if len(unsure) > 0 {
+		// "I could not ask" is not "none here": the runner reports the
+		// check Unknown with this error.
+		return nil, fmt.Errorf("cannot tell whether this node hosts an ovn-central member: %s", strings.Join(unsure, "; "))
+	}
+	return nil, check.NotApplicable(fmt.Sprintf("no ovn-central member on this node: no %s and no database file in %q", strings.Join(absent, ", "), c.cfg.DBDir))
+}
+
+// member reads one database's member.
+func (c *Check) member(ctx context.Context, db database) outcome {
 	file := ""
+	var fileErr error
 	if c.cfg.DBDir != "" {
 		file = filepath.Join(c.cfg.DBDir, db.file)
 		if _, err := os.Stat(file); err != nil {
+			if !errors.Is(err, fs.ErrNotExist) {
+				fileErr = err
+			} else if _, derr := os.Stat(c.cfg.DBDir); derr != nil {
+				// The database directory itself is gone: a mount that
+				// failed tells nothing about the node.
+				fileErr = derr
+			}
 			file = ""
 		}
 	}
-	if _, err := os.Stat(db.ctl); errors.Is(err, fs.ErrNotExist) {
-		if file == "" {
-			return o, false, nil
+	if _, err := os.Stat(db.ctl); err != nil {
+		if !errors.Is(err, fs.ErrNotExist) {
+			return outcome{unsure: fmt.Sprintf("%s control socket %s: %v", db.name, db.ctl, err)}
 		}
-		return report.Observation{Status: report.StatusDown, Reason: ReasonMemberNotRunning,
-			Message: fmt.Sprintf("this node hosts a %s member (database file %s) but its ovsdb-server is not running: no control socket %s", db.name, file, db.ctl)}, true, nil
+		switch {
+		case file != "":
+			return outcome{obs: report.Observation{Status: report.StatusDown, Reason: ReasonMemberNotRunning,
+				Message: fmt.Sprintf("this node hosts a %s member (database file %s) but its ovsdb-server is not running: no control socket %s", db.name, file, db.ctl)}}
+		case fileErr != nil:
+			return outcome{unsure: fmt.Sprintf("no %s control socket %s and the database file cannot be read: %v", db.name, db.ctl, fileErr)}
+		}
+		return outcome{absent: true}
 	}
+	o, err := c.status(ctx, db, file)
+	if err != nil {
+		return outcome{unsure: err.Error()}
+	}
+	return outcome{obs: o}
+}
+
+// status asks a running member's ovsdb-server for its cluster status.
+func (c *Check) status(ctx context.Context, db database, file string) (report.Observation, error) {
 	text, err := ovsrpc.Appctl(ctx, db.ctl, "cluster/status", db.name)
+	var rpcErr *ovsrpc.Error
 	switch {
 	case err == nil:
 	case ctx.Err() != nil, errors.Is(err, context.DeadlineExceeded):
-		return o, true, fmt.Errorf("read %s cluster/status: %w", db.name, err)
+		return report.Observation{Status: report.StatusUnknown, Reason: ReasonStatusTimeout,
+			Message: fmt.Sprintf("%s ovsdb-server on %s did not answer cluster/status in time (frozen or overloaded): %v", db.name, db.ctl, err)}, nil
 	case errors.Is(err, syscall.ECONNREFUSED):
 		return report.Observation{Status: report.StatusDown, Reason: ReasonMemberNotListening,
-			Message: fmt.Sprintf("%s control socket %s exists but its ovsdb-server does not accept connections: %v", db.name, db.ctl, err)}, true, nil
+			Message: fmt.Sprintf("%s control socket %s exists but its ovsdb-server does not accept connections: %v", db.name, db.ctl, err)}, nil
+	case errors.As(err, &rpcErr) && strings.Contains(rpcErr.Message, "unknown cluster") && file != "":
+		// raft_unixctl_status: the server runs but holds no clustered
+		// database of that name, while this node's OVN_DIR holds its
+		// file: the member left the cluster (cluster/leave completed, or
+		// it was kicked) and does not come back by itself. kube-ovn's
+		// ovn-healthcheck.sh fails on it.
+		return report.Observation{Status: report.StatusDown, Reason: ReasonMemberLeftCluster,
+			Message: fmt.Sprintf("%s member on %s has left the cluster (cluster/status: %s) while its database file %s remains: it serves nothing and does not vote", db.name, db.ctl, rpcErr.Message, file)}, nil
+	case errors.As(err, &rpcErr) && strings.Contains(rpcErr.Message, "is not a valid command"):
+		// An ovsdb-server with no clustered database at all has no
+		// cluster/ commands: a standalone database.
+		return c.standalone(ctx, db)
 	default:
 		return report.Observation{Status: report.StatusUnknown, Reason: ReasonStatusUnreadable,
-			Message: fmt.Sprintf("ovn-appctl -t %s cluster/status %s: %v", db.ctl, db.name, err)}, true, nil
+			Message: fmt.Sprintf("ovn-appctl -t %s cluster/status %s: %v", db.ctl, db.name, err)}, nil
 	}
 	st, err := Parse(text)
 	if err != nil {
 		return report.Observation{Status: report.StatusUnknown, Reason: ReasonStatusUnreadable,
-			Message: fmt.Sprintf("%s cluster/status: %v", db.name, err)}, true, nil
+			Message: fmt.Sprintf("%s cluster/status: %v", db.name, err)}, nil
 	}
-	return Judge(st), true, nil
+	return Judge(st), nil
+}
+
+// standalone judges a non-clustered database as kube-ovn does: from
+// `ovsdb-server/get-db-storage-status <db>` ("status: ok").
+func (c *Check) standalone(ctx context.Context, db database) (report.Observation, error) {
+	text, err := ovsrpc.Appctl(ctx, db.ctl, "ovsdb-server/get-db-storage-status", db.name)
+	switch {
+	case err == nil:
+	case ctx.Err() != nil, errors.Is(err, context.DeadlineExceeded):
+		return report.Observation{Status: report.StatusUnknown, Reason: ReasonStatusTimeout,
+			Message: fmt.Sprintf("standalone %s ovsdb-server on %s did not answer get-db-storage-status in time: %v", db.name, db.ctl, err)}, nil
+	default:
+		return report.Observation{Status: report.StatusUnknown, Reason: ReasonStatusUnreadable,
+			Message: fmt.Sprintf("ovn-appctl -t %s ovsdb-server/get-db-storage-status %s (a standalone database): %v", db.ctl, db.name, err)}, nil
+	}
+	status := strings.TrimSpace(text)
+	attrs := map[string]float64{report.AttrRaftServers: 1, report.AttrIsLeader: 1, report.AttrRaftConnectedPeers: 0}
+	if strings.TrimSpace(strings.TrimPrefix(status, "status:")) == "ok" {
+		return report.Observation{Status: report.StatusHealthy, Reason: ReasonStandalone, Attributes: attrs,
+			Message: fmt.Sprintf("%s is a standalone (not clustered) database on %s, storage %s", db.name, db.ctl, status)}, nil
+	}
+	return report.Observation{Status: report.StatusDown, Reason: ReasonStorageError, Attributes: attrs,
+		Message: fmt.Sprintf("%s is a standalone (not clustered) database on %s whose storage fails: %.200s", db.name, db.ctl, status)}, nil
 }
 
 // Server is one line of the Servers: block.
@@ -293,6 +412,12 @@ func Judge(st *Status) report.Observation {
 		// Without a leader the database serves no transaction: this
 		// member cannot serve, whatever its process does.
 		o.Status, o.Reason = report.StatusDown, ReasonNoLeader
+	case st.Role == "leader" && 2*(connected+1) <= len(st.Servers):
+		// A leader connected to fewer than a majority (itself included)
+		// commits nothing; OVS steps it down only after an election
+		// timeout. It still votes: Degraded, not Down.
+		o.Status, o.Reason = report.StatusDegraded, ReasonLeaderLostMajority
+		msg += fmt.Sprintf("; a leader connected to %d of the %d servers (itself included), fewer than the %d a majority needs: no write commits", connected+1, len(st.Servers), len(st.Servers)/2+1)
 	case st.Role == "leader" || st.Role == "follower":
 		o.Status, o.Reason = report.StatusHealthy, ReasonClusterMember
 	default:

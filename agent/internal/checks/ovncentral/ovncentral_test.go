@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -175,13 +176,90 @@ func TestMembersThroughTheirControlSockets(t *testing.T) {
 	assert.Equal(t, report.StatusHealthy, obs[Northbound].Status, obs[Northbound].Message)
 }
 
+// TestLeftMember: after cluster/leave the member's server runs on and
+// answers "unknown cluster" while its database file stays: Down
+// (MemberLeftCluster), and the others count one server less.
+func TestLeftMember(t *testing.T) {
+	c := startCluster(t)
+	require.NoError(t, c.sb.Leave("node-3"))
+	obs := run(t, c.check("node-3"))
+	assert.Equal(t, report.StatusDown, obs[Southbound].Status)
+	assert.Equal(t, ReasonMemberLeftCluster, obs[Southbound].Reason)
+	assert.Equal(t, report.StatusHealthy, obs[Northbound].Status)
+	obs = run(t, c.check("node-1"))
+	assert.Equal(t, report.StatusHealthy, obs[Southbound].Status, obs[Southbound].Message)
+	assert.Equal(t, 2.0, obs[Southbound].Attributes[report.AttrRaftServers])
+	require.NoError(t, c.sb.Rejoin("node-3"))
+	obs = run(t, c.check("node-3"))
+	assert.Equal(t, report.StatusHealthy, obs[Southbound].Status, obs[Southbound].Message)
+}
+
 func TestNoMemberHere(t *testing.T) {
 	dir := t.TempDir()
-	c := New(Config{NBCtl: filepath.Join(dir, "ovnnb_db.ctl"), SBCtl: filepath.Join(dir, "ovnsb_db.ctl"), DBDir: filepath.Join(dir, "etc")})
+	dbdir := filepath.Join(dir, "ovn-db")
+	require.NoError(t, os.Mkdir(dbdir, 0o755))
+	c := New(Config{NBCtl: filepath.Join(dir, "ovnnb_db.ctl"), SBCtl: filepath.Join(dir, "ovnsb_db.ctl"), DBDir: dbdir})
 	_, err := c.Run(context.Background())
 	require.ErrorIs(t, err, check.ErrNotApplicable)
 	_, err = New(Config{}).Run(context.Background())
 	require.ErrorIs(t, err, check.ErrNotApplicable)
+}
+
+// TestCannotTellIsNotNotApplicable is issue 22 item 2 for ovn-central: a
+// node whose OVN_DIR cannot be read (the hostPath mount failed, the
+// directory is gone or unreadable) may host a member; "could not ask" is an
+// error the runner reports Unknown, naming what is missing, never
+// NotApplicable (which the drain rule reads as "no member here").
+func TestCannotTellIsNotNotApplicable(t *testing.T) {
+	dir := t.TempDir()
+	missing := filepath.Join(dir, "var-lib-ovn")
+	c := New(Config{NBCtl: filepath.Join(dir, "ovnnb_db.ctl"), SBCtl: filepath.Join(dir, "ovnsb_db.ctl"), DBDir: missing})
+	_, err := c.Run(context.Background())
+	require.Error(t, err)
+	require.NotErrorIs(t, err, check.ErrNotApplicable)
+	assert.Contains(t, err.Error(), missing)
+	assert.Contains(t, err.Error(), "cannot tell whether this node hosts an ovn-central member")
+
+	// A database file that cannot be stat'ed (a directory where the
+	// file should be is the portable way to make stat fail otherwise
+	// than "not exist": a file under a non-directory).
+	notDir := filepath.Join(dir, "file")
+	require.NoError(t, os.WriteFile(notDir, nil, 0o644))
+	_, err = New(Config{NBCtl: filepath.Join(dir, "ovnnb_db.ctl"), DBDir: notDir}).Run(context.Background())
+	require.Error(t, err)
+	require.NotErrorIs(t, err, check.ErrNotApplicable)
+}
+
+// TestDebianSamples judges the cluster/status texts recorded from Debian's
+// ovn-central on this machine (testdata/*.txt, written by
+// TestRealOVNCentral -record-samples).
+func TestDebianSamples(t *testing.T) {
+	for name, want := range map[string]struct {
+		status    report.Status
+		reason    string
+		connected float64
+	}{
+		"leader":               {report.StatusHealthy, ReasonClusterMember, 2},
+		"follower":             {report.StatusHealthy, ReasonClusterMember, 2},
+		"leader-one-peer-down": {report.StatusHealthy, ReasonClusterMember, 1},
+		"leader-lost-majority": {report.StatusDegraded, ReasonLeaderLostMajority, 0},
+		"candidate":            {report.StatusDown, ReasonNoLeader, 0},
+	} {
+		t.Run(name, func(t *testing.T) {
+			b, err := os.ReadFile(filepath.Join("testdata", name+".txt"))
+			require.NoError(t, err)
+			text := string(b)
+			require.True(t, strings.HasPrefix(text, "# cluster/status from Debian ovn-central"))
+			text = text[strings.Index(text, "\n")+1:]
+			st, err := Parse(text)
+			require.NoError(t, err)
+			o := Judge(st)
+			assert.Equal(t, want.status, o.Status, o.Message)
+			assert.Equal(t, want.reason, o.Reason)
+			assert.Equal(t, want.connected, o.Attributes[report.AttrRaftConnectedPeers])
+			assert.Equal(t, 3.0, o.Attributes[report.AttrRaftServers])
+		})
+	}
 }
 
 func TestBadControlSockets(t *testing.T) {
@@ -192,24 +270,32 @@ func TestBadControlSockets(t *testing.T) {
 	require.NoError(t, err)
 	ln.(*net.UnixListener).SetUnlinkOnClose(false)
 	require.NoError(t, ln.Close())
-	// An ovsdb-server whose SB database is not clustered answers
-	// "unknown cluster" (raft_unixctl_status).
+	// An ovsdb-server whose SB database is not clustered has no cluster/
+	// commands (`"cluster/status" is not a valid command`, as Debian's
+	// ovsdb-server 3.1 answers); its storage status is what kube-ovn reads.
+	storage := "status: ok"
 	u, err := ovssrc.StartUnixctl(sb, map[string]ovssrc.Command{
-		"cluster/status": func([]string) (string, error) { return "", fmt.Errorf("unknown cluster") },
+		"ovsdb-server/get-db-storage-status": func([]string) (string, error) { return storage, nil },
 	})
 	require.NoError(t, err)
 	defer u.Close()
 	obs := run(t, New(Config{NBCtl: nb, SBCtl: sb}))
 	assert.Equal(t, ReasonMemberNotListening, obs[Northbound].Reason)
 	assert.Equal(t, report.StatusDown, obs[Northbound].Status)
-	assert.Equal(t, report.StatusUnknown, obs[Southbound].Status)
-	assert.Contains(t, obs[Southbound].Message, "unknown cluster")
+	assert.Equal(t, report.StatusHealthy, obs[Southbound].Status, obs[Southbound].Message)
+	assert.Equal(t, ReasonStandalone, obs[Southbound].Reason)
+	storage = "status: ovsdb error: I/O error"
+	obs = run(t, New(Config{NBCtl: nb, SBCtl: sb}))
+	assert.Equal(t, report.StatusDown, obs[Southbound].Status)
+	assert.Equal(t, ReasonStorageError, obs[Southbound].Reason)
+	assert.Contains(t, obs[Southbound].Message, "I/O error")
 
-	// A wedged ovsdb-server: the check fails at its deadline.
+	// A wedged ovsdb-server: its database reads Unknown within its share
+	// of the deadline, naming the database.
 	u.SetHang(true)
-	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
-	defer cancel()
 	require.NoError(t, os.Remove(nb))
-	_, err = New(Config{NBCtl: nb, SBCtl: sb}).Run(ctx)
-	require.ErrorIs(t, err, context.DeadlineExceeded)
+	obs = run(t, New(Config{NBCtl: nb, SBCtl: sb}))
+	assert.Equal(t, report.StatusUnknown, obs[Southbound].Status)
+	assert.Equal(t, ReasonStatusTimeout, obs[Southbound].Reason)
+	assert.Contains(t, obs[Southbound].Message, Southbound)
 }

@@ -38,10 +38,13 @@ import (
 
 // Reasons.
 const (
-	ReasonHealthy                   = "OVSHealthy"
-	ReasonOVSDBSocketMissing        = "OVSDBSocketMissing"
-	ReasonOVSDBNotListening         = "OVSDBNotListening"
-	ReasonOVSDBNotInitialized       = "OVSDBNotInitialized"
+	ReasonHealthy             = "OVSHealthy"
+	ReasonOVSDBSocketMissing  = "OVSDBSocketMissing"
+	ReasonOVSDBNotListening   = "OVSDBNotListening"
+	ReasonOVSDBNotInitialized = "OVSDBNotInitialized"
+	// ReasonOVSDBUnresponsive: ovsdb-server accepted the connection but
+	// did not answer within its share of the deadline (frozen, wedged).
+	ReasonOVSDBUnresponsive         = "OVSDBUnresponsive"
 	ReasonVswitchdNotRunning        = "VswitchdNotRunning"
 	ReasonVswitchdUnresponsive      = "VswitchdUnresponsive"
 	ReasonOVNControllerNotRunning   = "OVNControllerNotRunning"
@@ -111,25 +114,38 @@ func (c *Check) Run(ctx context.Context) ([]report.Observation, error) {
 		return []report.Observation{{Status: report.StatusDown, Reason: ReasonOVSDBSocketMissing,
 			Message: fmt.Sprintf("no ovsdb-server socket at %s: kube-ovn's ovs-ovn does not run on this node (its DaemonSet pod is missing, not rolled out here, orphaned or crashed)", c.cfg.DBSocket)}}, nil
 	}
-	db, err := ReadDB(ctx, c.cfg.DBSocket)
+	// A wedged ovsdb-server must not hide the daemons: it is asked within
+	// half of what is left, like each daemon within a quarter.
+	dbCtx := ctx
+	if dl, ok := ctx.Deadline(); ok {
+		var cancel context.CancelFunc
+		dbCtx, cancel = context.WithTimeout(ctx, time.Until(dl)/2)
+		defer cancel()
+	}
+	db, err := ReadDB(dbCtx, c.cfg.DBSocket)
 	if errors.Is(err, syscall.ECONNREFUSED) {
 		return []report.Observation{{Status: report.StatusDown, Reason: ReasonOVSDBNotListening,
 			Message: fmt.Sprintf("ovsdb-server socket %s exists but nothing accepts connections (ovs-ovn crashed or is being replaced): %v", c.cfg.DBSocket, err)}}, nil
 	}
-	if err != nil {
-		return nil, err
-	}
 	var found []finding
-	if db == nil {
+	switch {
+	case err != nil && dbCtx.Err() != nil && ctx.Err() == nil:
+		found = append(found, finding{report.StatusUnknown, ReasonOVSDBUnresponsive,
+			fmt.Sprintf("ovsdb-server on %s did not answer in time (frozen or wedged): %v", c.cfg.DBSocket, err)})
+		db = &DB{}
+	case err != nil:
+		return nil, err
+	case db == nil:
 		found = append(found, finding{report.StatusDown, ReasonOVSDBNotInitialized, "the Open_vSwitch table has no root row"})
 		db = &DB{}
-	} else {
+	default:
 		v := db.OVSVersion
 		if v == "" {
 			v = "version unset"
 		}
 		found = append(found, finding{report.StatusHealthy, ReasonHealthy, "ovsdb-server up (Open vSwitch " + v + ")"})
 	}
+	unread := len(found) > 0 && found[0].reason == ReasonOVSDBUnresponsive
 	found = append(found, c.daemon(ctx, filepath.Join(filepath.Dir(c.cfg.DBSocket), "ovs-vswitchd.pid"), "ovs-vswitchd", "version",
 		ReasonVswitchdNotRunning, ReasonVswitchdUnresponsive, nil))
 	if c.cfg.ControllerPidfile != "" {
@@ -157,6 +173,9 @@ func (c *Check) Run(ctx context.Context) ([]report.Observation, error) {
 	}
 	sort.Strings(bad)
 	itext := fmt.Sprintf("%d interfaces", len(db.Interfaces))
+	if unread {
+		itext = "interfaces not read"
+	}
 	if len(bad) > 0 {
 		shown := bad
 		if len(shown) > 5 {
@@ -171,10 +190,14 @@ func (c *Check) Run(ctx context.Context) ([]report.Observation, error) {
 		found = append(found, finding{report.StatusHealthy, ReasonHealthy, itext})
 	}
 
-	o := report.Observation{Status: report.StatusHealthy, Reason: ReasonHealthy, Attributes: map[string]float64{
+	attrs := map[string]float64{
 		report.AttrInterfaces:           float64(len(db.Interfaces)),
 		report.AttrInterfacesWithErrors: float64(len(bad)),
-	}}
+	}
+	if unread {
+		attrs = nil // not read: no count, not a zero
+	}
+	o := report.Observation{Status: report.StatusHealthy, Reason: ReasonHealthy, Attributes: attrs}
 	parts := make([]string, 0, len(found))
 	for _, f := range found {
 		if f.status.Rank() > o.Status.Rank() {
