@@ -451,8 +451,10 @@ status:
 		e.adapterState("cozystack-backups", 1, 1, 2)
 	})
 
-	require.NoError(t, e.cp.InstallAdapterCRDs(ctx, "kamaji.clastix.io_datastores", "kamaji.clastix.io_tenantcontrolplanes"))
-	t.Run("Kamaji control plane whose DataStore is not ready", func(t *testing.T) {
+	// Kamaji's DataStore CRD as v1.0.0 shipped it (no status.ready), then
+	// the version Cozystack ships (ready, meaning "configuration valid").
+	require.NoError(t, e.cp.InstallAdapterCRDs(ctx, "kamaji.clastix.io_datastores-v1.0.0", "kamaji.clastix.io_tenantcontrolplanes"))
+	t.Run("Kamaji DataStore on v1.0.0's CRD reads FieldAbsent, then ready and not ready on the CRD Cozystack ships", func(t *testing.T) {
 		e.t = t
 		e.create(kamaji.DataStores.GVR, `apiVersion: kamaji.clastix.io/v1alpha1
 kind: DataStore
@@ -474,8 +476,14 @@ spec:
       privateKey:
         secretReference: {name: etcd-client-tls, namespace: tenant-bar, keyPath: tls.key}
 status:
-  ready: false
+  ready: true
+  usedBy: [tenant-bar/kubernetes-bar]
 `)
+		// v1.0.0's schema has no status.ready: the apiserver pruned it.
+		got, err := e.dyn.Resource(kamaji.DataStores.GVR).Get(ctx, "tenant-bar", metav1.GetOptions{})
+		require.NoError(t, err)
+		_, has, _ := unstructured.NestedFieldNoCopy(got.Object, "status", "ready")
+		require.False(t, has, "status.ready survived v1.0.0's schema: %v", got.Object["status"])
 		e.create(kamaji.TenantControlPlanes.GVR, `apiVersion: kamaji.clastix.io/v1alpha1
 kind: TenantControlPlane
 metadata:
@@ -500,22 +508,84 @@ status:
   kubernetesResources:
     version:
       version: v1.30.1
-      status: NotReady
+      status: Ready
     deployment:
       name: kubernetes-bar
       namespace: tenant-bar
       replicas: 2
-      readyReplicas: 0
+      readyReplicas: 2
       selector: kamaji.clastix.io/name=kubernetes-bar
 `)
 		h := e.health("tenant-bar", "control-plane", func(h *healthv1alpha1.Health) bool { return cond(h, kamaji.TypeDataStore, "tenant-bar") != nil })
 		ds := cond(h, kamaji.TypeDataStore, "tenant-bar")
-		assert.Equal(t, kamaji.ReasonDataStoreNotReady, ds.Reason)
+		assert.Equal(t, kamaji.ReasonFieldAbsent, ds.Reason)
+		assert.Equal(t, healthv1alpha1.ConditionUnknown, ds.Status)
 		assert.Equal(t, "DataStore.kamaji.clastix.io", ds.ResourceRef.Kind)
-		assert.Equal(t, healthv1alpha1.StatusDown, h.Status.Overall)
+		assert.Equal(t, healthv1alpha1.StatusUnknown, h.Status.Overall, "a field the CRD lacks is no outage")
 		tcp := cond(h, kamaji.TypeControlPlane, "kubernetes-bar")
 		require.NotNil(t, tcp)
 		assert.Equal(t, "tenant-bar", tcp.ResourceRef.Namespace)
+		assert.Equal(t, healthv1alpha1.ConditionTrue, tcp.Status)
+
+		// Kamaji upgraded to the version Cozystack ships: its CRD has
+		// status.ready, which Kamaji sets from DataStoreValidation.
+		require.NoError(t, e.cp.InstallAdapterCRDs(ctx, "kamaji.clastix.io_datastores"))
+		e.setStatus(kamaji.DataStores.GVR, "", "tenant-bar", `ready: true
+observedGeneration: 1
+usedBy: [tenant-bar/kubernetes-bar]
+conditions:
+- type: kamaji.clastix.io/DataStoreValidation
+  status: "True"
+  reason: DataStoreValidated
+  message: ""
+  lastTransitionTime: "2026-12-01T09:00:00Z"
+`)
+		h = e.health("tenant-bar", "control-plane", func(h *healthv1alpha1.Health) bool {
+			c := cond(h, kamaji.TypeDataStore, "tenant-bar")
+			return c != nil && c.Reason == kamaji.ReasonDataStoreReady
+		})
+		ds = cond(h, kamaji.TypeDataStore, "tenant-bar")
+		assert.Equal(t, healthv1alpha1.ConditionTrue, ds.Status)
+		assert.Contains(t, ds.Message, "configuration valid")
+		assert.Contains(t, ds.Message, "not a reachability check")
+		assert.Equal(t, healthv1alpha1.StatusHealthy, h.Status.Overall)
+
+		// Its certificates go missing: the configuration is not valid,
+		// Degraded; the control plane's own status says it is down.
+		e.setStatus(kamaji.DataStores.GVR, "", "tenant-bar", `ready: false
+observedGeneration: 1
+usedBy: [tenant-bar/kubernetes-bar]
+conditions:
+- type: kamaji.clastix.io/DataStoreValidation
+  status: "False"
+  reason: DataStoreValidationFailed
+  message: "secrets \"etcd-client-tls\" not found"
+  lastTransitionTime: "2026-12-01T09:30:00Z"
+`)
+		h = e.health("tenant-bar", "control-plane", func(h *healthv1alpha1.Health) bool {
+			c := cond(h, kamaji.TypeDataStore, "tenant-bar")
+			return c != nil && c.Reason == kamaji.ReasonDataStoreNotReady
+		})
+		assert.Equal(t, healthv1alpha1.StatusDegraded, h.Status.Overall, "an invalid configuration is not proof of an outage")
+		assert.Contains(t, cond(h, kamaji.TypeDataStore, "tenant-bar").Message, `secrets "etcd-client-tls" not found`)
+		e.setStatus(kamaji.TenantControlPlanes.GVR, "tenant-bar", "kubernetes-bar", `controlPlaneEndpoint: 10.96.12.7:6443
+storage:
+  driver: etcd
+  dataStoreName: tenant-bar
+kubernetesResources:
+  version:
+    version: v1.30.1
+    status: NotReady
+  deployment:
+    name: kubernetes-bar
+    namespace: tenant-bar
+    replicas: 2
+    readyReplicas: 0
+    selector: kamaji.clastix.io/name=kubernetes-bar
+`)
+		h = e.health("tenant-bar", "control-plane", func(h *healthv1alpha1.Health) bool { return h.Status.Overall == healthv1alpha1.StatusDown })
+		assert.Equal(t, "NotReady", cond(h, kamaji.TypeControlPlane, "kubernetes-bar").Reason)
+		assert.Equal(t, kamaji.ReasonNoReplicasReady, cond(h, kamaji.TypeDeployment, "kubernetes-bar").Reason)
 	})
 
 	t.Run("a CRD removed at runtime withdraws its objects", func(t *testing.T) {
