@@ -4,7 +4,12 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"net"
+	"os"
 	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -674,10 +679,13 @@ func TestAdapterSourceNotSynced(t *testing.T) {
 }
 
 // faulty is an adapter on HelmReleases whose judgement panics, or runs
-// past the judge deadline.
+// past the judge deadline (5 s: longer than the 2 s period, so a second
+// judgement would start while it runs if nothing held it back).
 type faulty struct {
 	name string
 	slow bool
+	// running counts the judgements running now, most the most at once.
+	running, most *atomic.Int32
 }
 
 func (f faulty) Name() string            { return f.name }
@@ -685,7 +693,15 @@ func (faulty) Component() string         { return adapter.ComponentPlatform }
 func (faulty) Sources() []adapter.Source { return []adapter.Source{helmrelease.Source} }
 func (f faulty) Judge(*adapter.Input) []adapter.Finding {
 	if f.slow {
-		time.Sleep(2 * time.Second)
+		n := f.running.Add(1)
+		defer f.running.Add(-1)
+		for {
+			m := f.most.Load()
+			if n <= m || f.most.CompareAndSwap(m, n) {
+				break
+			}
+		}
+		time.Sleep(5 * time.Second)
 		return nil
 	}
 	panic("judge bug")
@@ -693,13 +709,16 @@ func (f faulty) Judge(*adapter.Input) []adapter.Finding {
 
 // TestAdapterJudgeFailures: a judgement that panics and one past its
 // deadline make their component Unknown (JudgeFailed), never Healthy, and
-// are counted by reason; their informers are synced all the same.
+// are counted by reason; their informers are synced all the same. A
+// judgement past its deadline is not started again while it still runs:
+// one per adapter at a time, the periodic judgements it holds up counted.
 func TestAdapterJudgeFailures(t *testing.T) {
 	ctx := context.Background()
+	hangs := faulty{name: "hangs", slow: true, running: &atomic.Int32{}, most: &atomic.Int32{}}
 	e := startWith(t, adapter.Config{JudgeTimeout: 300 * time.Millisecond}, func(e *env) *rest.Config {
 		require.NoError(t, e.cp.InstallAdapterCRDs(ctx, "helm.toolkit.fluxcd.io_helmreleases"))
 		return nil
-	}, []adapter.Adapter{faulty{name: "panics"}, faulty{name: "hangs", slow: true}})
+	}, []adapter.Adapter{faulty{name: "panics"}, hangs})
 	h := e.health(platformNS, "platform", func(h *healthv1alpha1.Health) bool { return cond(h, adapter.TypeSource, "") != nil })
 	c := cond(h, adapter.TypeSource, "")
 	assert.Equal(t, adapter.ReasonJudgeFailed, c.Reason)
@@ -712,4 +731,103 @@ func TestAdapterJudgeFailures(t *testing.T) {
 	assert.Equal(t, 0.0, e.gauge("cozy_health_adapter_errors_total", map[string]string{"adapter": "hangs", "reason": metrics.AdapterErrorPanic}))
 	e.adapterState("panics", 1, 1, 0)
 	e.adapterState("hangs", 1, 1, 0)
+	// Past two periods of the one 5 s judgement: held up, never doubled.
+	require.Eventually(t, func() bool {
+		return e.gauge("cozy_health_adapter_judges_skipped_total", map[string]string{"adapter": "hangs"}) >= 2
+	}, 30*time.Second, 100*time.Millisecond, "periodic judgements held up by the running one are counted")
+	assert.Equal(t, int32(1), hangs.most.Load(), "judgements of one adapter running at once")
+	assert.Equal(t, 0.0, e.gauge("cozy_health_adapter_judges_skipped_total", map[string]string{"adapter": "panics"}))
+}
+
+// cutDialer dials the apiserver for the adapters until cut: then it closes
+// every connection it made and refuses new ones (connection refused, as a
+// stopped apiserver does), until restored. The writer keeps its own
+// connection: the Health objects are written throughout.
+type cutDialer struct {
+	mu    sync.Mutex
+	cut   bool
+	conns []net.Conn
+}
+
+func (d *cutDialer) DialContext(ctx context.Context, network, addr string) (net.Conn, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.cut {
+		return nil, &net.OpError{Op: "dial", Net: network, Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)}
+	}
+	c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+	if err == nil {
+		d.conns = append(d.conns, c)
+	}
+	return c, err
+}
+
+func (d *cutDialer) setCut(cut bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.cut = cut
+	if cut {
+		for _, c := range d.conns {
+			_ = c.Close()
+		}
+		d.conns = nil
+	}
+}
+
+// TestAdapterWatchFailing breaks the adapters' list and watch while the
+// Health objects are still written, then fails a release: its object must
+// not stay Healthy and fresh on the old cache. Within the grace its
+// observedAt stays at the last confirmation; past it the object reads
+// Unknown (WatchFailing, naming the resource and the error). Restored, the
+// failed release is seen.
+func TestAdapterWatchFailing(t *testing.T) {
+	ctx := context.Background()
+	dialer := &cutDialer{}
+	hr := helmrelease.Source.GVR
+	e := start(t, adapter.Config{WatchGrace: 3 * time.Second}, func(e *env) *rest.Config {
+		require.NoError(t, e.cp.InstallAdapterCRDs(ctx, "helm.toolkit.fluxcd.io_helmreleases"))
+		e.create(hr, helmRelease(platformNS, "cilium"))
+		e.setStatus(hr, platformNS, "cilium", releaseStatus("True", "InstallSucceeded", "Helm install succeeded"))
+		rc := rest.CopyConfig(e.cp.Config)
+		rc.Dial = dialer.DialContext
+		return rc
+	})
+	e.health(platformNS, "platform", func(h *healthv1alpha1.Health) bool { return h.Status.Overall == healthv1alpha1.StatusHealthy })
+
+	dialer.setCut(true)
+	cutAt := time.Now()
+	e.setStatus(hr, platformNS, "cilium", releaseStatus("False", "UpgradeFailed", "Helm upgrade failed: context deadline exceeded"))
+	// Until the object reads WatchFailing, whatever is written of the old
+	// cache claims no confirmation after the cut.
+	var h *healthv1alpha1.Health
+	require.Eventually(t, func() bool {
+		got, err := e.hc.HealthV1alpha1().Healths(platformNS).Get(ctx, "platform", metav1.GetOptions{})
+		require.NoError(t, err)
+		h = got
+		if c := cond(got, adapter.TypeSource, ""); c != nil && c.Reason == adapter.ReasonWatchFailing {
+			return true
+		}
+		if got.Status.Overall == healthv1alpha1.StatusHealthy {
+			require.NotNil(t, got.Status.ObservedAt)
+			require.False(t, got.Status.ObservedAt.After(cutAt.Add(time.Second)),
+				"Healthy from the old cache with observedAt %s, after the cut at %s", got.Status.ObservedAt, cutAt)
+		}
+		return false
+	}, 30*time.Second, 50*time.Millisecond, "never WatchFailing; last: %s", dump(h))
+	assert.Equal(t, healthv1alpha1.StatusUnknown, h.Status.Overall)
+	c := cond(h, adapter.TypeSource, "")
+	assert.Equal(t, healthv1alpha1.ConditionUnknown, c.Status)
+	assert.Equal(t, "helmreleases.helm.toolkit.fluxcd.io", c.ResourceRef.Name)
+	assert.Contains(t, c.Message, "connection refused")
+	assert.Nil(t, cond(h, helmrelease.TypeReleases, ""), "no judgement of the unconfirmed cache")
+	assert.Equal(t, 1.0, e.gauge("cozy_health_adapter_errors_total", map[string]string{"adapter": "helmrelease", "reason": metrics.AdapterErrorWatchFailing}))
+
+	dialer.setCut(false)
+	h = e.health(platformNS, "platform", func(h *healthv1alpha1.Health) bool {
+		c := cond(h, helmrelease.TypeRelease, "cilium")
+		return c != nil && c.Reason == "UpgradeFailed"
+	})
+	assert.Equal(t, healthv1alpha1.StatusDegraded, h.Status.Overall)
+	assert.Nil(t, cond(h, adapter.TypeSource, ""))
+	assert.True(t, h.Status.ObservedAt.After(cutAt), "confirmed again after the restore")
 }
