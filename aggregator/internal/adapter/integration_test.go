@@ -33,6 +33,7 @@ import (
 	"github.com/cozystack/cozy-health/aggregator/internal/adapters/cozybackup"
 	"github.com/cozystack/cozy-health/aggregator/internal/adapters/helmrelease"
 	"github.com/cozystack/cozy-health/aggregator/internal/adapters/kamaji"
+	"github.com/cozystack/cozy-health/aggregator/internal/adapters/velero"
 	"github.com/cozystack/cozy-health/aggregator/internal/metrics"
 	"github.com/cozystack/cozy-health/aggregator/internal/writer"
 	healthv1alpha1 "github.com/cozystack/cozy-health/pkg/apis/health/v1alpha1"
@@ -454,6 +455,49 @@ status:
 		require.NotNil(t, c.LastSuccessfulAt)
 		assert.True(t, c.LastSuccessfulAt.Time.Equal(taken), "lastSuccessfulAt %s, want the Backup's takenAt %s", c.LastSuccessfulAt, taken)
 		e.adapterState("cozystack-backups", 1, 1, 2)
+	})
+
+	require.NoError(t, e.cp.InstallAdapterCRDs(ctx, "velero.io_schedules", "velero.io_backups"))
+	t.Run("paused velero Schedule, no SLA, last success 180 days ago: ScheduleSuspended, not BackupRecent", func(t *testing.T) {
+		e.t = t
+		done := time.Now().UTC().Add(-180 * 24 * time.Hour).Truncate(time.Second)
+		// velero's CRDs have no status subresource: velero writes whole objects.
+		e.createWhole(velero.Schedules.GVR, `apiVersion: velero.io/v1
+kind: Schedule
+metadata:
+  name: nightly
+  namespace: cozy-system
+spec:
+  schedule: "0 2 * * *"
+  paused: true
+  template:
+    includedNamespaces: [tenant-foo]
+status:
+  phase: Enabled
+`)
+		e.createWhole(velero.Backups.GVR, fmt.Sprintf(`apiVersion: velero.io/v1
+kind: Backup
+metadata:
+  name: nightly-1
+  namespace: cozy-system
+  labels:
+    velero.io/schedule-name: nightly
+spec:
+  includedNamespaces: [tenant-foo]
+status:
+  phase: Completed
+  startTimestamp: %q
+  completionTimestamp: %q
+`, done.Add(-10*time.Minute).Format(time.RFC3339), done.Format(time.RFC3339)))
+		h := e.health(platformNS, "backups", func(h *healthv1alpha1.Health) bool { return cond(h, "Backup", "nightly") != nil })
+		c := cond(h, "Backup", "nightly")
+		assert.Equal(t, adapter.ReasonScheduleSuspended, c.Reason)
+		assert.Contains(t, c.Message, "Schedule cozy-system/nightly is paused")
+		assert.Equal(t, healthv1alpha1.StatusDegraded, h.Status.Overall)
+		require.NotNil(t, c.MaxAge)
+		assert.Equal(t, 36*time.Hour, c.MaxAge.Duration, "1.5 x the schedule's 24 h interval")
+		require.NotNil(t, c.LastSuccessfulAt)
+		assert.True(t, c.LastSuccessfulAt.Time.Equal(done))
 	})
 
 	// Kamaji's DataStore CRD as v1.0.0 shipped it (no status.ready), then
