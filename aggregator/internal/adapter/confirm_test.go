@@ -37,7 +37,11 @@ func TestConfirmation(t *testing.T) {
 	fake.Stop() // the connection died
 	for range w.ResultChan() {
 	}
-	require.Eventually(t, func() bool { _, err := c.observed(now); at, _ = c.observed(t0.Add(time.Hour)); return err == nil && at.Equal(now) }, time.Second, time.Millisecond)
+	require.Eventually(t, func() bool {
+		_, err := c.observed(now)
+		at, _ = c.observed(t0.Add(time.Hour))
+		return err == nil && at.Equal(now)
+	}, time.Second, time.Millisecond)
 
 	refused := errors.New("dial tcp 127.0.0.1:6443: connect: connection refused")
 	c.failed(refused)

@@ -2,8 +2,10 @@ package adapter
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"net/url"
 	"runtime/debug"
 	"sort"
 	"sync"
@@ -667,6 +669,12 @@ func (m *Manager) confirmedAt(a Adapter, now time.Time) (time.Time, Source, erro
 func watchFailingMessage(src Source, since time.Time, err error) string {
 	msg := fmt.Sprintf("cannot list and watch %s: its objects are as last confirmed at %s", src.CRDName(), since.UTC().Format(time.RFC3339))
 	if err != nil {
+		// A request that failed on the way names its long URL first; the
+		// resource is named already.
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
 		msg += ": " + err.Error()
 	}
 	return Truncate(msg)
