@@ -180,14 +180,16 @@ func (e *env) setStatus(gvr schema.GroupVersionResource, ns, name, statusYAML st
 func (e *env) health(ns, name string, ok func(h *healthv1alpha1.Health) bool) *healthv1alpha1.Health {
 	e.t.Helper()
 	var last *healthv1alpha1.Health
-	require.Eventually(e.t, func() bool {
+	if !assert.Eventually(e.t, func() bool {
 		h, err := e.hc.HealthV1alpha1().Healths(ns).Get(context.Background(), name, metav1.GetOptions{})
 		if err != nil {
 			return false
 		}
 		last = h
 		return ok(h)
-	}, 30*time.Second, 100*time.Millisecond, "Health %s/%s never matched; last: %s", ns, name, dump(last))
+	}, 30*time.Second, 100*time.Millisecond) {
+		e.t.Fatalf("Health %s/%s never matched; last: %s", ns, name, dump(last))
+	}
 	return last
 }
 
@@ -500,10 +502,11 @@ status:
 		assert.True(t, c.LastSuccessfulAt.Time.Equal(done))
 	})
 
-	// Kamaji's DataStore CRD as v1.0.0 shipped it (no status.ready), then
-	// the version Cozystack ships (ready, meaning "configuration valid").
-	require.NoError(t, e.cp.InstallAdapterCRDs(ctx, "kamaji.clastix.io_datastores-v1.0.0", "kamaji.clastix.io_tenantcontrolplanes"))
-	t.Run("Kamaji DataStore on v1.0.0's CRD reads FieldAbsent, then ready and not ready on the CRD Cozystack ships", func(t *testing.T) {
+	// Kamaji's CRDs as Cozystack ships them (26.3.6-edge): DataStore
+	// status.ready means "configuration valid". v1.0.0's DataStore, which
+	// has no such field, is TestKamajiDataStoreWithoutReady.
+	require.NoError(t, e.cp.InstallAdapterCRDs(ctx, "kamaji.clastix.io_datastores", "kamaji.clastix.io_tenantcontrolplanes"))
+	t.Run("Kamaji DataStore ready then not ready: configuration validity, not reachability", func(t *testing.T) {
 		e.t = t
 		e.create(kamaji.DataStores.GVR, `apiVersion: kamaji.clastix.io/v1alpha1
 kind: DataStore
@@ -526,13 +529,15 @@ spec:
         secretReference: {name: etcd-client-tls, namespace: tenant-bar, keyPath: tls.key}
 status:
   ready: true
+  observedGeneration: 1
   usedBy: [tenant-bar/kubernetes-bar]
+  conditions:
+  - type: kamaji.clastix.io/DataStoreValidation
+    status: "True"
+    reason: DataStoreValidated
+    message: ""
+    lastTransitionTime: "2026-12-01T09:00:00Z"
 `)
-		// v1.0.0's schema has no status.ready: the apiserver pruned it.
-		got, err := e.dyn.Resource(kamaji.DataStores.GVR).Get(ctx, "tenant-bar", metav1.GetOptions{})
-		require.NoError(t, err)
-		_, has, _ := unstructured.NestedFieldNoCopy(got.Object, "status", "ready")
-		require.False(t, has, "status.ready survived v1.0.0's schema: %v", got.Object["status"])
 		e.create(kamaji.TenantControlPlanes.GVR, `apiVersion: kamaji.clastix.io/v1alpha1
 kind: TenantControlPlane
 metadata:
@@ -545,6 +550,8 @@ spec:
       replicas: 2
     service:
       serviceType: ClusterIP
+  networkProfile:
+    port: 6443
   kubernetes:
     version: v1.30.1
     kubelet:
@@ -565,39 +572,20 @@ status:
       readyReplicas: 2
       selector: kamaji.clastix.io/name=kubernetes-bar
 `)
-		h := e.health("tenant-bar", "control-plane", func(h *healthv1alpha1.Health) bool { return cond(h, kamaji.TypeDataStore, "tenant-bar") != nil })
-		ds := cond(h, kamaji.TypeDataStore, "tenant-bar")
-		assert.Equal(t, kamaji.ReasonFieldAbsent, ds.Reason)
-		assert.Equal(t, healthv1alpha1.ConditionUnknown, ds.Status)
-		assert.Equal(t, "DataStore.kamaji.clastix.io", ds.ResourceRef.Kind)
-		assert.Equal(t, healthv1alpha1.StatusUnknown, h.Status.Overall, "a field the CRD lacks is no outage")
-		tcp := cond(h, kamaji.TypeControlPlane, "kubernetes-bar")
-		require.NotNil(t, tcp)
-		assert.Equal(t, "tenant-bar", tcp.ResourceRef.Namespace)
-		assert.Equal(t, healthv1alpha1.ConditionTrue, tcp.Status)
-
-		// Kamaji upgraded to the version Cozystack ships: its CRD has
-		// status.ready, which Kamaji sets from DataStoreValidation.
-		require.NoError(t, e.cp.InstallAdapterCRDs(ctx, "kamaji.clastix.io_datastores"))
-		e.setStatus(kamaji.DataStores.GVR, "", "tenant-bar", `ready: true
-observedGeneration: 1
-usedBy: [tenant-bar/kubernetes-bar]
-conditions:
-- type: kamaji.clastix.io/DataStoreValidation
-  status: "True"
-  reason: DataStoreValidated
-  message: ""
-  lastTransitionTime: "2026-12-01T09:00:00Z"
-`)
-		h = e.health("tenant-bar", "control-plane", func(h *healthv1alpha1.Health) bool {
+		h := e.health("tenant-bar", "control-plane", func(h *healthv1alpha1.Health) bool {
 			c := cond(h, kamaji.TypeDataStore, "tenant-bar")
-			return c != nil && c.Reason == kamaji.ReasonDataStoreReady
+			// The control plane's status arrives after its creation.
+			return c != nil && c.Reason == kamaji.ReasonDataStoreReady && h.Status.Overall == healthv1alpha1.StatusHealthy
 		})
-		ds = cond(h, kamaji.TypeDataStore, "tenant-bar")
+		ds := cond(h, kamaji.TypeDataStore, "tenant-bar")
 		assert.Equal(t, healthv1alpha1.ConditionTrue, ds.Status)
+		assert.Equal(t, "DataStore.kamaji.clastix.io", ds.ResourceRef.Kind)
 		assert.Contains(t, ds.Message, "configuration valid")
 		assert.Contains(t, ds.Message, "not a reachability check")
 		assert.Equal(t, healthv1alpha1.StatusHealthy, h.Status.Overall)
+		tcp := cond(h, kamaji.TypeControlPlane, "kubernetes-bar")
+		require.NotNil(t, tcp)
+		assert.Equal(t, "tenant-bar", tcp.ResourceRef.Namespace)
 
 		// Its certificates go missing: the configuration is not valid,
 		// Degraded; the control plane's own status says it is down.
@@ -874,4 +862,88 @@ func TestAdapterWatchFailing(t *testing.T) {
 	assert.Equal(t, healthv1alpha1.StatusDegraded, h.Status.Overall)
 	assert.Nil(t, cond(h, adapter.TypeSource, ""))
 	assert.True(t, h.Status.ObservedAt.After(cutAt), "confirmed again after the restore")
+}
+
+// TestKamajiDataStoreWithoutReady installs Kamaji v1.0.0's DataStore CRD,
+// which has no status.ready: a ready written by an older test fixture (or
+// a newer Kamaji against the old CRD) is pruned by the apiserver, and the
+// adapter reads Unknown (FieldAbsent), never Down, while the control
+// plane's own status says it serves.
+func TestKamajiDataStoreWithoutReady(t *testing.T) {
+	ctx := context.Background()
+	e := start(t, adapter.Config{}, func(e *env) *rest.Config {
+		require.NoError(t, e.cp.InstallAdapterCRDs(ctx, "kamaji.clastix.io_datastores-v1.0.0", "kamaji.clastix.io_tenantcontrolplanes"))
+		return nil
+	})
+	e.create(kamaji.DataStores.GVR, `apiVersion: kamaji.clastix.io/v1alpha1
+kind: DataStore
+metadata:
+  name: tenant-bar
+spec:
+  driver: etcd
+  endpoints:
+  - etcd.tenant-bar.svc:2379
+  tlsConfig:
+    certificateAuthority:
+      certificate:
+        secretReference: {name: etcd-ca-tls, namespace: tenant-bar, keyPath: tls.crt}
+      privateKey:
+        secretReference: {name: etcd-ca-tls, namespace: tenant-bar, keyPath: tls.key}
+    clientCertificate:
+      certificate:
+        secretReference: {name: etcd-client-tls, namespace: tenant-bar, keyPath: tls.crt}
+      privateKey:
+        secretReference: {name: etcd-client-tls, namespace: tenant-bar, keyPath: tls.key}
+status:
+  ready: true
+  usedBy: [tenant-bar/kubernetes-bar]
+`)
+	// v1.0.0's schema has no status.ready: the apiserver pruned it.
+	got, err := e.dyn.Resource(kamaji.DataStores.GVR).Get(ctx, "tenant-bar", metav1.GetOptions{})
+	require.NoError(t, err)
+	_, has, _ := unstructured.NestedFieldNoCopy(got.Object, "status", "ready")
+	require.False(t, has, "status.ready survived v1.0.0's schema: %v", got.Object["status"])
+	e.create(kamaji.TenantControlPlanes.GVR, `apiVersion: kamaji.clastix.io/v1alpha1
+kind: TenantControlPlane
+metadata:
+  name: kubernetes-bar
+  namespace: tenant-bar
+spec:
+  dataStore: tenant-bar
+  controlPlane:
+    deployment:
+      replicas: 2
+    service:
+      serviceType: ClusterIP
+  networkProfile:
+    port: 6443
+  kubernetes:
+    version: v1.30.1
+    kubelet:
+      cgroupfs: systemd
+status:
+  controlPlaneEndpoint: 10.96.12.7:6443
+  storage:
+    driver: etcd
+    dataStoreName: tenant-bar
+  kubernetesResources:
+    version:
+      version: v1.30.1
+      status: Ready
+    deployment:
+      name: kubernetes-bar
+      namespace: tenant-bar
+      replicas: 2
+      readyReplicas: 2
+      selector: kamaji.clastix.io/name=kubernetes-bar
+`)
+	h := e.health("tenant-bar", "control-plane", func(h *healthv1alpha1.Health) bool {
+		c := cond(h, kamaji.TypeControlPlane, "kubernetes-bar")
+		return cond(h, kamaji.TypeDataStore, "tenant-bar") != nil && c != nil && c.Status == healthv1alpha1.ConditionTrue
+	})
+	ds := cond(h, kamaji.TypeDataStore, "tenant-bar")
+	assert.Equal(t, kamaji.ReasonFieldAbsent, ds.Reason)
+	assert.Equal(t, healthv1alpha1.ConditionUnknown, ds.Status)
+	assert.Equal(t, healthv1alpha1.StatusUnknown, h.Status.Overall, "a field the CRD lacks is no outage")
+	assert.Equal(t, healthv1alpha1.ConditionTrue, cond(h, kamaji.TypeControlPlane, "kubernetes-bar").Status)
 }
