@@ -846,6 +846,7 @@ func TestAdapterWatchFailing(t *testing.T) {
 		}
 		return false
 	}, 30*time.Second, 50*time.Millisecond, "never WatchFailing; last: %s", dump(h))
+	t.Logf("WatchFailing written %s after the cut (grace 3s)", time.Since(cutAt).Round(100*time.Millisecond))
 	assert.Equal(t, healthv1alpha1.StatusUnknown, h.Status.Overall)
 	c := cond(h, adapter.TypeSource, "")
 	assert.Equal(t, healthv1alpha1.ConditionUnknown, c.Status)
