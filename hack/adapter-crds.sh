@@ -21,11 +21,16 @@ fetch() {
 		echo "adapter-crds: cannot download $mod" >&2
 		exit 1
 	fi
-	for f in "$@"; do
+	for spec in "$@"; do
+		# FILE or FILE=OUTPUT-NAME (two versions of one CRD side by side).
+		local f=${spec%%=*} name
+		name=$(basename "$f")
+		[[ "$spec" == *=* ]] && name=${spec#*=}
 		{
 			echo "# Origin: $mod, $f (descriptions stripped by hack/crdstrip)."
+			[[ -n "${NOTE:-}" ]] && echo "# $NOTE"
 			go run ./hack/crdstrip "$dir/$f"
-		} >"$out/$(basename "$f")"
+		} >"$out/$name"
 	done
 }
 
@@ -35,9 +40,16 @@ fetch github.com/cloudnative-pg/cloudnative-pg@v1.28.2 \
 	config/crd/bases/postgresql.cnpg.io_backups.yaml \
 	config/crd/bases/postgresql.cnpg.io_scheduledbackups.yaml
 fetch github.com/cloudnative-pg/plugin-barman-cloud@v0.13.0 config/crd/bases/barmancloud.cnpg.io_objectstores.yaml
-fetch github.com/clastix/kamaji@v1.0.0 \
-	config/crd/bases/kamaji.clastix.io_tenantcontrolplanes.yaml \
-	config/crd/bases/kamaji.clastix.io_datastores.yaml
+# Kamaji: the version Cozystack ships (its packages/system/kamaji image builds
+# tag 26.3.6-edge, commit e51909fa; DataStore status.ready exists since
+# 26.3.2-edge) and v1.0.0's DataStore, which has no status.ready.
+NOTE="Kamaji 26.3.6-edge, the version Cozystack ships (cozystack@3c780acd packages/system/kamaji/images/kamaji/Dockerfile); DataStore status.ready is required." \
+	fetch github.com/clastix/kamaji@e51909fae3f5221b14c83413aaa5df07b64d3336 \
+	charts/kamaji/crds/kamaji.clastix.io_tenantcontrolplanes.yaml \
+	charts/kamaji/crds/kamaji.clastix.io_datastores.yaml
+NOTE="Kamaji v1.0.0: DataStoreStatus has usedBy only, no ready (the apiserver prunes a written status.ready)." \
+	fetch github.com/clastix/kamaji@v1.0.0 \
+	config/crd/bases/kamaji.clastix.io_datastores.yaml=kamaji.clastix.io_datastores-v1.0.0.yaml
 fetch github.com/vmware-tanzu/velero@v1.18.3 \
 	config/crd/v1/bases/velero.io_backups.yaml \
 	config/crd/v1/bases/velero.io_schedules.yaml

@@ -66,6 +66,7 @@ const (
 	TypeSource             = "Source"
 	ReasonSourceNotSynced  = "SourceNotSynced"
 	ReasonJudgeFailed      = "JudgeFailed"
+	ReasonWatchFailing     = "WatchFailing"
 	tenantLabelPrefix      = "tenant.cozystack.io/"
 	tenantNamespacePrefix  = "tenant-"
 	crdKind                = "CustomResourceDefinition"

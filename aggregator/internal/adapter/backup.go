@@ -23,15 +23,27 @@ const (
 	ReasonBackupNeverSucceeded = "BackupNeverSucceeded"
 	ReasonAwaitingFirstBackup  = "AwaitingFirstBackup"
 	ReasonScheduleInvalid      = "ScheduleInvalid"
+	ReasonScheduleSuspended    = "ScheduleSuspended"
 )
+
+// DefaultBackupMaxAge is the maxAge of a backed-up thing with neither an
+// SLA nor a schedule to derive one from (a CNPG Cluster backed up on
+// demand): a week, long enough for weekly manual backups, short enough
+// that a backup months old never reads recent.
+const DefaultBackupMaxAge = 7 * 24 * time.Hour
 
 // BackupHistory is what the backup adapters know of one backed-up thing.
 type BackupHistory struct {
 	// Schedule is the cron schedule its backups run on ("" when none).
 	// Five fields, or six with seconds first (CNPG's format).
 	Schedule string
-	// Suspended schedules expect no run.
+	// Suspended schedules expect no run: the thing reads Degraded
+	// (ScheduleSuspended) whatever its age. Schedule is still their cron,
+	// from which maxAge is derived.
 	Suspended bool
+	// SuspendedBy names the suspended schedule in the message
+	// ("ScheduledBackup tenant-foo/db-daily is suspended (spec.suspend)").
+	SuspendedBy string
 	// Since is when backups were first expected to start: the schedule's
 	// (or the backed-up thing's) creation.
 	Since time.Time
@@ -109,18 +121,21 @@ func scheduleInterval(schedule string, now time.Time) (time.Duration, cron.Sched
 }
 
 // JudgeBackup applies the backup rules (see the rollup documentation,
-// "Backups") to one backed-up thing:
+// "Backups") to one backed-up thing. The age is always judged:
 //
 //   - maxAge is the scope's SLA (spec.sla.maxAge, from the aggregator's
-//     --backup-max-age) when set, else 1.5x the schedule's interval, else
-//     none (no staleness judgement);
-//   - a last attempt that failed after the last success: Degraded,
-//     BackupFailed;
+//     --backup-max-age) when set, else 1.5x the schedule's interval (a
+//     suspended schedule's too), else DefaultBackupMaxAge;
 //   - never succeeded: Down, BackupNeverSucceeded, once the first expected
 //     run (the schedule's first run after Since) is half an interval past
-//     (without a schedule: once maxAge has passed since Since); before
-//     that Unknown, AwaitingFirstBackup — absence of a backup is never
-//     read as good;
+//     (suspended or without a schedule: once maxAge has passed since
+//     Since); before that Unknown, AwaitingFirstBackup — absence of a
+//     backup is never read as good;
+//   - a suspended schedule: Degraded, ScheduleSuspended, naming it (no
+//     backup will come; the message says whether the last success is
+//     stale and whether the last attempt failed);
+//   - a last attempt that failed after the last success: Degraded,
+//     BackupFailed;
 //   - older than maxAge: Degraded, BackupStale;
 //   - else Healthy, BackupRecent.
 //
@@ -134,7 +149,7 @@ func JudgeBackup(now time.Time, sla time.Duration, h BackupHistory) rollup.Condi
 	}
 	var interval time.Duration
 	var sched cron.Schedule
-	if h.Schedule != "" && !h.Suspended {
+	if h.Schedule != "" {
 		var err error
 		interval, sched, err = ScheduleInterval(h.Schedule, now)
 		if err != nil {
@@ -144,8 +159,18 @@ func JudgeBackup(now time.Time, sla time.Duration, h BackupHistory) rollup.Condi
 		}
 	}
 	facts.MaxAge = sla
-	if facts.MaxAge <= 0 && interval > 0 {
-		facts.MaxAge = interval + interval/2
+	if facts.MaxAge <= 0 {
+		facts.MaxAge = DefaultBackupMaxAge
+		if interval > 0 {
+			facts.MaxAge = interval + interval/2
+		}
+	}
+	if h.Suspended {
+		sched = nil // no run is expected
+	}
+	suspended := h.SuspendedBy
+	if suspended == "" {
+		suspended = "its schedule is suspended"
 	}
 	failed := h.Failing || (!h.LastFailure.IsZero() && h.LastFailure.After(h.LastSuccess))
 	failMsg := "last backup failed"
@@ -153,35 +178,36 @@ func JudgeBackup(now time.Time, sla time.Duration, h BackupHistory) rollup.Condi
 		failMsg += ": " + h.FailureMessage
 	}
 	if h.LastSuccess.IsZero() {
-		var deadline time.Time
-		switch {
-		case sched != nil:
+		deadline := h.Since.Add(facts.MaxAge)
+		if sched != nil {
 			deadline = sched.Next(h.Since).Add(interval / 2)
-		case facts.MaxAge > 0:
-			deadline = h.Since.Add(facts.MaxAge)
 		}
-		if !deadline.IsZero() && !now.Before(deadline) {
+		if !now.Before(deadline) {
 			c.Severity, c.Reason = report.StatusDown, ReasonBackupNeverSucceeded
 			c.Message = fmt.Sprintf("no backup has succeeded since %s (first one expected by %s)", h.Since.UTC().Format(time.RFC3339), deadline.UTC().Format(time.RFC3339))
 			if failed {
 				c.Message += "; " + failMsg
 			}
+			if h.Suspended {
+				c.Message += "; " + suspended
+			}
 			c.Message = Truncate(c.Message)
 			return c
 		}
-		if failed {
+		switch {
+		case h.Suspended:
+			c.Severity, c.Reason = report.StatusDegraded, ReasonScheduleSuspended
+			c.Message = suspended + "; no backup has succeeded yet"
+			if failed {
+				c.Message += "; " + failMsg
+			}
+			c.Message = Truncate(c.Message)
+		case failed:
 			c.Severity, c.Reason, c.Message = report.StatusDegraded, ReasonBackupFailed, Truncate(failMsg)
-			return c
+		default:
+			c.Severity, c.Reason = report.StatusUnknown, ReasonAwaitingFirstBackup
+			c.Message = fmt.Sprintf("no backup has succeeded yet; the first one is expected by %s", deadline.UTC().Format(time.RFC3339))
 		}
-		c.Severity, c.Reason = report.StatusUnknown, ReasonAwaitingFirstBackup
-		c.Message = "no backup has succeeded yet"
-		if !deadline.IsZero() {
-			c.Message += fmt.Sprintf("; the first one is expected by %s", deadline.UTC().Format(time.RFC3339))
-		}
-		return c
-	}
-	if failed {
-		c.Severity, c.Reason, c.Message = report.StatusDegraded, ReasonBackupFailed, Truncate(failMsg)
 		return c
 	}
 	// The messages name instants, never the age: the age moves at every
@@ -189,15 +215,25 @@ func JudgeBackup(now time.Time, sla time.Duration, h BackupHistory) rollup.Condi
 	// (writer.Fingerprint). observedAge carries it, refreshed with
 	// observedAt.
 	last := h.LastSuccess.UTC().Format(time.RFC3339)
-	if facts.MaxAge > 0 && facts.ObservedAge > facts.MaxAge {
-		c.Severity, c.Reason = report.StatusDegraded, ReasonBackupStale
-		c.Message = fmt.Sprintf("last successful backup at %s, stale since %s (maxAge %s)", last, h.LastSuccess.Add(facts.MaxAge).UTC().Format(time.RFC3339), facts.MaxAge)
-		return c
+	stale := facts.ObservedAge > facts.MaxAge
+	age := fmt.Sprintf("last successful backup at %s (maxAge %s)", last, facts.MaxAge)
+	if stale {
+		age = fmt.Sprintf("last successful backup at %s, stale since %s (maxAge %s)", last, h.LastSuccess.Add(facts.MaxAge).UTC().Format(time.RFC3339), facts.MaxAge)
 	}
-	c.Severity, c.Reason = report.StatusHealthy, ReasonBackupRecent
-	c.Message = "last successful backup at " + last
-	if facts.MaxAge > 0 {
-		c.Message += fmt.Sprintf(" (maxAge %s)", facts.MaxAge)
+	switch {
+	case h.Suspended:
+		c.Severity, c.Reason = report.StatusDegraded, ReasonScheduleSuspended
+		c.Message = suspended + "; " + age
+		if failed {
+			c.Message += "; " + failMsg
+		}
+		c.Message = Truncate(c.Message)
+	case failed:
+		c.Severity, c.Reason, c.Message = report.StatusDegraded, ReasonBackupFailed, Truncate(failMsg)
+	case stale:
+		c.Severity, c.Reason, c.Message = report.StatusDegraded, ReasonBackupStale, age
+	default:
+		c.Severity, c.Reason, c.Message = report.StatusHealthy, ReasonBackupRecent, age
 	}
 	return c
 }

@@ -4,7 +4,12 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"net"
+	"os"
 	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -28,6 +33,7 @@ import (
 	"github.com/cozystack/cozy-health/aggregator/internal/adapters/cozybackup"
 	"github.com/cozystack/cozy-health/aggregator/internal/adapters/helmrelease"
 	"github.com/cozystack/cozy-health/aggregator/internal/adapters/kamaji"
+	"github.com/cozystack/cozy-health/aggregator/internal/adapters/velero"
 	"github.com/cozystack/cozy-health/aggregator/internal/metrics"
 	"github.com/cozystack/cozy-health/aggregator/internal/writer"
 	healthv1alpha1 "github.com/cozystack/cozy-health/pkg/apis/health/v1alpha1"
@@ -174,14 +180,16 @@ func (e *env) setStatus(gvr schema.GroupVersionResource, ns, name, statusYAML st
 func (e *env) health(ns, name string, ok func(h *healthv1alpha1.Health) bool) *healthv1alpha1.Health {
 	e.t.Helper()
 	var last *healthv1alpha1.Health
-	require.Eventually(e.t, func() bool {
+	if !assert.Eventually(e.t, func() bool {
 		h, err := e.hc.HealthV1alpha1().Healths(ns).Get(context.Background(), name, metav1.GetOptions{})
 		if err != nil {
 			return false
 		}
 		last = h
 		return ok(h)
-	}, 30*time.Second, 100*time.Millisecond, "Health %s/%s never matched; last: %s", ns, name, dump(last))
+	}, 30*time.Second, 100*time.Millisecond) {
+		e.t.Fatalf("Health %s/%s never matched; last: %s", ns, name, dump(last))
+	}
 	return last
 }
 
@@ -451,8 +459,54 @@ status:
 		e.adapterState("cozystack-backups", 1, 1, 2)
 	})
 
+	require.NoError(t, e.cp.InstallAdapterCRDs(ctx, "velero.io_schedules", "velero.io_backups"))
+	t.Run("paused velero Schedule, no SLA, last success 180 days ago: ScheduleSuspended, not BackupRecent", func(t *testing.T) {
+		e.t = t
+		done := time.Now().UTC().Add(-180 * 24 * time.Hour).Truncate(time.Second)
+		// velero's CRDs have no status subresource: velero writes whole objects.
+		e.createWhole(velero.Schedules.GVR, `apiVersion: velero.io/v1
+kind: Schedule
+metadata:
+  name: nightly
+  namespace: cozy-system
+spec:
+  schedule: "0 2 * * *"
+  paused: true
+  template:
+    includedNamespaces: [tenant-foo]
+status:
+  phase: Enabled
+`)
+		e.createWhole(velero.Backups.GVR, fmt.Sprintf(`apiVersion: velero.io/v1
+kind: Backup
+metadata:
+  name: nightly-1
+  namespace: cozy-system
+  labels:
+    velero.io/schedule-name: nightly
+spec:
+  includedNamespaces: [tenant-foo]
+status:
+  phase: Completed
+  startTimestamp: %q
+  completionTimestamp: %q
+`, done.Add(-10*time.Minute).Format(time.RFC3339), done.Format(time.RFC3339)))
+		h := e.health(platformNS, "backups", func(h *healthv1alpha1.Health) bool { return cond(h, "Backup", "nightly") != nil })
+		c := cond(h, "Backup", "nightly")
+		assert.Equal(t, adapter.ReasonScheduleSuspended, c.Reason)
+		assert.Contains(t, c.Message, "Schedule cozy-system/nightly is paused")
+		assert.Equal(t, healthv1alpha1.StatusDegraded, h.Status.Overall)
+		require.NotNil(t, c.MaxAge)
+		assert.Equal(t, 36*time.Hour, c.MaxAge.Duration, "1.5 x the schedule's 24 h interval")
+		require.NotNil(t, c.LastSuccessfulAt)
+		assert.True(t, c.LastSuccessfulAt.Time.Equal(done))
+	})
+
+	// Kamaji's CRDs as Cozystack ships them (26.3.6-edge): DataStore
+	// status.ready means "configuration valid". v1.0.0's DataStore, which
+	// has no such field, is TestKamajiDataStoreWithoutReady.
 	require.NoError(t, e.cp.InstallAdapterCRDs(ctx, "kamaji.clastix.io_datastores", "kamaji.clastix.io_tenantcontrolplanes"))
-	t.Run("Kamaji control plane whose DataStore is not ready", func(t *testing.T) {
+	t.Run("Kamaji DataStore ready then not ready: configuration validity, not reachability", func(t *testing.T) {
 		e.t = t
 		e.create(kamaji.DataStores.GVR, `apiVersion: kamaji.clastix.io/v1alpha1
 kind: DataStore
@@ -474,7 +528,15 @@ spec:
       privateKey:
         secretReference: {name: etcd-client-tls, namespace: tenant-bar, keyPath: tls.key}
 status:
-  ready: false
+  ready: true
+  observedGeneration: 1
+  usedBy: [tenant-bar/kubernetes-bar]
+  conditions:
+  - type: kamaji.clastix.io/DataStoreValidation
+    status: "True"
+    reason: DataStoreValidated
+    message: ""
+    lastTransitionTime: "2026-12-01T09:00:00Z"
 `)
 		e.create(kamaji.TenantControlPlanes.GVR, `apiVersion: kamaji.clastix.io/v1alpha1
 kind: TenantControlPlane
@@ -488,6 +550,8 @@ spec:
       replicas: 2
     service:
       serviceType: ClusterIP
+  networkProfile:
+    port: 6443
   kubernetes:
     version: v1.30.1
     kubelet:
@@ -500,22 +564,65 @@ status:
   kubernetesResources:
     version:
       version: v1.30.1
-      status: NotReady
+      status: Ready
     deployment:
       name: kubernetes-bar
       namespace: tenant-bar
       replicas: 2
-      readyReplicas: 0
+      readyReplicas: 2
       selector: kamaji.clastix.io/name=kubernetes-bar
 `)
-		h := e.health("tenant-bar", "control-plane", func(h *healthv1alpha1.Health) bool { return cond(h, kamaji.TypeDataStore, "tenant-bar") != nil })
+		h := e.health("tenant-bar", "control-plane", func(h *healthv1alpha1.Health) bool {
+			c := cond(h, kamaji.TypeDataStore, "tenant-bar")
+			// The control plane's status arrives after its creation.
+			return c != nil && c.Reason == kamaji.ReasonDataStoreReady && h.Status.Overall == healthv1alpha1.StatusHealthy
+		})
 		ds := cond(h, kamaji.TypeDataStore, "tenant-bar")
-		assert.Equal(t, kamaji.ReasonDataStoreNotReady, ds.Reason)
+		assert.Equal(t, healthv1alpha1.ConditionTrue, ds.Status)
 		assert.Equal(t, "DataStore.kamaji.clastix.io", ds.ResourceRef.Kind)
-		assert.Equal(t, healthv1alpha1.StatusDown, h.Status.Overall)
+		assert.Contains(t, ds.Message, "configuration valid")
+		assert.Contains(t, ds.Message, "not a reachability check")
+		assert.Equal(t, healthv1alpha1.StatusHealthy, h.Status.Overall)
 		tcp := cond(h, kamaji.TypeControlPlane, "kubernetes-bar")
 		require.NotNil(t, tcp)
 		assert.Equal(t, "tenant-bar", tcp.ResourceRef.Namespace)
+
+		// Its certificates go missing: the configuration is not valid,
+		// Degraded; the control plane's own status says it is down.
+		e.setStatus(kamaji.DataStores.GVR, "", "tenant-bar", `ready: false
+observedGeneration: 1
+usedBy: [tenant-bar/kubernetes-bar]
+conditions:
+- type: kamaji.clastix.io/DataStoreValidation
+  status: "False"
+  reason: DataStoreValidationFailed
+  message: "secrets \"etcd-client-tls\" not found"
+  lastTransitionTime: "2026-12-01T09:30:00Z"
+`)
+		h = e.health("tenant-bar", "control-plane", func(h *healthv1alpha1.Health) bool {
+			c := cond(h, kamaji.TypeDataStore, "tenant-bar")
+			return c != nil && c.Reason == kamaji.ReasonDataStoreNotReady
+		})
+		assert.Equal(t, healthv1alpha1.StatusDegraded, h.Status.Overall, "an invalid configuration is not proof of an outage")
+		assert.Contains(t, cond(h, kamaji.TypeDataStore, "tenant-bar").Message, `secrets "etcd-client-tls" not found`)
+		e.setStatus(kamaji.TenantControlPlanes.GVR, "tenant-bar", "kubernetes-bar", `controlPlaneEndpoint: 10.96.12.7:6443
+storage:
+  driver: etcd
+  dataStoreName: tenant-bar
+kubernetesResources:
+  version:
+    version: v1.30.1
+    status: NotReady
+  deployment:
+    name: kubernetes-bar
+    namespace: tenant-bar
+    replicas: 2
+    readyReplicas: 0
+    selector: kamaji.clastix.io/name=kubernetes-bar
+`)
+		h = e.health("tenant-bar", "control-plane", func(h *healthv1alpha1.Health) bool { return h.Status.Overall == healthv1alpha1.StatusDown })
+		assert.Equal(t, "NotReady", cond(h, kamaji.TypeControlPlane, "kubernetes-bar").Reason)
+		assert.Equal(t, kamaji.ReasonNoReplicasReady, cond(h, kamaji.TypeDeployment, "kubernetes-bar").Reason)
 	})
 
 	t.Run("a CRD removed at runtime withdraws its objects", func(t *testing.T) {
@@ -604,10 +711,13 @@ func TestAdapterSourceNotSynced(t *testing.T) {
 }
 
 // faulty is an adapter on HelmReleases whose judgement panics, or runs
-// past the judge deadline.
+// past the judge deadline (5 s: longer than the 2 s period, so a second
+// judgement would start while it runs if nothing held it back).
 type faulty struct {
 	name string
 	slow bool
+	// running counts the judgements running now, most the most at once.
+	running, most *atomic.Int32
 }
 
 func (f faulty) Name() string            { return f.name }
@@ -615,7 +725,15 @@ func (faulty) Component() string         { return adapter.ComponentPlatform }
 func (faulty) Sources() []adapter.Source { return []adapter.Source{helmrelease.Source} }
 func (f faulty) Judge(*adapter.Input) []adapter.Finding {
 	if f.slow {
-		time.Sleep(2 * time.Second)
+		n := f.running.Add(1)
+		defer f.running.Add(-1)
+		for {
+			m := f.most.Load()
+			if n <= m || f.most.CompareAndSwap(m, n) {
+				break
+			}
+		}
+		time.Sleep(5 * time.Second)
 		return nil
 	}
 	panic("judge bug")
@@ -623,13 +741,16 @@ func (f faulty) Judge(*adapter.Input) []adapter.Finding {
 
 // TestAdapterJudgeFailures: a judgement that panics and one past its
 // deadline make their component Unknown (JudgeFailed), never Healthy, and
-// are counted by reason; their informers are synced all the same.
+// are counted by reason; their informers are synced all the same. A
+// judgement past its deadline is not started again while it still runs:
+// one per adapter at a time, the periodic judgements it holds up counted.
 func TestAdapterJudgeFailures(t *testing.T) {
 	ctx := context.Background()
+	hangs := faulty{name: "hangs", slow: true, running: &atomic.Int32{}, most: &atomic.Int32{}}
 	e := startWith(t, adapter.Config{JudgeTimeout: 300 * time.Millisecond}, func(e *env) *rest.Config {
 		require.NoError(t, e.cp.InstallAdapterCRDs(ctx, "helm.toolkit.fluxcd.io_helmreleases"))
 		return nil
-	}, []adapter.Adapter{faulty{name: "panics"}, faulty{name: "hangs", slow: true}})
+	}, []adapter.Adapter{faulty{name: "panics"}, hangs})
 	h := e.health(platformNS, "platform", func(h *healthv1alpha1.Health) bool { return cond(h, adapter.TypeSource, "") != nil })
 	c := cond(h, adapter.TypeSource, "")
 	assert.Equal(t, adapter.ReasonJudgeFailed, c.Reason)
@@ -642,4 +763,188 @@ func TestAdapterJudgeFailures(t *testing.T) {
 	assert.Equal(t, 0.0, e.gauge("cozy_health_adapter_errors_total", map[string]string{"adapter": "hangs", "reason": metrics.AdapterErrorPanic}))
 	e.adapterState("panics", 1, 1, 0)
 	e.adapterState("hangs", 1, 1, 0)
+	// Past two periods of the one 5 s judgement: held up, never doubled.
+	require.Eventually(t, func() bool {
+		return e.gauge("cozy_health_adapter_judges_skipped_total", map[string]string{"adapter": "hangs"}) >= 2
+	}, 30*time.Second, 100*time.Millisecond, "periodic judgements held up by the running one are counted")
+	assert.Equal(t, int32(1), hangs.most.Load(), "judgements of one adapter running at once")
+	assert.Equal(t, 0.0, e.gauge("cozy_health_adapter_judges_skipped_total", map[string]string{"adapter": "panics"}))
+}
+
+// cutDialer dials the apiserver for the adapters until cut: then it closes
+// every connection it made and refuses new ones (connection refused, as a
+// stopped apiserver does), until restored. The writer keeps its own
+// connection: the Health objects are written throughout.
+type cutDialer struct {
+	mu    sync.Mutex
+	cut   bool
+	conns []net.Conn
+}
+
+func (d *cutDialer) DialContext(ctx context.Context, network, addr string) (net.Conn, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.cut {
+		return nil, &net.OpError{Op: "dial", Net: network, Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)}
+	}
+	c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+	if err == nil {
+		d.conns = append(d.conns, c)
+	}
+	return c, err
+}
+
+func (d *cutDialer) setCut(cut bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.cut = cut
+	if cut {
+		for _, c := range d.conns {
+			_ = c.Close()
+		}
+		d.conns = nil
+	}
+}
+
+// TestAdapterWatchFailing breaks the adapters' list and watch while the
+// Health objects are still written, then fails a release: its object must
+// not stay Healthy and fresh on the old cache. Within the grace its
+// observedAt stays at the last confirmation; past it the object reads
+// Unknown (WatchFailing, naming the resource and the error). Restored, the
+// failed release is seen.
+func TestAdapterWatchFailing(t *testing.T) {
+	ctx := context.Background()
+	dialer := &cutDialer{}
+	hr := helmrelease.Source.GVR
+	e := start(t, adapter.Config{WatchGrace: 3 * time.Second}, func(e *env) *rest.Config {
+		require.NoError(t, e.cp.InstallAdapterCRDs(ctx, "helm.toolkit.fluxcd.io_helmreleases"))
+		e.create(hr, helmRelease(platformNS, "cilium"))
+		e.setStatus(hr, platformNS, "cilium", releaseStatus("True", "InstallSucceeded", "Helm install succeeded"))
+		rc := rest.CopyConfig(e.cp.Config)
+		rc.Dial = dialer.DialContext
+		return rc
+	})
+	e.health(platformNS, "platform", func(h *healthv1alpha1.Health) bool { return h.Status.Overall == healthv1alpha1.StatusHealthy })
+
+	dialer.setCut(true)
+	cutAt := time.Now()
+	e.setStatus(hr, platformNS, "cilium", releaseStatus("False", "UpgradeFailed", "Helm upgrade failed: context deadline exceeded"))
+	// Until the object reads WatchFailing, whatever is written of the old
+	// cache claims no confirmation after the cut.
+	var h *healthv1alpha1.Health
+	require.Eventually(t, func() bool {
+		got, err := e.hc.HealthV1alpha1().Healths(platformNS).Get(ctx, "platform", metav1.GetOptions{})
+		require.NoError(t, err)
+		h = got
+		if c := cond(got, adapter.TypeSource, ""); c != nil && c.Reason == adapter.ReasonWatchFailing {
+			return true
+		}
+		if got.Status.Overall == healthv1alpha1.StatusHealthy {
+			require.NotNil(t, got.Status.ObservedAt)
+			require.False(t, got.Status.ObservedAt.After(cutAt.Add(time.Second)),
+				"Healthy from the old cache with observedAt %s, after the cut at %s", got.Status.ObservedAt, cutAt)
+		}
+		return false
+	}, 30*time.Second, 50*time.Millisecond, "never WatchFailing; last: %s", dump(h))
+	t.Logf("WatchFailing written %s after the cut (grace 3s)", time.Since(cutAt).Round(100*time.Millisecond))
+	assert.Equal(t, healthv1alpha1.StatusUnknown, h.Status.Overall)
+	c := cond(h, adapter.TypeSource, "")
+	assert.Equal(t, healthv1alpha1.ConditionUnknown, c.Status)
+	assert.Equal(t, "helmreleases.helm.toolkit.fluxcd.io", c.ResourceRef.Name)
+	assert.Contains(t, c.Message, "connection refused")
+	assert.Nil(t, cond(h, helmrelease.TypeReleases, ""), "no judgement of the unconfirmed cache")
+	assert.Equal(t, 1.0, e.gauge("cozy_health_adapter_errors_total", map[string]string{"adapter": "helmrelease", "reason": metrics.AdapterErrorWatchFailing}))
+
+	dialer.setCut(false)
+	h = e.health(platformNS, "platform", func(h *healthv1alpha1.Health) bool {
+		c := cond(h, helmrelease.TypeRelease, "cilium")
+		return c != nil && c.Reason == "UpgradeFailed"
+	})
+	assert.Equal(t, healthv1alpha1.StatusDegraded, h.Status.Overall)
+	assert.Nil(t, cond(h, adapter.TypeSource, ""))
+	assert.True(t, h.Status.ObservedAt.After(cutAt), "confirmed again after the restore")
+}
+
+// TestKamajiDataStoreWithoutReady installs Kamaji v1.0.0's DataStore CRD,
+// which has no status.ready: a ready written by an older test fixture (or
+// a newer Kamaji against the old CRD) is pruned by the apiserver, and the
+// adapter reads Unknown (FieldAbsent), never Down, while the control
+// plane's own status says it serves.
+func TestKamajiDataStoreWithoutReady(t *testing.T) {
+	ctx := context.Background()
+	e := start(t, adapter.Config{}, func(e *env) *rest.Config {
+		require.NoError(t, e.cp.InstallAdapterCRDs(ctx, "kamaji.clastix.io_datastores-v1.0.0", "kamaji.clastix.io_tenantcontrolplanes"))
+		return nil
+	})
+	e.create(kamaji.DataStores.GVR, `apiVersion: kamaji.clastix.io/v1alpha1
+kind: DataStore
+metadata:
+  name: tenant-bar
+spec:
+  driver: etcd
+  endpoints:
+  - etcd.tenant-bar.svc:2379
+  tlsConfig:
+    certificateAuthority:
+      certificate:
+        secretReference: {name: etcd-ca-tls, namespace: tenant-bar, keyPath: tls.crt}
+      privateKey:
+        secretReference: {name: etcd-ca-tls, namespace: tenant-bar, keyPath: tls.key}
+    clientCertificate:
+      certificate:
+        secretReference: {name: etcd-client-tls, namespace: tenant-bar, keyPath: tls.crt}
+      privateKey:
+        secretReference: {name: etcd-client-tls, namespace: tenant-bar, keyPath: tls.key}
+status:
+  ready: true
+  usedBy: [tenant-bar/kubernetes-bar]
+`)
+	// v1.0.0's schema has no status.ready: the apiserver pruned it.
+	got, err := e.dyn.Resource(kamaji.DataStores.GVR).Get(ctx, "tenant-bar", metav1.GetOptions{})
+	require.NoError(t, err)
+	_, has, _ := unstructured.NestedFieldNoCopy(got.Object, "status", "ready")
+	require.False(t, has, "status.ready survived v1.0.0's schema: %v", got.Object["status"])
+	e.create(kamaji.TenantControlPlanes.GVR, `apiVersion: kamaji.clastix.io/v1alpha1
+kind: TenantControlPlane
+metadata:
+  name: kubernetes-bar
+  namespace: tenant-bar
+spec:
+  dataStore: tenant-bar
+  controlPlane:
+    deployment:
+      replicas: 2
+    service:
+      serviceType: ClusterIP
+  networkProfile:
+    port: 6443
+  kubernetes:
+    version: v1.30.1
+    kubelet:
+      cgroupfs: systemd
+status:
+  controlPlaneEndpoint: 10.96.12.7:6443
+  storage:
+    driver: etcd
+    dataStoreName: tenant-bar
+  kubernetesResources:
+    version:
+      version: v1.30.1
+      status: Ready
+    deployment:
+      name: kubernetes-bar
+      namespace: tenant-bar
+      replicas: 2
+      readyReplicas: 2
+      selector: kamaji.clastix.io/name=kubernetes-bar
+`)
+	h := e.health("tenant-bar", "control-plane", func(h *healthv1alpha1.Health) bool {
+		c := cond(h, kamaji.TypeControlPlane, "kubernetes-bar")
+		return cond(h, kamaji.TypeDataStore, "tenant-bar") != nil && c != nil && c.Status == healthv1alpha1.ConditionTrue
+	})
+	ds := cond(h, kamaji.TypeDataStore, "tenant-bar")
+	assert.Equal(t, kamaji.ReasonFieldAbsent, ds.Reason)
+	assert.Equal(t, healthv1alpha1.ConditionUnknown, ds.Status)
+	assert.Equal(t, healthv1alpha1.StatusUnknown, h.Status.Overall, "a field the CRD lacks is no outage")
+	assert.Equal(t, healthv1alpha1.ConditionTrue, cond(h, kamaji.TypeControlPlane, "kubernetes-bar").Status)
 }

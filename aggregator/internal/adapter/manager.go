@@ -2,8 +2,10 @@ package adapter
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"net/url"
 	"runtime/debug"
 	"sort"
 	"sync"
@@ -12,11 +14,9 @@ import (
 
 	"go.uber.org/zap"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/clock"
 
@@ -52,8 +52,14 @@ type Config struct {
 	// SyncTimeout: an informer not synced this long after it started makes
 	// its adapter Unknown.
 	SyncTimeout time.Duration
-	// JudgeTimeout is the deadline of one Judge.
+	// JudgeTimeout is the deadline of one Judge. A Judge past it makes its
+	// adapter Unknown (JudgeFailed) and is not started again before it
+	// returns: one Judge per adapter at a time.
 	JudgeTimeout time.Duration
+	// WatchGrace: an adapter one of whose sources the API has not
+	// confirmed for this long (its list or watch failing) reads Unknown
+	// (WatchFailing) instead of judging its cache; default SyncTimeout.
+	WatchGrace time.Duration
 	// BackupMaxAge is the backup SLA per scope namespace ("*": every other
 	// scope); written as spec.sla.maxAge of the scope's backups object.
 	BackupMaxAge map[string]time.Duration
@@ -77,6 +83,9 @@ func (c *Config) defaults() {
 	}
 	if c.FreshFor <= 0 {
 		c.FreshFor = 10 * time.Minute
+	}
+	if c.WatchGrace <= 0 {
+		c.WatchGrace = c.SyncTimeout
 	}
 }
 
@@ -112,14 +121,24 @@ type watch struct {
 	// objects counts the cached objects (adds minus deletes seen by the
 	// event handler), for cozy_health_adapter_objects.
 	objects atomic.Int64
+	// confirm is what the API last confirmed of the cache.
+	confirm *confirmation
 }
 
 type adapterState struct {
 	applicable bool
 	dirty      bool
 	findings   []Finding
-	// judging is set while a Judge runs (one at a time per adapter).
+	// judging is set while a Judge runs, past its deadline too (one at a
+	// time per adapter); the Judge's goroutine clears it.
 	judging bool
+	// observedAt is when the API last confirmed the facts of findings
+	// (now for an adapter that has no trustworthy answer: its Unknown is
+	// current).
+	observedAt time.Time
+	// watchFailing is set while the adapter reads WatchFailing (counted
+	// once per occurrence).
+	watchFailing bool
 	// settled: synced (and judged) or past the sync timeout once.
 	settled bool
 	// notSynced is set while the adapter reads SourceNotSynced (its error
@@ -203,8 +222,8 @@ type SeedCondition struct {
 
 // Run watches and publishes until ctx is cancelled.
 func (m *Manager) Run(ctx context.Context) error {
-	m.crds = m.informer(crdGVR, projectCRD)
-	m.namespaces = m.informer(namespaceGVR, projectNamespace)
+	m.crds = m.informer(crdGVR, projectCRD, &confirmation{})
+	m.namespaces = m.informer(namespaceGVR, projectNamespace, &confirmation{})
 	// A new or removed API, or a namespace becoming a tenant's, may change
 	// every adapter's answer.
 	handler := cache.ResourceEventHandlerFuncs{
@@ -282,8 +301,11 @@ func (m *Manager) poke() {
 	}
 }
 
-func (m *Manager) informer(gvr schema.GroupVersionResource, project func(*unstructured.Unstructured) any) cache.SharedIndexInformer {
-	inf := dynamicinformer.NewFilteredDynamicInformer(m.dyn, gvr, metav1.NamespaceAll, 0, cache.Indexers{}, nil).Informer()
+// informer builds a dynamic informer on gvr whose list and watch report to
+// confirm.
+func (m *Manager) informer(gvr schema.GroupVersionResource, project func(*unstructured.Unstructured) any, confirm *confirmation) cache.SharedIndexInformer {
+	inf := cache.NewSharedIndexInformerWithOptions(confirmingListWatch(m.dyn, gvr, confirm, m.clock.Now), &unstructured.Unstructured{},
+		cache.SharedIndexInformerOptions{ObjectDescription: gvr.String()})
 	_ = inf.SetTransform(func(obj any) (any, error) {
 		u, ok := obj.(*unstructured.Unstructured)
 		if !ok {
@@ -354,14 +376,15 @@ func (m *Manager) reconcileWatches() {
 		if _, ok := m.watches[gvr]; ok {
 			continue
 		}
-		inf := m.informer(gvr, project)
-		w := &watch{inf: inf, stop: make(chan struct{}), started: m.clock.Now()}
+		confirm := &confirmation{}
+		inf := m.informer(gvr, project, confirm)
+		w := &watch{inf: inf, stop: make(chan struct{}), started: m.clock.Now(), confirm: confirm}
 		_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 			AddFunc:    func(any) { w.objects.Add(1); m.markDirty(gvr) },
 			UpdateFunc: func(any, any) { m.markDirty(gvr) },
 			DeleteFunc: func(any) { w.objects.Add(-1); m.markDirty(gvr) },
 		})
-		_ = inf.SetWatchErrorHandlerWithContext(m.watchErrorHandler(gvr))
+		_ = inf.SetWatchErrorHandlerWithContext(m.watchErrorHandler(gvr, confirm))
 		m.watches[gvr] = w
 		go inf.Run(w.stop)
 		m.markUsers(gvr)
@@ -381,14 +404,17 @@ func (m *Manager) markUsers(gvr schema.GroupVersionResource) {
 }
 
 // watchErrorHandler logs and counts a failed list or watch of gvr for
-// every adapter reading it, as client-go's default handler would log it.
+// every adapter reading it, as client-go's default handler would log it,
+// and records the failure (the ListerWatcher records it too, and also the
+// refused watches the reflector retries without calling this handler).
 // A watch that expired or closed is routine, and an API that went away
 // (NotFound) is absence: the CRD watch stops the informer.
-func (m *Manager) watchErrorHandler(gvr schema.GroupVersionResource) cache.WatchErrorHandlerWithContext {
+func (m *Manager) watchErrorHandler(gvr schema.GroupVersionResource, confirm *confirmation) cache.WatchErrorHandlerWithContext {
 	return func(_ context.Context, _ *cache.Reflector, err error) {
 		if err == io.EOF || err == io.ErrUnexpectedEOF || apierrors.IsResourceExpired(err) || apierrors.IsGone(err) || apierrors.IsNotFound(err) {
 			return
 		}
+		confirm.failed(err)
 		m.log.Warn("list and watch failed", zap.Stringer("resource", gvr), zap.Error(err))
 		if m.cfg.Metrics == nil {
 			return
@@ -427,13 +453,24 @@ func (m *Manager) evaluate(ctx context.Context, full bool) {
 		i      int
 		a      Adapter
 		stores map[schema.GroupVersionResource]cache.Store
+		// observedAt is when the API last confirmed the stores.
+		observedAt time.Time
 	}
 	var jobs []job
 	m.mu.Lock()
 	m.recordStates()
 	for i, a := range m.adapters {
 		st := m.states[i]
-		if !st.applicable || st.judging || (!st.dirty && !full) {
+		if !st.applicable || (!st.dirty && !full) {
+			continue
+		}
+		if st.judging {
+			// The last Judge is still running past its deadline: it is not
+			// started again (its goroutine marks the adapter dirty when it
+			// returns). Each periodic judgement it holds up is counted.
+			if full && m.cfg.Metrics != nil {
+				m.cfg.Metrics.AdapterJudgeSkipped(a.Name())
+			}
 			continue
 		}
 		st.dirty = false
@@ -460,6 +497,7 @@ func (m *Manager) evaluate(ctx context.Context, full bool) {
 				continue
 			}
 			st.findings = m.unknownFindings(i, now, ReasonSourceNotSynced, unsyncedMessage(unsynced, since), unsynced[0])
+			st.observedAt = now
 			st.settled = true
 			if !st.notSynced && m.cfg.Metrics != nil {
 				m.cfg.Metrics.AdapterError(a.Name(), metrics.AdapterErrorNotSynced)
@@ -468,8 +506,26 @@ func (m *Manager) evaluate(ctx context.Context, full bool) {
 			continue
 		}
 		st.notSynced = false
+		// The facts are as old as the stalest source's last confirmation;
+		// past the grace the cache is not judged at all.
+		observedAt, stale, err := m.confirmedAt(a, now)
+		if now.Sub(observedAt) > m.cfg.WatchGrace {
+			st.findings = m.unknownFindings(i, now, ReasonWatchFailing, watchFailingMessage(stale, observedAt, err), stale)
+			st.observedAt = now
+			st.settled = true
+			if !st.watchFailing {
+				m.log.Warn("adapter's source not confirmed by the API past the grace: reading Unknown", zap.String("adapter", a.Name()),
+					zap.String("resource", stale.CRDName()), zap.Time("confirmedAt", observedAt), zap.Error(err))
+				if m.cfg.Metrics != nil {
+					m.cfg.Metrics.AdapterError(a.Name(), metrics.AdapterErrorWatchFailing)
+				}
+			}
+			st.watchFailing = true
+			continue
+		}
+		st.watchFailing = false
 		st.judging = true
-		jobs = append(jobs, job{i, a, stores})
+		jobs = append(jobs, job{i, a, stores, observedAt})
 	}
 	m.mu.Unlock()
 
@@ -481,11 +537,10 @@ func (m *Manager) evaluate(ctx context.Context, full bool) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			findings, reason, err := m.judge(ctx, j.a, in(j.stores))
+			findings, reason, err := m.judge(ctx, j.i, in(j.stores))
 			m.mu.Lock()
 			defer m.mu.Unlock()
 			st := m.states[j.i]
-			st.judging = false
 			if !st.applicable {
 				return // went away while judging
 			}
@@ -496,51 +551,133 @@ func (m *Manager) evaluate(ctx context.Context, full bool) {
 					m.cfg.Metrics.AdapterError(j.a.Name(), reason)
 				}
 				st.findings = m.unknownFindings(j.i, now, ReasonJudgeFailed, Truncate(err.Error()), j.a.Sources()[0])
+				st.observedAt = now
 				return
 			}
-			st.findings = findings
+			st.findings, st.observedAt = findings, j.observedAt
 		}()
 	}
 	wg.Wait()
 	m.publish(now)
 }
 
-// judge runs one Judge under the deadline, recovering a panic. A Judge
-// past its deadline is abandoned (it holds no locks and writes nothing).
+// judge runs adapter i's Judge under the deadline, recovering a panic. A
+// Judge past its deadline is abandoned (it holds no locks and writes
+// nothing) but not forgotten: the adapter stays judging until it returns,
+// so no second Judge of it starts meanwhile, and it is judged again then.
 // reason is the metrics' error reason of a failed judgement ("" when the
-// context ended).
-func (m *Manager) judge(ctx context.Context, a Adapter, in *Input) (findings []Finding, reason string, err error) {
+// context ended). The caller has set the adapter's judging.
+func (m *Manager) judge(ctx context.Context, i int, in *Input) (findings []Finding, reason string, err error) {
+	a := m.adapters[i]
 	type result struct {
 		f   []Finding
 		err error
 	}
 	ch := make(chan result, 1)
+	var (
+		mu                 sync.Mutex
+		finished, timedOut bool
+	)
 	start := time.Now()
 	go func() {
+		var r result
 		defer func() {
-			if r := recover(); r != nil {
-				m.log.Error("adapter panicked", zap.String("adapter", a.Name()), zap.Any("panic", r), zap.ByteString("stack", debug.Stack()))
-				ch <- result{err: fmt.Errorf("judge panicked: %v", r)}
+			if p := recover(); p != nil {
+				m.log.Error("adapter panicked", zap.String("adapter", a.Name()), zap.Any("panic", p), zap.ByteString("stack", debug.Stack()))
+				r = result{err: fmt.Errorf("judge panicked: %v", p)}
 			}
+			took := time.Since(start)
+			mu.Lock()
+			finished = true
+			late := timedOut
+			mu.Unlock()
+			m.judgeDone(i, took, late)
+			ch <- r
 		}()
-		ch <- result{f: a.Judge(in)}
+		r = result{f: a.Judge(in)}
 	}()
 	t := m.clock.NewTimer(m.cfg.JudgeTimeout)
 	defer t.Stop()
 	select {
 	case r := <-ch:
-		if m.cfg.Metrics != nil {
-			m.cfg.Metrics.AdapterJudged(a.Name(), time.Since(start))
-		}
 		if r.err != nil {
 			return nil, metrics.AdapterErrorPanic, r.err
 		}
 		return r.f, "", nil
 	case <-t.C():
-		return nil, metrics.AdapterErrorTimeout, fmt.Errorf("judge did not finish within %s", m.cfg.JudgeTimeout)
 	case <-ctx.Done():
+	}
+	mu.Lock()
+	if finished {
+		mu.Unlock()
+		r := <-ch
+		if r.err != nil {
+			return nil, metrics.AdapterErrorPanic, r.err
+		}
+		return r.f, "", nil
+	}
+	timedOut = true
+	mu.Unlock()
+	if ctx.Err() != nil {
 		return nil, "", ctx.Err()
 	}
+	return nil, metrics.AdapterErrorTimeout, fmt.Errorf("judge did not finish within %s", m.cfg.JudgeTimeout)
+}
+
+// judgeDone records a finished Judge of adapter i: its duration, and that
+// the adapter may be judged again (at once when it finished late: its
+// answer was dropped).
+func (m *Manager) judgeDone(i int, took time.Duration, late bool) {
+	a := m.adapters[i]
+	if m.cfg.Metrics != nil {
+		m.cfg.Metrics.AdapterJudged(a.Name(), took)
+	}
+	m.mu.Lock()
+	st := m.states[i]
+	st.judging = false
+	if late {
+		st.dirty = true
+	}
+	m.mu.Unlock()
+	if late {
+		m.log.Info("a judgement past its deadline returned", zap.String("adapter", a.Name()), zap.Duration("took", took))
+		m.poke()
+	}
+}
+
+// confirmedAt is when the API last confirmed the caches adapter a judges:
+// the oldest confirmation among its watched sources (now for sources with
+// an open watch), that source, and its failure since, if any. m.mu held.
+func (m *Manager) confirmedAt(a Adapter, now time.Time) (time.Time, Source, error) {
+	at, src := now, a.Sources()[0]
+	var failure error
+	for _, s := range a.Sources() {
+		w := m.watches[s.GVR]
+		if w == nil {
+			continue
+		}
+		t, err := w.confirm.observed(now)
+		if t.Before(at) {
+			at, src, failure = t, s, err
+		}
+	}
+	return at, src, failure
+}
+
+// watchFailingMessage names the source, when the API last confirmed it
+// (an instant, so the message does not move while it lasts) and why.
+func watchFailingMessage(src Source, since time.Time, err error) string {
+	msg := fmt.Sprintf("cannot list and watch %s: its objects are as last confirmed at %s", src.CRDName(), since.UTC().Format(time.RFC3339))
+	if err != nil {
+		// A request that failed on the way names its long URL first; the
+		// resource is named already.
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
+		msg += ": " + err.Error()
+	}
+	return Truncate(msg)
 }
 
 // recordStates exports every adapter's applicability, sync and object
@@ -617,6 +754,9 @@ func (m *Manager) publish(now time.Time) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	groups := map[writer.Key][]rollup.Condition{}
+	// observed is, per object, the oldest observedAt of the adapters
+	// contributing to it: an object is as fresh as its stalest fact.
+	observed := map[writer.Key]time.Time{}
 	for _, st := range m.states {
 		if !st.applicable {
 			continue
@@ -624,12 +764,15 @@ func (m *Manager) publish(now time.Time) {
 		for _, f := range st.findings {
 			k := writer.Key{Namespace: f.Namespace, Component: f.Component}
 			groups[k] = append(groups[k], f.Condition)
+			if at, ok := observed[k]; !ok || st.observedAt.Before(at) {
+				observed[k] = st.observedAt
+			}
 		}
 	}
 	next := map[writer.Key]bool{}
 	live := map[transitionKey]bool{}
 	for k, conds := range groups {
-		cs := m.status(k, conds, now, live)
+		cs := m.status(k, conds, now, observed[k], live)
 		spec := writer.Spec{}
 		if k.Component == ComponentBackups {
 			spec.MaxAge = m.maxAge(k.Namespace)
@@ -665,9 +808,13 @@ func (m *Manager) publish(now time.Time) {
 
 // status builds one object's status: worst condition wins, conditions
 // sorted (worst first, then by type and resource), at most
-// maxConditionsPerObject listed. m.mu held.
-func (m *Manager) status(k writer.Key, conds []rollup.Condition, now time.Time, live map[transitionKey]bool) *rollup.ComponentStatus {
-	cs := &rollup.ComponentStatus{Component: k.Component, Overall: report.StatusHealthy, ObservedAt: now, FreshUntil: now.Add(m.cfg.FreshFor)}
+// maxConditionsPerObject listed; observedAt is when the API last confirmed
+// its facts, freshUntil FreshFor after. m.mu held.
+func (m *Manager) status(k writer.Key, conds []rollup.Condition, now, observedAt time.Time, live map[transitionKey]bool) *rollup.ComponentStatus {
+	if observedAt.IsZero() || observedAt.After(now) {
+		observedAt = now
+	}
+	cs := &rollup.ComponentStatus{Component: k.Component, Overall: report.StatusHealthy, ObservedAt: observedAt, FreshUntil: observedAt.Add(m.cfg.FreshFor)}
 	for i := range conds {
 		c := &conds[i]
 		cs.Overall = report.Worse(cs.Overall, c.Severity)

@@ -115,6 +115,8 @@ spec:
       replicas: 1
     service:
       serviceType: ClusterIP
+  networkProfile:
+    port: 6443
   kubernetes:
     version: v1.30.1
     kubelet:

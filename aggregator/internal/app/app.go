@@ -219,7 +219,7 @@ func New(cfg config.Config, log *zap.Logger, opts Options) (a *App, err error) {
 	if err := trackNodes(nodes.Informer(), a.state, a.nodes, a.clock.Now, a.base); err != nil {
 		return nil, err
 	}
-	if a.healths, err = trackHealths(hc, cfg.Namespace, a.metrics, a.base); err != nil {
+	if a.healths, err = trackHealths(hc, cfg.Namespace, cfg.Adapters, a.metrics, a.base); err != nil {
 		return nil, err
 	}
 	var drainAuth *drain.Authorizer

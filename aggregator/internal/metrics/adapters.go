@@ -20,10 +20,13 @@ const (
 	// AdapterErrorWatch: a list or watch of a source failed (forbidden,
 	// apiserver unreachable...). An API that went away is not counted.
 	AdapterErrorWatch = "watch"
+	// AdapterErrorWatchFailing: a source the API has not confirmed past
+	// the watch grace (Unknown/WatchFailing); counted once per occurrence.
+	AdapterErrorWatchFailing = "watch_failing"
 )
 
 // AdapterErrorReasons are every reason of cozy_health_adapter_errors_total.
-var AdapterErrorReasons = []string{AdapterErrorPanic, AdapterErrorTimeout, AdapterErrorNotSynced, AdapterErrorWatch}
+var AdapterErrorReasons = []string{AdapterErrorPanic, AdapterErrorTimeout, AdapterErrorNotSynced, AdapterErrorWatch, AdapterErrorWatchFailing}
 
 // adapterMetrics are the cluster adapters' own metrics, one label set per
 // adapter (a handful), set by the adapter manager when it judges.
@@ -33,6 +36,7 @@ type adapterMetrics struct {
 	objects      *prometheus.GaugeVec
 	judgeSeconds *prometheus.HistogramVec
 	errors       *prometheus.CounterVec
+	skipped      *prometheus.CounterVec
 }
 
 func newAdapterMetrics() *adapterMetrics {
@@ -56,13 +60,17 @@ func newAdapterMetrics() *adapterMetrics {
 		}, []string{"adapter"}),
 		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "cozy_health_adapter_errors_total",
-			Help: "Cluster adapter failures by reason: panic and timeout (a judgement failed: JudgeFailed), not_synced (an informer past the sync timeout: SourceNotSynced), watch (a list or watch of a source failed).",
+			Help: "Cluster adapter failures by reason: panic and timeout (a judgement failed: JudgeFailed), not_synced (an informer past the sync timeout: SourceNotSynced), watch (a list or watch of a source failed), watch_failing (a source unconfirmed by the API past the grace: WatchFailing).",
 		}, []string{"adapter", "reason"}),
+		skipped: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "cozy_health_adapter_judges_skipped_total",
+			Help: "Periodic judgements of a cluster adapter not started because its previous judgement, past its deadline, still runs (one judgement per adapter at a time).",
+		}, []string{"adapter"}),
 	}
 }
 
 func (a *adapterMetrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{a.applicable, a.synced, a.objects, a.judgeSeconds, a.errors}
+	return []prometheus.Collector{a.applicable, a.synced, a.objects, a.judgeSeconds, a.errors, a.skipped}
 }
 
 // AdaptersKnown creates every adapter's series (0, and each error reason at
@@ -73,6 +81,7 @@ func (m *Metrics) AdaptersKnown(names []string) {
 		m.adapters.applicable.WithLabelValues(n)
 		m.adapters.synced.WithLabelValues(n)
 		m.adapters.objects.WithLabelValues(n)
+		m.adapters.skipped.WithLabelValues(n)
 		for _, r := range AdapterErrorReasons {
 			m.adapters.errors.WithLabelValues(n, r)
 		}
@@ -87,7 +96,14 @@ func (m *Metrics) AdapterState(name string, applicable, synced bool, objects int
 	m.adapters.objects.WithLabelValues(name).Set(float64(objects))
 }
 
-// AdapterJudged records the duration of one judgement.
+// AdapterJudgeSkipped counts a periodic judgement not started because the
+// adapter's previous one still runs past its deadline.
+func (m *Metrics) AdapterJudgeSkipped(name string) {
+	m.adapters.skipped.WithLabelValues(name).Inc()
+}
+
+// AdapterJudged records the duration of one judgement (of a late one too,
+// when it finally returns).
 func (m *Metrics) AdapterJudged(name string, took time.Duration) {
 	m.adapters.judgeSeconds.WithLabelValues(name).Observe(took.Seconds())
 }

@@ -6,7 +6,9 @@
 // ScheduledBackup or a Backup. Its history:
 //
 //   - schedule: the ScheduledBackups naming it (spec.cluster.name), the
-//     most frequent that is not suspended; six-field cron (seconds first);
+//     most frequent that is not suspended; six-field cron (seconds first).
+//     When every one is suspended (spec.suspend) the Cluster reads
+//     ScheduleSuspended, naming them;
 //   - last success: the latest of status.lastSuccessfulBackup (not set for
 //     plugin backups), the stoppedAt of its completed Backups and the
 //     plugin's ObjectStore status.serverRecoveryWindow[server]
@@ -23,6 +25,8 @@
 package cnpg
 
 import (
+	"fmt"
+	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -193,27 +197,46 @@ func (Adapter) Judge(in *adapter.Input) []adapter.Finding {
 		byKey[adapter.Key(o.Namespace, o.Name)] = h
 		order = append(order, h)
 	}
+	suspended := map[*hist][]*adapter.Object{}
 	for _, o := range in.List(ScheduledBackups.GVR) {
 		s, ok := o.Data.(*scheduled)
+		if !ok {
+			continue
+		}
 		h := byKey[adapter.Key(o.Namespace, s.cluster)]
-		if !ok || h == nil {
+		if h == nil {
 			continue
 		}
 		h.tracked = true
 		if s.suspend {
-			if h.h.Schedule == "" {
-				h.h.Suspended = true
-			}
+			suspended[h] = append(suspended[h], o)
 			continue
 		}
 		iv, _, err := adapter.ScheduleInterval(s.schedule, in.Now)
 		if err != nil && h.h.Schedule == "" {
-			h.h.Schedule, h.h.Suspended = s.schedule, false // judged ScheduleInvalid
+			h.h.Schedule = s.schedule // judged ScheduleInvalid
 			continue
 		}
-		if h.h.Schedule == "" || h.h.Suspended || (err == nil && iv < h.interval) {
-			h.h.Schedule, h.h.Suspended, h.interval = s.schedule, false, iv
+		if h.h.Schedule == "" || (err == nil && iv < h.interval) {
+			h.h.Schedule, h.interval = s.schedule, iv
 			h.h.Since = o.CreationTimestamp.Time
+		}
+	}
+	// A Cluster whose every ScheduledBackup is suspended expects no
+	// backup: ScheduleSuspended, naming them; its age is judged against
+	// the first one's cron.
+	for h, objs := range suspended {
+		if h.h.Schedule != "" {
+			continue
+		}
+		h.h.Schedule, h.h.Suspended = objs[0].Data.(*scheduled).schedule, true
+		h.h.SuspendedBy = "ScheduledBackup " + adapter.Key(objs[0].Namespace, objs[0].Name) + " is suspended (spec.suspend)"
+		if len(objs) > 1 {
+			names := make([]string, len(objs))
+			for i, o := range objs {
+				names[i] = o.Name
+			}
+			h.h.SuspendedBy = fmt.Sprintf("every ScheduledBackup of it is suspended (spec.suspend): %s", strings.Join(names, ", "))
 		}
 	}
 	for _, o := range in.List(Backups.GVR) {

@@ -7,6 +7,10 @@
 //
 //   - Ready=True and status.observedGeneration >= metadata.generation:
 //     ready (no condition of its own, counted in the summary).
+//   - Ready=True with spec.suspend: Degraded, Suspended. Flux stopped
+//     reconciling it, so its Ready=True is frozen at the suspension: not
+//     a fresh green (what runs may have drifted, no upgrade will come).
+//     Its dependents are not held up by it (Flux reads its Ready).
 //   - Ready=True with an older observedGeneration: Unknown,
 //     GenerationNotObserved (its spec changed; no verdict on it yet).
 //   - Stalled=True, or Ready=False for any reason other than
@@ -18,12 +22,18 @@
 //     (namespace defaults to the release's own) to the first releases up
 //     the chain that are not waiting: failing ones, missing ones
 //     (DependencyMissing) and cycles (DependencyCycle) are root causes and
-//     make the waiting release Degraded; progressing ones leave it Unknown.
+//     make the waiting release Degraded; a dependency still progressing
+//     (installing, upgrading, generation not observed) is no root cause:
+//     the release is waiting on it (Unknown, DependencyNotReady, "waiting
+//     on x (Progressing)") and the summary lists it apart ("waiting on
+//     progressing x").
 //   - Ready=Unknown or absent (installing, upgrading): Unknown, Progressing.
 //
 // Every release that is not ready gets a Release condition pinned to it;
 // the object's Releases condition summarises the scope: "91 of 98 ready;
-// 1 root cause: cozy-system/x (UpgradeFailed: ...), 7 waiting on it".
+// 1 root cause: cozy-system/x (UpgradeFailed: ...), 7 waiting on it;
+// waiting on progressing: cozy-system/y (Progressing), 2 waiting on it;
+// 1 suspended: cozy-system/z".
 // Releases in a Cozystack tenant namespace land in that tenant's apps
 // object, all others in the platform namespace's platform object.
 package helmrelease
@@ -59,6 +69,7 @@ const (
 	ReasonProgressing           = "Progressing"
 	ReasonGenerationNotObserved = "GenerationNotObserved"
 	ReasonNoStatus              = "NoStatus"
+	ReasonSuspended             = "Suspended"
 	ReasonAllReady              = "AllReleasesReady"
 	ReasonNotReady              = "ReleasesNotReady"
 )
@@ -134,6 +145,7 @@ const (
 	stateProgressing
 	stateFailing
 	stateWaiting
+	stateSuspended
 )
 
 type node struct {
@@ -177,6 +189,9 @@ func classify(o *adapter.Object, r *release) state {
 	case r.ready.Status == "True":
 		if r.hasObservedGenField && r.observedGen < r.gen {
 			return stateStale
+		}
+		if r.suspended {
+			return stateSuspended
 		}
 		return stateReady
 	case r.ready.Status == "False" && r.ready.Reason == ReasonDependencyNotReady:
@@ -260,6 +275,7 @@ func (Adapter) Judge(in *adapter.Input) []adapter.Finding {
 		worst        report.Status
 		roots        map[*root]int
 		failing      []*root
+		suspended    []string
 	}
 	scopes := map[string]*scopeTally{}
 	component := map[string]string{}
@@ -279,6 +295,14 @@ func (Adapter) Judge(in *adapter.Input) []adapter.Finding {
 		case stateReady:
 			t.ready++
 			continue
+		case stateSuspended:
+			c.Severity, c.Reason = report.StatusDegraded, ReasonSuspended
+			c.Message = "reconciliation suspended (spec.suspend): Ready=True"
+			if n.r.ready.Reason != "" {
+				c.Message += " (" + n.r.ready.Reason + ")"
+			}
+			c.Message += " dates from before the suspension and is no longer verified"
+			t.suspended = append(t.suspended, n.key)
 		case stateStale:
 			c.Severity, c.Reason = report.StatusUnknown, ReasonGenerationNotObserved
 			c.Message = fmt.Sprintf("generation %d not yet observed (status is of generation %d)", n.r.gen, n.r.observedGen)
@@ -319,11 +343,14 @@ func (Adapter) Judge(in *adapter.Input) []adapter.Finding {
 				c.Message = "its dependencies are ready; waiting for its next reconciliation"
 			case c.Reason == ReasonDependencyCycle:
 				c.Message = "dependency cycle: " + cycleOf(roots)
+			case c.Severity == report.StatusUnknown:
+				// Every dependency it waits on is still progressing.
+				c.Message = "waiting on " + strings.Join(named, ", ")
 			default:
 				c.Message = "waiting on root cause " + strings.Join(named, ", ")
 			}
 		}
-		if n.r.suspended {
+		if n.r.suspended && n.state != stateSuspended {
 			c.Message += " (suspended)"
 		}
 		c.Message = adapter.Truncate(c.Message)
@@ -349,7 +376,7 @@ func (Adapter) Judge(in *adapter.Input) []adapter.Finding {
 			c.Reason, c.Message = ReasonAllReady, fmt.Sprintf("%d of %d ready", t.ready, t.total)
 		} else {
 			c.Reason = ReasonNotReady
-			c.Message = adapter.Truncate(summary(t.ready, t.total, t.roots, t.failing))
+			c.Message = adapter.Truncate(summary(t.ready, t.total, t.roots, t.failing, t.suspended))
 		}
 		out = append(out, adapter.Finding{Namespace: scope, Component: component[scope], Condition: c})
 	}
@@ -357,45 +384,65 @@ func (Adapter) Judge(in *adapter.Input) []adapter.Finding {
 }
 
 // summary is "91 of 98 ready; 1 root cause: X (UpgradeFailed: ...), 7
-// waiting on it". Failing releases nobody waits on are root causes too.
-func summary(ready, total int, waiting map[*root]int, failing []*root) string {
+// waiting on it; waiting on progressing: Y (Progressing), 2 waiting on it;
+// 1 suspended: Z". Failing releases nobody waits on are root causes too;
+// a progressing dependency is no root cause.
+func summary(ready, total int, waiting map[*root]int, failing []*root, suspended []string) string {
 	type entry struct {
 		desc string
 		n    int
 	}
-	var entries []entry
+	var causes, progressing []entry
 	named := map[string]bool{}
 	for rt, n := range waiting {
-		entries = append(entries, entry{rt.describe(), n})
+		if rt.kind == "progressing" {
+			progressing = append(progressing, entry{rt.describe(), n})
+			continue
+		}
+		causes = append(causes, entry{rt.describe(), n})
 		if rt.kind == "failing" {
 			named[rt.key] = true
 		}
 	}
 	for _, rt := range failing {
 		if !named[rt.key] {
-			entries = append(entries, entry{rt.describe(), 0})
+			causes = append(causes, entry{rt.describe(), 0})
 		}
 	}
-	sort.Slice(entries, func(i, j int) bool {
-		if entries[i].n != entries[j].n {
-			return entries[i].n > entries[j].n
+	order := func(entries []entry) {
+		sort.Slice(entries, func(i, j int) bool {
+			if entries[i].n != entries[j].n {
+				return entries[i].n > entries[j].n
+			}
+			return entries[i].desc < entries[j].desc
+		})
+	}
+	write := func(b *strings.Builder, entries []entry) {
+		for i, e := range entries {
+			if i > 0 {
+				b.WriteString("; ")
+			}
+			b.WriteString(e.desc)
+			if e.n > 0 {
+				fmt.Fprintf(b, ", %d waiting on it", e.n)
+			}
 		}
-		return entries[i].desc < entries[j].desc
-	})
+	}
+	order(causes)
+	order(progressing)
 	var b strings.Builder
 	fmt.Fprintf(&b, "%d of %d ready", ready, total)
-	if len(entries) == 0 {
-		return b.String()
+	if len(causes) > 0 {
+		fmt.Fprintf(&b, "; %s: ", adapter.Plural(len(causes), "root cause", "root causes"))
+		write(&b, causes)
 	}
-	fmt.Fprintf(&b, "; %s: ", adapter.Plural(len(entries), "root cause", "root causes"))
-	for i, e := range entries {
-		if i > 0 {
-			b.WriteString("; ")
-		}
-		b.WriteString(e.desc)
-		if e.n > 0 {
-			fmt.Fprintf(&b, ", %d waiting on it", e.n)
-		}
+	if len(progressing) > 0 {
+		b.WriteString("; waiting on progressing: ")
+		write(&b, progressing)
+	}
+	if len(suspended) > 0 {
+		sort.Strings(suspended)
+		fmt.Fprintf(&b, "; %s: %s", adapter.Plural(len(suspended), "suspended", "suspended"), strings.Join(suspended, ", "))
 	}
 	return b.String()
 }

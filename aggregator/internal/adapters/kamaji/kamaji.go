@@ -14,9 +14,17 @@
 //   - Deployment (the TCP): the control plane Deployment's readyReplicas
 //     against its replicas: none ready Down, some Degraded, all Healthy;
 //   - DataStore (the DataStore named by status.storage.dataStoreName, else
-//     spec.dataStore): missing Down (DataStoreMissing), status.ready false
-//     Down (DataStoreNotReady), ready Healthy; the message names the driver
-//     and endpoints;
+//     spec.dataStore): missing Down (DataStoreMissing); otherwise judged
+//     from status.ready, which upstream sets from its
+//     kamaji.clastix.io/DataStoreValidation condition: the configuration
+//     is valid (certificates available or correctly referenced), not that
+//     the datastore is reachable. ready true Healthy (DataStoreReady),
+//     false Degraded (DataStoreNotReady, with the validation message), and
+//     absent Unknown (FieldAbsent): Kamaji before 26.3.2-edge (v1.0.0)
+//     has no such field and the apiserver prunes it. The message names the
+//     driver and endpoints. Whether the datastore serves is read from the
+//     control plane itself (its ControlPlane and Deployment conditions:
+//     Kamaji reports NotReady and WriteLimited there);
 //   - DataStoreEtcd (the EtcdCluster serving an etcd DataStore, found from
 //     the namespace of its endpoints' service names): Ready=True Healthy,
 //     Ready=False Degraded (its reason: StatefulSetNotReady,
@@ -66,6 +74,7 @@ const (
 	ReasonDataStoreNotReady = "DataStoreNotReady"
 	ReasonDataStoreMissing  = "DataStoreMissing"
 	ReasonNoDataStore       = "NoDataStore"
+	ReasonFieldAbsent       = "FieldAbsent"
 )
 
 // Adapter is the Kamaji adapter.
@@ -97,8 +106,10 @@ type tcp struct {
 type dataStore struct {
 	driver    string
 	endpoints []string
-	ready     bool
-	message   string
+	// ready is status.ready; readySet says whether the field is there at
+	// all (Kamaji v1.0.0's CRD has no such field).
+	ready, readySet bool
+	message         string
 }
 
 type etcd struct {
@@ -127,7 +138,7 @@ func projectTCP(u *unstructured.Unstructured) any {
 func projectDataStore(u *unstructured.Unstructured) any {
 	d := &dataStore{driver: adapter.String(u, "spec", "driver")}
 	d.endpoints, _, _ = unstructured.NestedStringSlice(u.Object, "spec", "endpoints")
-	d.ready, _ = adapter.Bool(u, "status", "ready")
+	d.ready, d.readySet = adapter.Bool(u, "status", "ready")
 	for _, c := range adapter.Conditions(u) {
 		if c.Status == "False" && c.Message != "" {
 			d.message = c.Message
@@ -233,13 +244,21 @@ func storage(in *adapter.Input, t *tcp) []rollup.Condition {
 	}
 	d, _ := o.Data.(*dataStore)
 	desc := fmt.Sprintf("driver %s, endpoints %s", orDash(d.driver), orDash(strings.Join(d.endpoints, ",")))
-	c := rollup.Condition{Type: TypeDataStore, Resource: ref, Severity: report.StatusHealthy, Reason: ReasonDataStoreReady, Message: desc}
-	if !d.ready {
-		c.Severity, c.Reason = report.StatusDown, ReasonDataStoreNotReady
-		c.Message = "not ready: " + desc
+	c := rollup.Condition{Type: TypeDataStore, Resource: ref}
+	switch {
+	case !d.readySet:
+		c.Severity, c.Reason = report.StatusUnknown, ReasonFieldAbsent
+		c.Message = "no status.ready (Kamaji before 26.3.2-edge has no such field): configuration validity unknown; " + desc
+	case d.ready:
+		c.Severity, c.Reason = report.StatusHealthy, ReasonDataStoreReady
+		c.Message = "configuration valid (status.ready; not a reachability check: see the ControlPlane condition); " + desc
+	default:
+		c.Severity, c.Reason = report.StatusDegraded, ReasonDataStoreNotReady
+		c.Message = "configuration not valid (status.ready false: certificates missing or wrongly referenced)"
 		if d.message != "" {
 			c.Message += ": " + d.message
 		}
+		c.Message += "; " + desc
 	}
 	out := []rollup.Condition{c}
 	if d.driver == "etcd" && in.Has(EtcdClusters.GVR) {

@@ -4,8 +4,8 @@
 // completionTimestamp of a Completed backup, the last failure that of a
 // Failed, PartiallyFailed or FailedValidation one (with its
 // failureReason). A Schedule whose own phase is FailedValidation never
-// runs: its history is judged as failing. The rules are
-// adapter.JudgeBackup's.
+// runs: its history is judged as failing; a paused one (spec.paused)
+// reads ScheduleSuspended. The rules are adapter.JudgeBackup's.
 package velero
 
 import (
@@ -90,6 +90,9 @@ func (Adapter) Judge(in *adapter.Input) []adapter.Finding {
 			continue
 		}
 		h := &adapter.BackupHistory{Schedule: s.cron, Suspended: s.paused, Since: o.CreationTimestamp.Time}
+		if s.paused {
+			h.SuspendedBy = "Schedule " + adapter.Key(o.Namespace, o.Name) + " is paused (spec.paused)"
+		}
 		if s.phase == "FailedValidation" {
 			h.Failing = true
 			h.FailureMessage = "schedule failed validation"
