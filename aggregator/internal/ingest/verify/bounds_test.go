@@ -39,7 +39,9 @@ func TestCheckRefusesOutOfBounds(t *testing.T) {
 	reason, detail := check(func(r *report.NodeReport) { r.Observations[1].Reason = strings.Repeat("R", 1025) })
 	assert.Equal(t, ReasonMalformed, reason)
 	assert.Contains(t, detail, "reason of 1025 bytes")
-	reason, detail = check(func(r *report.NodeReport) { r.Observations[0].ResourceRef = &report.ResourceRef{Kind: report.KindResource} })
+	reason, detail = check(func(r *report.NodeReport) {
+		r.Observations[0].ResourceRef = &report.ResourceRef{Kind: report.KindResource}
+	})
 	assert.Equal(t, ReasonMalformed, reason)
 	assert.Contains(t, detail, "resourceRef.name is empty")
 	reason, detail = check(func(r *report.NodeReport) {
