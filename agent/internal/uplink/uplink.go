@@ -172,13 +172,13 @@ type Uplink struct {
 	ca         *tlsutil.CAFile
 	m          *metrics
 
-	seq     atomic.Uint64
-	latest  atomic.Pointer[pending]
+	seq    atomic.Uint64
+	latest atomic.Pointer[pending]
 	// fitState is 0 while reports fit as they are, 1 while they are
 	// folded, 2 while even folding does not make them fit: its changes are
 	// logged.
 	fitState atomic.Int32
-	desired atomic.Int64 // nanoseconds
+	desired  atomic.Int64 // nanoseconds
 
 	// streamLost wakes the resolve loop when a stream that was open
 	// breaks: the replica's pod may be gone, and its replacement joins the
