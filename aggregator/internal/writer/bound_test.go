@@ -45,11 +45,18 @@ func itoa(i int) string {
 	return string(b)
 }
 
-// compute is the engine's path: rollup, then Compact.
+// compute is the engine's path: rollup, the damper's transition times
+// (every condition new at now), then Compact.
 func compute(snap state.Snapshot, now time.Time) map[string]*rollup.ComponentStatus {
 	out := rollup.Compute(snap, now, rollup.Config{DefaultInterval: 5 * time.Second, FreshForMultiple: 6})
 	for _, cs := range out {
+		for i := range cs.Conditions {
+			cs.Conditions[i].LastTransition = now
+		}
 		rollup.Compact(cs, rollup.DefaultMaxListed)
+		for i := range cs.Conditions {
+			cs.Conditions[i].LastTransition = now
+		}
 	}
 	return out
 }
