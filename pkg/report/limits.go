@@ -171,13 +171,19 @@ func (r *NodeReport) CheckBounds() error {
 	if n := len(r.Observations); n > MaxObservations {
 		return fmt.Errorf("report has %d observations, over the limit of %d", n, MaxObservations)
 	}
-	type key struct{ component, check string }
-	checks := map[key]struct{}{}
 	for i := range r.Observations {
 		o := &r.Observations[i]
 		if err := o.checkBounds(); err != nil {
 			return fmt.Errorf("observation %d (%.63s/%.63s): %w", i, o.Component, o.Check, err)
 		}
+	}
+	if len(r.Observations) <= MaxChecks {
+		return nil // no more checks than observations
+	}
+	type key struct{ component, check string }
+	checks := map[key]struct{}{}
+	for i := range r.Observations {
+		o := &r.Observations[i]
 		checks[key{o.Component, o.Check}] = struct{}{}
 		if len(checks) > MaxChecks {
 			return fmt.Errorf("report has more than %d distinct checks", MaxChecks)
