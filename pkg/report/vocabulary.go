@@ -174,3 +174,21 @@ const (
 	// MaxUnreachableNodes caps the per-node observations of one report.
 	MaxUnreachableNodes = 16
 )
+
+// Vocabulary of a report folded to fit its budget (the agent's wire.Fit).
+const (
+	// ReasonObservationsFolded: a summary observation standing for
+	// observations of its check left out of the report to fit its size
+	// budget; its status is the worst of them and at least Unknown (their
+	// facts are not in the report). Attributes: AttrFolded and the
+	// AttrFolded<Status> counts.
+	ReasonObservationsFolded = "ObservationsFolded"
+	// AttrFolded: observations the summary stands for.
+	AttrFolded = "folded"
+	// AttrFoldedDown, AttrFoldedDegraded, AttrFoldedUnknown and
+	// AttrFoldedHealthy: of those, how many had each status.
+	AttrFoldedDown     = "foldedDown"
+	AttrFoldedDegraded = "foldedDegraded"
+	AttrFoldedUnknown  = "foldedUnknown"
+	AttrFoldedHealthy  = "foldedHealthy"
+)

@@ -101,7 +101,8 @@ func validUTF8(p *pb.NodeReport) error {
 }
 
 // ReportFromProto converts a wire report to its domain form and checks the
-// fields every consumer relies on.
+// fields every consumer relies on, and that every field is within
+// report.Limits (NodeReport.CheckBounds).
 func ReportFromProto(p *pb.NodeReport) (*report.NodeReport, error) {
 	if p.GetNodeName() == "" {
 		return nil, errors.New("report has no node name")
@@ -167,6 +168,11 @@ func ReportFromProto(p *pb.NodeReport) (*report.NodeReport, error) {
 			o.ResourceRef = lastRef
 		}
 		out.Observations = append(out.Observations, o)
+	}
+	// Every field within the Health CRD's bounds, so no observation can
+	// make the apiserver refuse a component's whole status.
+	if err := out.CheckBounds(); err != nil {
+		return nil, fmt.Errorf("report out of bounds: %w", err)
 	}
 	return out, nil
 }

@@ -32,6 +32,7 @@ import (
 	"github.com/cozystack/cozy-health/pkg/signing"
 	"github.com/cozystack/cozy-health/pkg/tlsutil"
 	"github.com/cozystack/cozy-health/pkg/version"
+	"github.com/cozystack/cozy-health/pkg/wire"
 	pb "github.com/cozystack/cozy-health/proto/cozyhealth/v1"
 )
 
@@ -94,6 +95,10 @@ type Config struct {
 	// connection Timeout later. The aggregator permits pings every 3 s or
 	// slower.
 	KeepaliveTime, KeepaliveTimeout time.Duration
+	// MaxReportBytes is the report budget: the aggregators' payload limit
+	// (default report.MaxReportBytes). A report over it is folded to fit
+	// (wire.Fit) before it is signed.
+	MaxReportBytes int
 	// Registerer registers the uplink metrics; nil registers nowhere.
 	Registerer prometheus.Registerer
 }
@@ -114,6 +119,9 @@ func (c Config) withDefaults() Config {
 	def(&c.KeepaliveTimeout, DefaultKeepaliveTimeout)
 	if c.AgentVersion == "" {
 		c.AgentVersion = version.Version
+	}
+	if c.MaxReportBytes <= 0 {
+		c.MaxReportBytes = report.MaxReportBytes
 	}
 	return c
 }
@@ -164,9 +172,13 @@ type Uplink struct {
 	ca         *tlsutil.CAFile
 	m          *metrics
 
-	seq     atomic.Uint64
-	latest  atomic.Pointer[pending]
-	desired atomic.Int64 // nanoseconds
+	seq    atomic.Uint64
+	latest atomic.Pointer[pending]
+	// fitState is 0 while reports fit as they are, 1 while they are
+	// folded, 2 while even folding does not make them fit: its changes are
+	// logged.
+	fitState atomic.Int32
+	desired  atomic.Int64 // nanoseconds
 
 	// streamLost wakes the resolve loop when a stream that was open
 	// breaks: the replica's pod may be gone, and its replacement joins the
@@ -245,7 +257,9 @@ func (u *Uplink) Publish(r *report.NodeReport) {
 	if c.SentAt.IsZero() {
 		c.SentAt = time.Now()
 	}
-	sr, err := u.signer.SignReport(&c)
+	fitted, fit := wire.Fit(&c, u.cfg.MaxReportBytes)
+	u.countFit(c.Sequence, fit)
+	sr, err := u.signer.SignReport(fitted)
 	if err != nil {
 		u.log.Error("sign report", zap.Uint64("sequence", c.Sequence), zap.Error(err))
 		return
@@ -255,6 +269,35 @@ func (u *Uplink) Publish(r *report.NodeReport) {
 	defer u.mu.Unlock()
 	for _, rep := range u.replicas {
 		rep.wakeUp()
+	}
+}
+
+// countFit counts what wire.Fit changed in a report and logs when the
+// report starts or stops being folded (or cannot be made to fit).
+func (u *Uplink) countFit(seq uint64, fit wire.FitResult) {
+	u.m.reportBytes.Set(float64(fit.Bytes))
+	u.m.folded.Add(float64(fit.Folded))
+	u.m.bounded.Add(float64(fit.Bounded))
+	over := fit.Bytes > u.cfg.MaxReportBytes
+	state := int32(0)
+	switch {
+	case over:
+		state = 2
+	case fit.Folded > 0:
+		state = 1
+	}
+	if u.fitState.Swap(state) == state {
+		return
+	}
+	fields := []zap.Field{zap.Uint64("sequence", seq), zap.Int("bytes", fit.Bytes), zap.Int("budget", u.cfg.MaxReportBytes),
+		zap.Int("folded", fit.Folded), zap.Int("messagesLeftOut", fit.Stripped), zap.Int("messagesCut", fit.Cut)}
+	switch state {
+	case 2:
+		u.log.Error("report over the budget even folded: the aggregators refuse it as oversized", fields...)
+	case 1:
+		u.log.Warn("report over the budget: observations folded into summaries (at least Unknown) to fit", fields...)
+	default:
+		u.log.Info("report within the budget again: nothing folded", fields...)
 	}
 }
 

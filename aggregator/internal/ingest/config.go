@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/keepalive"
 
+	"github.com/cozystack/cozy-health/pkg/report"
 	"github.com/cozystack/cozy-health/pkg/tlsutil"
 )
 
@@ -19,10 +20,11 @@ const (
 	DefaultTokenAudience       = "health.cozystack.io"
 	DefaultAgentServiceAccount = "cozy-health/cozy-health-agent"
 	DefaultDesiredInterval     = 5 * time.Second
-	// DefaultMaxPayloadBytes bounds one serialized NodeReport. A report of
-	// 30 observations is about 4 KiB; 256 KiB leaves room for a node with
-	// hundreds of DRBD resources.
-	DefaultMaxPayloadBytes = 256 << 10
+	// DefaultMaxPayloadBytes bounds one serialized NodeReport: the report
+	// budget the agents fit their reports into (report.MaxReportBytes). A
+	// report of 30 observations is about 4 KiB; an agent folds what does
+	// not fit (wire.Fit).
+	DefaultMaxPayloadBytes = report.MaxReportBytes
 	// DefaultSkewWindow is how far a report's sent-at may be from the
 	// aggregator's clock, in either direction.
 	DefaultSkewWindow = time.Minute

@@ -339,6 +339,18 @@ func (s *Server) authenticate(ctx context.Context, h *pb.Hello, peerAddr string)
 			return nil, malformed("hello has a string that is not UTF-8")
 		}
 	}
+	for _, f := range [...]struct {
+		what string
+		v    string
+		max  int
+	}{
+		{"node name", h.GetNodeName(), report.MaxNodeName}, {"agent instance id", h.GetAgentInstanceId(), report.MaxInstanceID},
+		{"agent version", h.GetAgentVersion(), report.MaxAgentVersion},
+	} {
+		if len(f.v) > f.max {
+			return nil, malformed(fmt.Sprintf("hello %s of %d bytes is over the %d byte limit", f.what, len(f.v), f.max))
+		}
+	}
 	pub, err := signing.ParsePublicKey(h.GetPublicKey())
 	if err != nil {
 		return nil, malformed("hello: " + err.Error())

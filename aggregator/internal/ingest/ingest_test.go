@@ -325,6 +325,20 @@ func TestBadHellosCloseTheStream(t *testing.T) {
 		assert.Equal(t, codes.InvalidArgument, status.Code(err))
 		assert.Equal(t, before+1, rejected(t, ts, ReasonMalformed))
 	})
+	t.Run("hello with an agent version over report.Limits", func(t *testing.T) {
+		before := rejected(t, ts, ReasonMalformed)
+		st, _ := dial(t, ts)
+		require.NoError(t, st.Send(&pb.IngestRequest{Msg: &pb.IngestRequest_Hello{Hello: &pb.Hello{
+			PublicKey: keys["cp1"].PublicKey(), KeyId: keys["cp1"].KeyID(), AgentInstanceId: "i", NodeName: "cp1",
+			AgentVersion: strings.Repeat("v", report.MaxAgentVersion+1),
+		}}}))
+		resp, err := st.Recv()
+		require.NoError(t, err)
+		require.Equal(t, ReasonMalformed, resp.GetAck().GetRejectReason())
+		_, err = st.Recv()
+		assert.Equal(t, codes.InvalidArgument, status.Code(err))
+		assert.Equal(t, before+1, rejected(t, ts, ReasonMalformed))
+	})
 	t.Run("hello with a string that is not UTF-8", func(t *testing.T) {
 		before := rejected(t, ts, ReasonMalformed)
 		// The generated marshaller sends what proto.Marshal would refuse.

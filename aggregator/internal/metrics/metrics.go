@@ -29,6 +29,20 @@ const (
 	WriteError   = "error"
 )
 
+// Reasons of cozy_health_writer_conditions_bounded_total: why the writer
+// dropped or cut a condition outside the Health CRD's bounds.
+const (
+	BoundType        = "type"
+	BoundResourceRef = "resource_ref"
+	BoundReason      = "reason_truncated"
+	BoundMessage     = "message_truncated"
+	BoundMaxItems    = "max_items"
+	BoundSize        = "object_size"
+)
+
+// BoundReasons lists them; each is pre-initialised to 0.
+var BoundReasons = []string{BoundType, BoundResourceRef, BoundReason, BoundMessage, BoundMaxItems, BoundSize}
+
 // Metrics are the aggregator's metrics.
 type Metrics struct {
 	namespace string
@@ -42,6 +56,7 @@ type Metrics struct {
 	rollupSeconds   prometheus.Histogram
 	rollups         *prometheus.CounterVec
 	writeSeconds    prometheus.Histogram
+	bounded         *prometheus.CounterVec
 	adapters        *adapterMetrics
 }
 
@@ -82,9 +97,13 @@ func New(reg prometheus.Registerer, namespace string) (*Metrics, error) {
 			Help:    "Time of one Health status apply, successful or not.",
 			Buckets: prometheus.ExponentialBuckets(0.005, 2, 12),
 		}),
+		bounded: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "cozy_health_writer_conditions_bounded_total",
+			Help: "Conditions dropped or truncated by the writer, per write, because they were outside the Health CRD's bounds (reason: type, resource_ref, reason_truncated, message_truncated, max_items, object_size).",
+		}, []string{"reason"}),
 		adapters: newAdapterMetrics(),
 	}
-	for _, c := range append([]prometheus.Collector{m.componentStatus, m.nodes, m.issues, m.freshUntil, m.writes, m.leader, m.rollupSeconds, m.rollups, m.writeSeconds}, m.adapters.collectors()...) {
+	for _, c := range append([]prometheus.Collector{m.componentStatus, m.nodes, m.issues, m.freshUntil, m.writes, m.leader, m.rollupSeconds, m.rollups, m.writeSeconds, m.bounded}, m.adapters.collectors()...) {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -94,6 +113,9 @@ func New(reg prometheus.Registerer, namespace string) (*Metrics, error) {
 	}
 	for _, k := range []string{RollupFull, RollupRetimed} {
 		m.rollups.WithLabelValues(k)
+	}
+	for _, r := range BoundReasons {
+		m.bounded.WithLabelValues(r)
 	}
 	return m, nil
 }
@@ -358,6 +380,12 @@ func (t *nodeTable) Collect(ch chan<- prometheus.Metric) {
 func (m *Metrics) Write(result string, took time.Duration) {
 	m.writes.WithLabelValues(result).Inc()
 	m.writeSeconds.Observe(took.Seconds())
+}
+
+// BoundedConditions counts n conditions the writer dropped or truncated
+// for reason (writer.Bound*).
+func (m *Metrics) BoundedConditions(reason string, n int) {
+	m.bounded.WithLabelValues(reason).Add(float64(n))
 }
 
 // SetLeader records whether this replica leads.

@@ -87,7 +87,8 @@ const MaxMessage = 256
 // Config is what the rollup is judged against.
 type Config struct {
 	// HeartbeatGrace is the silence after which a node is stale; 0 means 3x
-	// the interval the node reports (DefaultInterval when it reports none).
+	// the interval the node reports, clamped to [MinReportInterval, 2 x
+	// DefaultInterval] (DefaultInterval when it reports none): see Grace.
 	HeartbeatGrace time.Duration
 	// DefaultInterval is the agents' configured interval; it is the unit of
 	// FreshForMultiple.
@@ -158,7 +159,15 @@ type ComponentStatus struct {
 	Issues        int      `json:"issues"`
 }
 
-// Grace is the heartbeat grace of a node reporting at interval.
+// MinReportInterval is the shortest report interval the heartbeat grace
+// honours: a node reporting a shorter one is given the grace of this one.
+const MinReportInterval = time.Second
+
+// Grace is the heartbeat grace of a node reporting at interval: 3 x
+// interval, with the interval the node reports clamped to
+// [MinReportInterval, 2 x DefaultInterval] (DefaultInterval when it
+// reports none), so the server's configuration, not the agent, bounds how
+// long a silent node reads fresh. HeartbeatGrace, when set, is the grace.
 func (c Config) Grace(interval time.Duration) time.Duration {
 	if c.HeartbeatGrace > 0 {
 		return c.HeartbeatGrace
@@ -166,7 +175,10 @@ func (c Config) Grace(interval time.Duration) time.Duration {
 	if interval <= 0 {
 		interval = c.DefaultInterval
 	}
-	return 3 * interval
+	if c.DefaultInterval > 0 {
+		interval = min(interval, max(2*c.DefaultInterval, MinReportInterval))
+	}
+	return 3 * max(interval, MinReportInterval)
 }
 
 // NextStale is the earliest instant after now at which one of nodes that

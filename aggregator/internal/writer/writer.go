@@ -116,6 +116,9 @@ type Writer struct {
 	readyOnce     sync.Once
 	// queue is non-nil while Run runs.
 	queue workqueue.TypedRateLimitingInterface[Key]
+	// boundLogged throttles the log of conditions dropped or cut, per
+	// object.
+	boundLogged map[Key]boundLog
 }
 
 type desiredEntry struct {
@@ -160,7 +163,7 @@ func New(cfg Config, client versioned.Interface, m *metrics.Metrics, log *zap.Lo
 	return &Writer{
 		cfg: cfg, client: client, metrics: m, log: log.With(zap.String("component", "writer")), clock: clk,
 		desired: map[Key]desiredEntry{}, written: map[Key]writtenEntry{}, removed: map[Key]bool{},
-		adaptersReady: make(chan struct{}),
+		adaptersReady: make(chan struct{}), boundLogged: map[Key]boundLog{},
 	}, nil
 }
 
@@ -474,7 +477,11 @@ func (w *Writer) write(ctx context.Context, k Key, d desiredEntry, specDone map[
 		specDone[k] = true
 		specMu.Unlock()
 	}
-	if err := w.applyStatus(ctx, statusApply(k.Namespace, d.cs), opts); err != nil {
+	// A condition outside the CRD's bounds is dropped or cut, counted and
+	// logged, instead of the apiserver refusing the whole status.
+	cs, bounded := boundConditions(d.cs)
+	w.countBounded(k, bounded)
+	if err := w.applyStatus(ctx, statusApply(k.Namespace, cs), opts); err != nil {
 		if apierrors.IsNotFound(err) {
 			specMu.Lock()
 			delete(specDone, k)

@@ -1,0 +1,103 @@
+package writer
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/zap/zaptest"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/cozystack/cozy-health/aggregator/internal/metrics"
+	healthv1alpha1 "github.com/cozystack/cozy-health/pkg/apis/health/v1alpha1"
+	"github.com/cozystack/cozy-health/pkg/client/clientset/versioned"
+	"github.com/cozystack/cozy-health/pkg/report"
+	"github.com/cozystack/cozy-health/test/harness"
+)
+
+// TestOutOfBoundsConditionsStillWriteAFreshObject, on a real apiserver
+// with the Health CRD: reports with a reason over 1,024 bytes, a DRBD
+// resource with an empty name and 9,000 check names (badReports) still
+// yield valid, fresh Health objects: the writer drops or cuts the
+// conditions the CRD refuses, counts them, and writes the rest, instead
+// of the apiserver refusing the whole status and the object going stale.
+func TestOutOfBoundsConditionsStillWriteAFreshObject(t *testing.T) {
+	cp := harness.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	const ns = "cozy-system"
+	require.NoError(t, cp.InstallCRDs(ctx))
+	require.NoError(t, cp.EnsureNamespace(ctx, ns))
+	hc, err := versioned.NewForConfig(cp.Config)
+	require.NoError(t, err)
+	reg := prometheus.NewRegistry()
+	m, err := metrics.New(reg, ns)
+	require.NoError(t, err)
+	w, err := New(Config{Namespace: ns, FreshFor: 30 * time.Second, RefreshPeriod: time.Minute, WritesPerSecond: 50, WriteBurst: 10,
+		BackoffBase: 100 * time.Millisecond, BackoffMax: time.Second}, hc, m, zaptest.NewLogger(t), nil)
+	require.NoError(t, err)
+
+	start := time.Now()
+	for _, cs := range compute(badReports(start), start) {
+		w.Update(cs)
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); w.Run(runCtx) }()
+	defer func() { stop(); <-done }()
+
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		for _, comp := range []string{report.ComponentLinstor, report.ComponentDisk} {
+			h, err := hc.HealthV1alpha1().Healths(ns).Get(ctx, comp, metav1.GetOptions{})
+			if !assert.NoError(c, err) || !assert.NotNil(c, h.Status.FreshUntil, "%s has a status", comp) {
+				return
+			}
+			assert.True(c, h.Status.FreshUntil.After(start), comp)
+			assert.LessOrEqual(c, len(h.Status.Conditions), report.MaxConditions, comp)
+		}
+	}, time.Minute, 200*time.Millisecond)
+
+	linstor, err := hc.HealthV1alpha1().Healths(ns).Get(ctx, report.ComponentLinstor, metav1.GetOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, healthv1alpha1.StatusDown, linstor.Status.Overall, "the judgement stands")
+	assert.Equal(t, healthv1alpha1.StatusDown, linstor.Status.Nodes["n1"].Status)
+	var cut bool
+	for _, c := range linstor.Status.Conditions {
+		if c.ResourceRef != nil && c.ResourceRef.Name == "pvc-2" {
+			cut = true
+			assert.Len(t, c.Reason, report.MaxReason)
+		}
+	}
+	assert.True(t, cut, "the condition with the long reason is written, its reason cut")
+	disk, err := hc.HealthV1alpha1().Healths(ns).Get(ctx, report.ComponentDisk, metav1.GetOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, healthv1alpha1.StatusDegraded, disk.Status.Nodes["n2"].Status)
+
+	// Counted per write: at least once each.
+	assert.GreaterOrEqual(t, bounded(t, reg, metrics.BoundResourceRef), 1.0)
+	assert.GreaterOrEqual(t, bounded(t, reg, metrics.BoundReason), 1.0)
+	assert.Positive(t, bounded(t, reg, metrics.BoundMaxItems)+bounded(t, reg, metrics.BoundSize))
+}
+
+// bounded is cozy_health_writer_conditions_bounded_total{reason}.
+func bounded(t *testing.T, reg *prometheus.Registry, reason string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	require.NoError(t, err)
+	for _, mf := range mfs {
+		if mf.GetName() != "cozy_health_writer_conditions_bounded_total" {
+			continue
+		}
+		for _, mm := range mf.GetMetric() {
+			for _, l := range mm.GetLabel() {
+				if l.GetName() == "reason" && l.GetValue() == reason {
+					return mm.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return 0
+}
