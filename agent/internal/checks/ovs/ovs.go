@@ -128,8 +128,11 @@ func (c *Check) Run(ctx context.Context) ([]report.Observation, error) {
 			Message: fmt.Sprintf("ovsdb-server socket %s exists but nothing accepts connections (ovs-ovn crashed or is being replaced): %v", c.cfg.DBSocket, err)}}, nil
 	}
 	var found []finding
+	// The socket's deadline is the share's deadline: its i/o timeout can
+	// fire a moment before dbCtx reports its own expiry.
+	dbTimedOut := dbCtx.Err() != nil || errors.Is(err, os.ErrDeadlineExceeded)
 	switch {
-	case err != nil && dbCtx.Err() != nil && ctx.Err() == nil:
+	case err != nil && dbTimedOut && ctx.Err() == nil:
 		found = append(found, finding{report.StatusUnknown, ReasonOVSDBUnresponsive,
 			fmt.Sprintf("ovsdb-server on %s did not answer in time (frozen or wedged): %v", c.cfg.DBSocket, err)})
 		db = &DB{}
