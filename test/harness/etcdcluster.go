@@ -63,6 +63,9 @@ type EtcdClusterOptions struct {
 	// unless LearnersAsVoters.
 	Voters           int
 	LearnersAsVoters bool
+	// ExtraArgs are added to every member's command line (e.g.
+	// --quota-backend-bytes=16777216).
+	ExtraArgs []string
 	// Logf, when set, is told when the cluster is started again.
 	Logf func(format string, args ...any)
 }
@@ -161,7 +164,7 @@ func startEtcdCluster(ctx context.Context, o EtcdClusterOptions) (*EtcdCluster, 
 		}
 	}
 	for _, m := range c.Members[:o.Voters] {
-		m.args = memberArgs(m, initial, "new")
+		m.args = append(memberArgs(m, initial, "new"), o.ExtraArgs...)
 		if err := c.spawn(m); err != nil {
 			_ = c.Stop()
 			return c, err
@@ -190,7 +193,7 @@ func startEtcdCluster(ctx context.Context, o EtcdClusterOptions) (*EtcdCluster, 
 		}
 	}
 	cancel(nil)
-	if err := c.addMembers(ctx, o.Voters, initial); err != nil {
+	if err := c.addMembers(ctx, o.Voters, initial, o.ExtraArgs); err != nil {
 		_ = c.Stop()
 		return c, err
 	}
@@ -200,7 +203,7 @@ func startEtcdCluster(ctx context.Context, o EtcdClusterOptions) (*EtcdCluster, 
 // addMembers adds the members from index first on, one at a time: each is
 // announced to the cluster (as a learner or a voter), then started with
 // initial-cluster-state=existing.
-func (c *EtcdCluster) addMembers(ctx context.Context, first int, initial []string) error {
+func (c *EtcdCluster) addMembers(ctx context.Context, first int, initial, extra []string) error {
 	if first >= len(c.Members) {
 		return nil
 	}
@@ -236,7 +239,7 @@ func (c *EtcdCluster) addMembers(ctx context.Context, first int, initial []strin
 			return fmt.Errorf("add etcd member %s: %w", m.Name, err)
 		}
 		known = append(known, m.Name+"="+m.PeerURL)
-		m.args = memberArgs(m, known, "existing")
+		m.args = append(memberArgs(m, known, "existing"), extra...)
 		if err := c.spawn(m); err != nil {
 			return err
 		}

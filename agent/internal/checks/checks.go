@@ -16,6 +16,7 @@ import (
 	"github.com/cozystack/cozy-health/agent/internal/checks/drbd"
 	"github.com/cozystack/cozy-health/agent/internal/checks/etcdalarms"
 	"github.com/cozystack/cozy-health/agent/internal/checks/etcdmember"
+	"github.com/cozystack/cozy-health/agent/internal/checks/etcdmetrics"
 	"github.com/cozystack/cozy-health/agent/internal/checks/etcdmembership"
 	"github.com/cozystack/cozy-health/agent/internal/checks/fsynclatency"
 	"github.com/cozystack/cozy-health/agent/internal/checks/fsyncprobe"
@@ -33,6 +34,9 @@ type deps struct {
 	cfg     config.Config
 	talos   *talos.Client
 	linstor *linstor.Client
+	// etcdMetrics is one scrape of etcd's metrics per interval, shared by
+	// etcd-member (the quota) and fsync-latency (the histograms).
+	etcdMetrics *etcdmetrics.Reader
 	devices *regexp.Regexp
 }
 
@@ -41,13 +45,13 @@ type deps struct {
 var table = []func(d deps) check.Check{
 	func(d deps) check.Check { return talosservices.New(d.talos) },
 	func(d deps) check.Check {
-		return etcdmember.New(d.talos, etcdmember.Thresholds{QuotaBytes: d.cfg.Thresholds.EtcdDBQuotaBytes, DegradedRatio: d.cfg.Thresholds.EtcdDBDegradedRatio})
+		return etcdmember.New(d.talos, d.etcdMetrics, etcdmember.Thresholds{QuotaBytes: d.cfg.Thresholds.EtcdDBQuotaBytes, DegradedRatio: d.cfg.Thresholds.EtcdDBDegradedRatio})
 	},
 	func(d deps) check.Check { return etcdmembership.New(d.talos) },
 	func(d deps) check.Check { return etcdalarms.New(d.talos) },
 	func(d deps) check.Check {
 		t := d.cfg.Thresholds
-		return fsynclatency.New(d.cfg.Sources.EtcdMetricsURL, d.talos, fsynclatency.Thresholds{
+		return fsynclatency.New(d.etcdMetrics, d.talos, fsynclatency.Thresholds{
 			WALFsyncDegraded: t.WALFsyncDegraded, WALFsyncDown: t.WALFsyncDown,
 			BackendCommitDegraded: t.BackendCommitDegraded, BackendCommitDown: t.BackendCommitDown,
 		})
@@ -97,7 +101,7 @@ func (s *Set) Close() error {
 
 // Build builds every check in the table from a validated configuration.
 func Build(cfg config.Config, log *zap.Logger) (*Set, error) {
-	d := deps{cfg: cfg}
+	d := deps{cfg: cfg, etcdMetrics: etcdmetrics.New(cfg.Sources.EtcdMetricsURL, etcdmetrics.DefaultShareFor)}
 	var err error
 	if d.devices, err = regexp.Compile(cfg.Sources.DiskstatsDevices); err != nil {
 		return nil, fmt.Errorf("compile --diskstats-devices: %w", err)

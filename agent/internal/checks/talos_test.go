@@ -2,6 +2,7 @@ package checks_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -15,6 +16,7 @@ import (
 	"github.com/cozystack/cozy-health/agent/internal/check"
 	"github.com/cozystack/cozy-health/agent/internal/checks/etcdalarms"
 	"github.com/cozystack/cozy-health/agent/internal/checks/etcdmember"
+	"github.com/cozystack/cozy-health/agent/internal/checks/etcdmetrics"
 	"github.com/cozystack/cozy-health/agent/internal/checks/etcdmembership"
 	"github.com/cozystack/cozy-health/agent/internal/checks/talosservices"
 	"github.com/cozystack/cozy-health/agent/internal/runner"
@@ -77,7 +79,7 @@ func TestTalosChecksAgainstRealEtcd(t *testing.T) {
 	// All healthy: every member Healthy, exactly one leader, 3 voters.
 	leaders := 0
 	for i, n := range nodes {
-		obs, err := runCheck(t, etcdmember.New(n.client, thresholds()))
+		obs, err := runCheck(t, etcdmember.New(n.client, nil, thresholds()))
 		require.NoError(t, err, "node %d", i)
 		require.Len(t, obs, 1)
 		assert.Equal(t, report.StatusHealthy, obs[0].Status, "node %d: %s %s", i, obs[0].Reason, obs[0].Message)
@@ -109,7 +111,7 @@ func TestTalosChecksAgainstRealEtcd(t *testing.T) {
 	require.NoError(t, cluster.StopMember(1))
 	// Answers are shared for up to a second between the checks of one interval.
 	require.Eventually(t, func() bool {
-		obs, err := runCheck(t, etcdmember.New(nodes[1].client, thresholds()))
+		obs, err := runCheck(t, etcdmember.New(nodes[1].client, nil, thresholds()))
 		return err == nil && obs[0].Status == report.StatusDown && obs[0].Reason == "EtcdServiceNotRunning"
 	}, 20*time.Second, 200*time.Millisecond, "node 1 sees its member stopped")
 	// The etcd fault is etcd's (above), not the node's: kubelet and cri run.
@@ -118,14 +120,14 @@ func TestTalosChecksAgainstRealEtcd(t *testing.T) {
 	assert.Equal(t, report.StatusHealthy, obs[0].Status, obs[0].Message)
 	assert.NotContains(t, obs[0].Message, "etcd")
 	require.Eventually(t, func() bool {
-		obs, err := runCheck(t, etcdmember.New(nodes[0].client, thresholds()))
+		obs, err := runCheck(t, etcdmember.New(nodes[0].client, nil, thresholds()))
 		return err == nil && obs[0].Status == report.StatusHealthy
 	}, 30*time.Second, 200*time.Millisecond, "node 0 keeps quorum with 2 of 3")
 
 	// Stop member 2 too: node 0's member is alone, loses its leader.
 	require.NoError(t, cluster.StopMember(2))
 	require.Eventually(t, func() bool {
-		obs, err := runCheck(t, etcdmember.New(nodes[0].client, thresholds()))
+		obs, err := runCheck(t, etcdmember.New(nodes[0].client, nil, thresholds()))
 		if err != nil {
 			return false
 		}
@@ -141,7 +143,7 @@ func TestTalosChecksAgainstRealEtcd(t *testing.T) {
 	require.NoError(t, cluster.StartMember(ctx, 1))
 	require.NoError(t, cluster.StartMember(ctx, 2))
 	require.Eventually(t, func() bool {
-		obs, err := runCheck(t, etcdmember.New(nodes[2].client, thresholds()))
+		obs, err := runCheck(t, etcdmember.New(nodes[2].client, nil, thresholds()))
 		return err == nil && obs[0].Status == report.StatusHealthy
 	}, 30*time.Second, 200*time.Millisecond)
 }
@@ -180,7 +182,7 @@ func TestTalosconfigReload(t *testing.T) {
 	// every node runs, reads Unknown and says what to mount; the etcd checks
 	// cannot tell a control-plane node from a worker and stay out.
 	require.NoError(t, os.Remove(n.config))
-	_, err = runCheck(t, etcdmember.New(n.client, thresholds()))
+	_, err = runCheck(t, etcdmember.New(n.client, nil, thresholds()))
 	require.ErrorIs(t, err, check.ErrNotApplicable)
 	_, err = runCheck(t, talosservices.New(n.client))
 	var ie *check.InputError
@@ -213,14 +215,14 @@ func TestTalosWorkerAndHang(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = c.Close() })
 
-	_, err = runCheck(t, etcdmember.New(c, thresholds()))
+	_, err = runCheck(t, etcdmember.New(c, nil, thresholds()))
 	require.ErrorIs(t, err, check.ErrNotApplicable)
 	_, err = runCheck(t, etcdmembership.New(c))
 	require.ErrorIs(t, err, check.ErrNotApplicable)
 
 	reg := prometheus.NewRegistry()
 	r, err := runner.New(runner.Config{NodeName: "worker-1", Interval: 5 * time.Second, CheckDeadline: 500 * time.Millisecond, Concurrency: 4},
-		[]check.Check{talosservices.New(c), etcdmember.New(c, thresholds())}, reg, zaptest.NewLogger(t))
+		[]check.Check{talosservices.New(c), etcdmember.New(c, nil, thresholds())}, reg, zaptest.NewLogger(t))
 	require.NoError(t, err)
 	rep := r.Collect(context.Background(), 5*time.Second)
 	require.Len(t, rep.Observations, 1, "etcd-member is not applicable on a worker")
@@ -259,7 +261,7 @@ func TestTalosChecksOnALearner(t *testing.T) {
 	var last string
 	defer func() { t.Logf("learner, last seen: %s", last) }()
 	require.Eventually(t, func() bool {
-		obs, err := runCheck(t, etcdmember.New(learner.client, thresholds()))
+		obs, err := runCheck(t, etcdmember.New(learner.client, nil, thresholds()))
 		if err != nil {
 			last = err.Error()
 			return false
@@ -268,7 +270,7 @@ func TestTalosChecksOnALearner(t *testing.T) {
 		return obs[0].Status == report.StatusHealthy
 	}, 30*time.Second, 200*time.Millisecond, "the learner catches up and is Healthy")
 	t.Logf("learner: %s", last)
-	obs, err := runCheck(t, etcdmember.New(learner.client, thresholds()))
+	obs, err := runCheck(t, etcdmember.New(learner.client, nil, thresholds()))
 	require.NoError(t, err)
 	assert.Equal(t, 1.0, obs[0].Attributes[report.AttrIsLearner])
 	assert.Equal(t, "MemberLearner", obs[0].Reason)
@@ -283,4 +285,62 @@ func TestTalosChecksOnALearner(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, 2.0, obs[0].Attributes[report.AttrVotingMembers])
 	assert.Equal(t, 1.0, obs[0].Attributes[report.AttrLearnerMembers])
+}
+
+// TestEtcdMemberQuotaFromRealEtcd: the quota is the real member's own
+// etcd_server_quota_backend_bytes (here --quota-backend-bytes=16 MiB), not
+// the configured 2 GiB; filling the member with real writes past 80 % of it
+// makes the member Degraded (DBSizeNearQuota), never Down, and the
+// observation says the quota came from etcd.
+func TestEtcdMemberQuotaFromRealEtcd(t *testing.T) {
+	harness.SkipShort(t)
+	const quota = 16 << 20
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cluster, err := harness.StartEtcdCluster(ctx, harness.EtcdClusterOptions{Dir: t.TempDir(), Members: 1,
+		ExtraArgs: []string{fmt.Sprintf("--quota-backend-bytes=%d", quota)}})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = cluster.Stop() })
+	pki, err := talossrc.NewPKI([]string{"127.0.0.1"}, []string{"os:reader"}, time.Hour)
+	require.NoError(t, err)
+	n := startTalosNodes(t, cluster, pki)[0]
+	m := cluster.Members[0]
+	c := etcdmember.New(n.client, etcdmetrics.New(m.MetricsURL, 0), thresholds())
+
+	obs, err := runCheck(t, c)
+	require.NoError(t, err)
+	require.Len(t, obs, 1)
+	assert.Equal(t, report.StatusHealthy, obs[0].Status, obs[0].Message)
+	assert.Equal(t, float64(quota), obs[0].Attributes[report.AttrDBQuotaBytes], "etcd's own quota, not the configured 2 GiB")
+	assert.Equal(t, 1.0, obs[0].Attributes[report.AttrDBQuotaFromEtcd])
+	assert.Contains(t, obs[0].Message, "etcd_server_quota_backend_bytes")
+
+	size, err := harness.EtcdFill(ctx, []string{m.ClientURL}, quota*85/100)
+	require.NoError(t, err)
+	t.Logf("filled the member to %d bytes (%.0f%% of %d)", size, 100*float64(size)/quota, quota)
+	obs, err = runCheck(t, c)
+	require.NoError(t, err)
+	assert.Equal(t, report.StatusDegraded, obs[0].Status, obs[0].Message)
+	assert.Equal(t, "DBSizeNearQuota", obs[0].Reason)
+	assert.Contains(t, obs[0].Message, "etcd_server_quota_backend_bytes")
+	// What etcd itself says: no alarm, writes still accepted.
+	obs, err = runCheck(t, etcdalarms.New(n.client))
+	require.NoError(t, err)
+	assert.Equal(t, "NoAlarms", obs[0].Reason)
+
+	// The same facts with etcd's metrics unreadable: the configured quota,
+	// said so.
+	obs, err = runCheck(t, etcdmember.New(n.client, etcdmetrics.New("http://127.0.0.1:1/metrics", 0), thresholds()))
+	require.NoError(t, err)
+	assert.Equal(t, report.StatusHealthy, obs[0].Status, "13.6 MiB of the configured 2 GiB")
+	assert.Equal(t, float64(2<<30), obs[0].Attributes[report.AttrDBQuotaBytes])
+	assert.Equal(t, 0.0, obs[0].Attributes[report.AttrDBQuotaFromEtcd])
+	assert.Contains(t, obs[0].Message, "configured --etcd-db-quota-bytes")
+
+	sizes, err := harness.EtcdShrink(ctx, []string{m.ClientURL})
+	require.NoError(t, err)
+	t.Logf("after delete, compaction and defragmentation: %v bytes", sizes)
+	obs, err = runCheck(t, c)
+	require.NoError(t, err)
+	assert.Equal(t, report.StatusHealthy, obs[0].Status, obs[0].Message)
 }
