@@ -22,7 +22,9 @@ import (
 	"strings"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/cozystack/cozy-health/pkg/client/clientset/versioned"
@@ -108,10 +110,13 @@ type Aggregator struct {
 
 // State is lab.json: where everything is.
 type State struct {
-	Dir           string       `json:"dir"`
-	Detached      bool         `json:"detached"`
-	Kubeconfig    string       `json:"kubeconfig"`
-	Kubectl       string       `json:"kubectl"`
+	Dir        string `json:"dir"`
+	Detached   bool   `json:"detached"`
+	Kubeconfig string `json:"kubeconfig"`
+	Kubectl    string `json:"kubectl"`
+	// APIServerURL is the lab apiserver's https URL (the agents read their
+	// own Node there).
+	APIServerURL  string       `json:"apiserverURL"`
 	CAFile        string       `json:"caFile"`
 	ControlSocket string       `json:"controlSocket"`
 	APIServerPid  int          `json:"apiserverPid"`
@@ -251,6 +256,7 @@ func Up(ctx context.Context, o Options) (l *Lab, err error) {
 		return nil, err
 	}
 	s.Kubectl = cp.Binary("kubectl")
+	s.APIServerURL = cp.APIServerURL
 	if err := s.save(); err != nil {
 		return nil, err
 	}
@@ -312,6 +318,9 @@ func Up(ctx context.Context, o Options) (l *Lab, err error) {
 		}
 		if err := os.WriteFile(n.TokenFile, []byte(tok), 0o600); err != nil {
 			return nil, fmt.Errorf("lab: write token: %w", err)
+		}
+		if err := l.nodeRole(ctx, chart, n.Name, pod); err != nil {
+			return nil, err
 		}
 	}
 
@@ -597,4 +606,41 @@ func freshMultiple(interval, lease time.Duration) int {
 		m = 3
 	}
 	return m
+}
+
+// nodeRole makes node a control-plane Node (every lab node hosts an etcd
+// member) and gives its agent what the chart's kube-api-access volume
+// holds: a token of the agent's ServiceAccount for the API server and the
+// apiserver's CA; the chart's agent ClusterRole lets it get Nodes.
+func (l *Lab) nodeRole(ctx context.Context, chart *chartRelease, node, pod string) error {
+	cs := l.cp.Clientset()
+	patch := []byte(`{"metadata":{"labels":{"node-role.kubernetes.io/control-plane":""}}}`)
+	if _, err := cs.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		return fmt.Errorf("lab: label Node %s control-plane: %w", node, err)
+	}
+	if chart.agentRole != nil {
+		if _, err := cs.RbacV1().ClusterRoles().Create(ctx, chart.agentRole, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("lab: the chart's agent ClusterRole: %w", err)
+		}
+	}
+	if chart.agentRoleBinding != nil {
+		if _, err := cs.RbacV1().ClusterRoleBindings().Create(ctx, chart.agentRoleBinding, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("lab: the chart's agent ClusterRoleBinding: %w", err)
+		}
+	}
+	tok, err := l.cp.PodBoundToken(ctx, AgentNamespace, AgentServiceAccount, pod, nil, 48*time.Hour)
+	if err != nil {
+		return err
+	}
+	dir := filepath.Join(l.State.Dir, "nodes", node, "kube-api")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("lab: %w", err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "token"), []byte(tok), 0o600); err != nil {
+		return fmt.Errorf("lab: write token: %w", err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "ca.crt"), l.cp.Config.CAData, 0o600); err != nil {
+		return fmt.Errorf("lab: write CA: %w", err)
+	}
+	return nil
 }

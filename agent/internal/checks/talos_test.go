@@ -16,13 +16,16 @@ import (
 	"github.com/cozystack/cozy-health/agent/internal/check"
 	"github.com/cozystack/cozy-health/agent/internal/checks/etcdalarms"
 	"github.com/cozystack/cozy-health/agent/internal/checks/etcdmember"
-	"github.com/cozystack/cozy-health/agent/internal/checks/etcdmetrics"
 	"github.com/cozystack/cozy-health/agent/internal/checks/etcdmembership"
+	"github.com/cozystack/cozy-health/agent/internal/checks/etcdmetrics"
+	"github.com/cozystack/cozy-health/agent/internal/checks/fsynclatency"
 	"github.com/cozystack/cozy-health/agent/internal/checks/talosservices"
+	"github.com/cozystack/cozy-health/agent/internal/noderole"
 	"github.com/cozystack/cozy-health/agent/internal/runner"
 	"github.com/cozystack/cozy-health/pkg/report"
 	"github.com/cozystack/cozy-health/talos"
 	"github.com/cozystack/cozy-health/test/harness"
+	"github.com/cozystack/cozy-health/test/sources/kubeapi"
 	talossrc "github.com/cozystack/cozy-health/test/sources/talos"
 )
 
@@ -179,13 +182,17 @@ func TestTalosconfigReload(t *testing.T) {
 	assert.Equal(t, report.StatusHealthy, obs[0].Status)
 
 	// The talosconfig gone (its Secret unmounted): talos-services, which
-	// every node runs, reads Unknown and says what to mount; the etcd checks
-	// cannot tell a control-plane node from a worker and stay out.
+	// every node runs, reads Unknown and says what to mount; the etcd checks,
+	// with no way to tell a control-plane node from a worker, read Unknown
+	// naming the missing access (never "not applicable": that would make
+	// draining this node safe without evidence).
 	require.NoError(t, os.Remove(n.config))
 	_, err = runCheck(t, etcdmember.New(n.client, nil, thresholds()))
-	require.ErrorIs(t, err, check.ErrNotApplicable)
-	_, err = runCheck(t, talosservices.New(n.client))
 	var ie *check.InputError
+	require.ErrorAs(t, err, &ie)
+	assert.Equal(t, talosservices.ReasonTalosAPIAccessMissing, ie.Reason)
+	assert.Contains(t, ie.Message, "no talosconfig at "+n.config)
+	_, err = runCheck(t, talosservices.New(n.client))
 	require.ErrorAs(t, err, &ie)
 	assert.Equal(t, report.ReasonInputMissing, ie.Reason)
 	assert.Equal(t, "talosconfig "+n.config+" not found: "+talosservices.InputFix, ie.Message)
@@ -343,4 +350,121 @@ func TestEtcdMemberQuotaFromRealEtcd(t *testing.T) {
 	obs, err = runCheck(t, c)
 	require.NoError(t, err)
 	assert.Equal(t, report.StatusHealthy, obs[0].Status, obs[0].Message)
+}
+
+// TestEtcdChecksWithoutTalosAccess: without usable Talos access (no
+// talosconfig, a broken one, a certificate Talos refuses) the etcd checks
+// are not applicable only on a node its Node object says is not a
+// control-plane node; on a control-plane node, or one whose role cannot be
+// read, they read Unknown (TalosAPIAccessMissing) naming what is missing.
+func TestEtcdChecksWithoutTalosAccess(t *testing.T) {
+	dir := t.TempDir()
+	api, err := kubeapi.Start(dir)
+	require.NoError(t, err)
+	t.Cleanup(api.Close)
+	api.SetNode("cp-1", map[string]string{noderole.ControlPlaneLabel: ""})
+	api.SetNode("worker-1", map[string]string{"node-role.kubernetes.io/worker": ""})
+	tok := filepath.Join(dir, "token")
+	require.NoError(t, kubeapi.WriteToken(tok))
+	roles := func(node string) *noderole.Reader {
+		r, err := noderole.New(noderole.Config{Server: api.URL, TokenFile: tok, CAFile: api.CAFile, NodeName: node})
+		require.NoError(t, err)
+		return r
+	}
+	etcdChecks := func(c *talos.Client, r *noderole.Reader) []check.Check {
+		return []check.Check{
+			etcdmember.New(c, nil, thresholds()).WithRoles(r),
+			etcdmembership.New(c).WithRoles(r),
+			etcdalarms.New(c).WithRoles(r),
+			// Nothing answers at the metrics URL either (port 1).
+			fsynclatency.New(etcdmetrics.New("http://127.0.0.1:1/metrics", 0), c, fsynclatency.Thresholds{
+				WALFsyncDegraded: time.Second, WALFsyncDown: time.Second, BackendCommitDegraded: time.Second, BackendCommitDown: time.Second}).WithRoles(r),
+		}
+	}
+	missing := filepath.Join(dir, "talos.dev", "config")
+	noConfig, err := talos.New(talos.Config{ConfigFile: missing}, zaptest.NewLogger(t))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = noConfig.Close() })
+
+	unknown := func(t *testing.T, c check.Check, want ...string) {
+		t.Helper()
+		_, err := runCheck(t, c)
+		var ie *check.InputError
+		require.ErrorAs(t, err, &ie, "%s: %v", c.Name(), err)
+		assert.Equal(t, talosservices.ReasonTalosAPIAccessMissing, ie.Reason, c.Name())
+		assert.Contains(t, ie.Message, "talos/manifests/talos-api-access-patch.yaml", c.Name())
+		for _, w := range want {
+			assert.Contains(t, ie.Message, w, c.Name())
+		}
+		assert.LessOrEqual(t, len(ie.Message), 512, c.Name())
+	}
+	t.Run("no talosconfig on a control-plane node: Unknown", func(t *testing.T) {
+		for _, c := range etcdChecks(noConfig, roles("cp-1")) {
+			unknown(t, c, "no talosconfig at "+missing, "control-plane node")
+		}
+	})
+	t.Run("no talosconfig on a worker: not applicable", func(t *testing.T) {
+		for _, c := range etcdChecks(noConfig, roles("worker-1")) {
+			_, err := runCheck(t, c)
+			require.ErrorIs(t, err, check.ErrNotApplicable, c.Name())
+			assert.ErrorContains(t, err, "not a control-plane node")
+		}
+	})
+	t.Run("no talosconfig and the role unreadable: Unknown", func(t *testing.T) {
+		for _, r := range []*noderole.Reader{nil, roles("not-a-node")} {
+			for _, c := range etcdChecks(noConfig, r) {
+				unknown(t, c, "no talosconfig at "+missing, "whether this node runs an etcd member is unknown")
+			}
+		}
+	})
+	t.Run("a broken talosconfig on a control-plane node: Unknown", func(t *testing.T) {
+		require.NoError(t, os.MkdirAll(filepath.Dir(missing), 0o700))
+		require.NoError(t, os.WriteFile(missing, []byte("context: [\n"), 0o600))
+		defer os.Remove(missing)
+		unknown(t, etcdmember.New(noConfig, nil, thresholds()).WithRoles(roles("cp-1")), "talosconfig "+missing+" unusable")
+	})
+	t.Run("Talos refuses the certificate on a control-plane node: Unknown", func(t *testing.T) {
+		pki, err := talossrc.NewPKI([]string{"127.0.0.1"}, []string{"os:reader"}, time.Hour)
+		require.NoError(t, err)
+		srv, err := talossrc.New(talossrc.Config{Hostname: "cp-1", TLS: pki.ServerTLS()})
+		require.NoError(t, err)
+		addr, err := srv.Listen("127.0.0.1:0")
+		require.NoError(t, err)
+		t.Cleanup(srv.Stop)
+		crt, key, err := pki.IssueClient([]string{"os:nothing"}, time.Hour)
+		require.NoError(t, err)
+		b, err := pki.Talosconfig([]string{addr}, crt, key)
+		require.NoError(t, err)
+		cfg := filepath.Join(t.TempDir(), "talosconfig")
+		require.NoError(t, os.WriteFile(cfg, b, 0o600))
+		c, err := talos.New(talos.Config{ConfigFile: cfg}, zaptest.NewLogger(t))
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = c.Close() })
+		unknown(t, etcdmember.New(c, nil, thresholds()).WithRoles(roles("cp-1")), "the Talos API refuses the agent's credentials")
+		_, err = runCheck(t, etcdmember.New(c, nil, thresholds()).WithRoles(roles("worker-1")))
+		require.ErrorIs(t, err, check.ErrNotApplicable)
+	})
+	t.Run("Talos checks disabled: Unknown only on a known control-plane node", func(t *testing.T) {
+		_, err := runCheck(t, etcdmember.New(nil, nil, thresholds()).WithRoles(roles("cp-1")))
+		var ie *check.InputError
+		require.ErrorAs(t, err, &ie)
+		assert.Contains(t, ie.Message, "--talosconfig empty")
+		_, err = runCheck(t, etcdmember.New(nil, nil, thresholds()).WithRoles(roles("worker-1")))
+		require.ErrorIs(t, err, check.ErrNotApplicable)
+		_, err = runCheck(t, etcdmember.New(nil, nil, thresholds()))
+		require.ErrorIs(t, err, check.ErrNotApplicable)
+	})
+	t.Run("through the runner: an etcd-member observation, Unknown, pinned to the node", func(t *testing.T) {
+		reg := prometheus.NewRegistry()
+		r, err := runner.New(runner.Config{NodeName: "cp-1", Interval: 5 * time.Second, CheckDeadline: time.Second, Concurrency: 4},
+			etcdChecks(noConfig, roles("cp-1"))[:1], reg, zaptest.NewLogger(t))
+		require.NoError(t, err)
+		rep := r.Collect(context.Background(), 5*time.Second)
+		require.Len(t, rep.Observations, 1)
+		o := rep.Observations[0]
+		assert.Equal(t, report.CheckEtcdMember, o.Check)
+		assert.Equal(t, report.StatusUnknown, o.Status)
+		assert.Equal(t, talosservices.ReasonTalosAPIAccessMissing, o.Reason)
+		t.Logf("%s %s: %s", o.Status, o.Reason, o.Message)
+	})
 }

@@ -36,6 +36,7 @@ import (
 	"github.com/cozystack/cozy-health/agent/internal/check"
 	"github.com/cozystack/cozy-health/agent/internal/checks/etcdmetrics"
 	"github.com/cozystack/cozy-health/agent/internal/checks/talosservices"
+	"github.com/cozystack/cozy-health/agent/internal/noderole"
 	"github.com/cozystack/cozy-health/pkg/report"
 	"github.com/cozystack/cozy-health/talos"
 )
@@ -70,6 +71,7 @@ func ConfiguredQuota(bytes int64, why string) Quota {
 type Check struct {
 	talos   *talos.Client
 	metrics *etcdmetrics.Reader
+	roles   *noderole.Reader
 	th      Thresholds
 }
 
@@ -104,6 +106,13 @@ func ReadQuota(ctx context.Context, m *etcdmetrics.Reader, configured int64) Quo
 	return Quota{Bytes: q, FromEtcd: true, Source: etcdmetrics.QuotaMetric}
 }
 
+// WithRoles sets where the node's role is read when the Talos API cannot
+// be asked (see talosservices.RequireEtcd); nil knows nothing.
+func (c *Check) WithRoles(r *noderole.Reader) *Check {
+	c.roles = r
+	return c
+}
+
 // Name implements check.Check.
 func (*Check) Name() string { return report.CheckEtcdMember }
 
@@ -112,7 +121,7 @@ func (*Check) Component() string { return report.ComponentEtcd }
 
 // Run implements check.Check.
 func (c *Check) Run(ctx context.Context) ([]report.Observation, error) {
-	svc, err := talosservices.RequireEtcd(ctx, c.talos)
+	svc, err := talosservices.RequireEtcd(ctx, c.talos, c.roles)
 	if err != nil {
 		return nil, err
 	}

@@ -27,6 +27,7 @@ import (
 	"github.com/cozystack/cozy-health/agent/internal/checks/etcdmetrics"
 	"github.com/cozystack/cozy-health/agent/internal/checks/httpsource"
 	"github.com/cozystack/cozy-health/agent/internal/checks/talosservices"
+	"github.com/cozystack/cozy-health/agent/internal/noderole"
 	"github.com/cozystack/cozy-health/pkg/report"
 	"github.com/cozystack/cozy-health/talos"
 )
@@ -66,6 +67,8 @@ type Check struct {
 	// talos tells whether etcd runs here when the metrics URL is silent;
 	// nil when no talosconfig is configured.
 	talos *talos.Client
+	// roles tells a control-plane node when Talos cannot be asked.
+	roles *noderole.Reader
 
 	// mu guards prev, the buckets of the previous scrape by metric name.
 	mu   sync.Mutex
@@ -79,6 +82,13 @@ var _ check.Check = (*Check)(nil)
 // when nothing answers at m's URL.
 func New(m *etcdmetrics.Reader, tc *talos.Client, th Thresholds) *Check {
 	return &Check{metrics: m, url: m.URL(), th: th, talos: tc, prev: map[string]Histogram{}}
+}
+
+// WithRoles sets where the node's role is read when the Talos API cannot
+// be asked (see talosservices.RequireEtcd); nil knows nothing.
+func (c *Check) WithRoles(r *noderole.Reader) *Check {
+	c.roles = r
+	return c
 }
 
 // Name implements check.Check.
@@ -114,7 +124,7 @@ func (c *Check) Run(ctx context.Context) ([]report.Observation, error) {
 // absent judges a metrics URL where nothing listens: not applicable where
 // Talos says there is no etcd, Unknown where etcd runs.
 func (c *Check) absent(ctx context.Context, cause error) ([]report.Observation, error) {
-	svc, err := talosservices.RequireEtcd(ctx, c.talos)
+	svc, err := talosservices.RequireEtcd(ctx, c.talos, c.roles)
 	if errors.Is(err, check.ErrNotApplicable) {
 		return nil, check.NotApplicable(fmt.Sprintf("no etcd metrics at %s (%v) and %v", c.url, cause, err))
 	}
