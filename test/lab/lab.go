@@ -63,9 +63,17 @@ type Options struct {
 	Interval time.Duration
 	// LeaseDuration of the aggregators' Lease (default 6s).
 	LeaseDuration time.Duration
+	// EtcdQuotaBytes is the observed etcd's --quota-backend-bytes (default
+	// DefaultEtcdQuotaBytes): small, so that etcd-db-near-quota fills it with
+	// real writes in seconds. The agents read it from etcd's own metrics;
+	// the chart's 2 GiB is only their fallback.
+	EtcdQuotaBytes int64
 	// Log receives progress lines.
 	Log func(format string, args ...any)
 }
+
+// DefaultEtcdQuotaBytes is the lab etcd's quota (32 MiB).
+const DefaultEtcdQuotaBytes = 32 << 20
 
 // Node is one simulated node as lab.json records it.
 type Node struct {
@@ -196,6 +204,9 @@ func (o *Options) defaults() error {
 	if o.LeaseDuration == 0 {
 		o.LeaseDuration = 6 * time.Second
 	}
+	if o.EtcdQuotaBytes == 0 {
+		o.EtcdQuotaBytes = DefaultEtcdQuotaBytes
+	}
 	if o.BinDir == "" {
 		o.BinDir = os.Getenv("COZY_HEALTH_BIN")
 	}
@@ -284,10 +295,11 @@ func Up(ctx context.Context, o Options) (l *Lab, err error) {
 	for i := range names {
 		names[i] = "node-" + strconv.Itoa(i+1)
 	}
-	o.Log("starting the management etcd under observation: %d members (%d voting)", o.Nodes, o.Voters)
+	o.Log("starting the management etcd under observation: %d members (%d voting), quota %d bytes", o.Nodes, o.Voters, o.EtcdQuotaBytes)
 	cluster, err := harness.StartEtcdCluster(ctx, harness.EtcdClusterOptions{
 		Dir: filepath.Join(o.Dir, "etcd"), Names: names, Voters: o.Voters,
 		LearnersAsVoters: o.LearnersAsVoters, Detach: o.Detach, Logf: o.Log,
+		ExtraArgs: []string{"--quota-backend-bytes=" + strconv.FormatInt(o.EtcdQuotaBytes, 10)},
 	})
 	if err != nil {
 		return nil, err
