@@ -43,6 +43,7 @@ type EtcdCluster struct {
 
 	bin    string
 	detach bool
+	extra  []string // ExtraArgs
 	mu     sync.Mutex // guards the members' proc fields
 }
 
@@ -137,7 +138,7 @@ func startEtcdCluster(ctx context.Context, o EtcdClusterOptions) (*EtcdCluster, 
 	if err := os.MkdirAll(o.Dir, 0o700); err != nil {
 		return nil, fmt.Errorf("create %s: %w", o.Dir, err)
 	}
-	c := &EtcdCluster{Dir: o.Dir, bin: filepath.Join(bin, "etcd"), detach: o.Detach}
+	c := &EtcdCluster{Dir: o.Dir, bin: filepath.Join(bin, "etcd"), detach: o.Detach, extra: o.ExtraArgs}
 	var initial []string
 	for i := range o.Members {
 		var ports [3]int

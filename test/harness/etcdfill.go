@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"os"
+	"strings"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -98,4 +100,134 @@ func EtcdDisarmAll(ctx context.Context, c *clientv3.Client) error {
 		}
 	}
 	return nil
+}
+
+// clientVia is a client of every running member but skip.
+func (c *EtcdCluster) clientVia(skip int) (*clientv3.Client, error) {
+	var eps []string
+	for j, m := range c.Members {
+		if j != skip && c.Pid(j) != 0 {
+			eps = append(eps, m.ClientURL)
+		}
+	}
+	if len(eps) == 0 {
+		return nil, fmt.Errorf("no running etcd member besides %d", skip)
+	}
+	return etcdClient(eps)
+}
+
+// MemberID is member i's ID as the cluster lists it (0 when not listed).
+func (c *EtcdCluster) MemberID(ctx context.Context, i int) (uint64, error) {
+	cli, err := c.clientVia(-1)
+	if err != nil {
+		return 0, err
+	}
+	defer cli.Close()
+	resp, err := cli.MemberList(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("etcd member list: %w", err)
+	}
+	for _, m := range resp.Members {
+		for _, u := range m.PeerURLs {
+			if u == c.Members[i].PeerURL {
+				return m.ID, nil
+			}
+		}
+	}
+	return 0, nil
+}
+
+// PromoteMember promotes learner i to a voting member (etcdctl member
+// promote), retrying while etcd says the learner has not caught up.
+func (c *EtcdCluster) PromoteMember(ctx context.Context, i int) error {
+	id, err := c.MemberID(ctx, i)
+	if err != nil {
+		return err
+	}
+	cli, err := c.clientVia(-1)
+	if err != nil {
+		return err
+	}
+	defer cli.Close()
+	for {
+		_, err = cli.MemberPromote(ctx, id)
+		if err == nil {
+			c.mu.Lock()
+			c.Members[i].Learner = false
+			c.mu.Unlock()
+			return nil
+		}
+		if !strings.Contains(err.Error(), "not in sync") && !strings.Contains(err.Error(), "not ready") {
+			return fmt.Errorf("etcd member promote %s: %w", c.Members[i].Name, err)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("etcd member promote %s: %w (last: %w)", c.Members[i].Name, ctx.Err(), err)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// RemoveMember removes member i from the cluster (etcdctl member remove)
+// through the others; the removed member's process exits on its own (etcd
+// stops a member it learns was removed), or is stopped after 10 s. Its data
+// directory is deleted: it cannot rejoin with it.
+func (c *EtcdCluster) RemoveMember(ctx context.Context, i int) error {
+	id, err := c.MemberID(ctx, i)
+	if err != nil {
+		return err
+	}
+	cli, err := c.clientVia(i)
+	if err != nil {
+		return err
+	}
+	defer cli.Close()
+	if _, err := cli.MemberRemove(ctx, id); err != nil {
+		return fmt.Errorf("etcd member remove %s: %w", c.Members[i].Name, err)
+	}
+	c.mu.Lock()
+	p := c.Members[i].proc
+	c.Members[i].proc = nil
+	c.mu.Unlock()
+	if p != nil {
+		select {
+		case <-p.done:
+		case <-time.After(10 * time.Second):
+			_ = p.stop()
+		}
+	}
+	return os.RemoveAll(c.Members[i].DataDir)
+}
+
+// ReAddMember adds removed member i back (etcdctl member add) as a voting
+// member with an empty data directory, starts it with
+// initial-cluster-state=existing and waits until it is healthy.
+func (c *EtcdCluster) ReAddMember(ctx context.Context, i int) error {
+	m := c.Members[i]
+	cli, err := c.clientVia(i)
+	if err != nil {
+		return err
+	}
+	defer cli.Close()
+	resp, err := cli.MemberAdd(ctx, []string{m.PeerURL})
+	if err != nil {
+		return fmt.Errorf("etcd member add %s: %w", m.Name, err)
+	}
+	var initial []string
+	for _, mm := range resp.Members {
+		name := mm.Name
+		if mm.ID == resp.Member.ID {
+			name = m.Name
+		}
+		for _, u := range mm.PeerURLs {
+			initial = append(initial, name+"="+u)
+		}
+	}
+	extra := c.extra
+	m.args = append(memberArgs(m, initial, "existing"), extra...)
+	m.Learner = false
+	if err := c.spawn(m); err != nil {
+		return err
+	}
+	return c.WaitHealthy(ctx, i)
 }
