@@ -17,6 +17,15 @@ if [[ -x "${dir}/promtool" ]]; then
 	exit 0
 fi
 
+# Another process building the same key is waited for (flock), never raced.
+mkdir -p "$(dirname "${dir}")"
+exec 9>"${dir}.lock"
+flock 9
+if [[ -x "${dir}/promtool" ]]; then
+	echo "${dir}/promtool"
+	exit 0
+fi
+
 tmp="${dir}.tmp.$$"
 mkdir -p "${tmp}"
 trap 'rm -rf "${tmp}"' EXIT

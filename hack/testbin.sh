@@ -15,6 +15,15 @@ if [[ -x "${dir}/kube-apiserver" && -x "${dir}/kubectl" && -x "${dir}/etcd" ]]; 
 	exit 0
 fi
 
+# Another process building the same key is waited for (flock), never raced.
+mkdir -p "$(dirname "${dir}")"
+exec 9>"${dir}.lock"
+flock 9
+if [[ -x "${dir}/kube-apiserver" && -x "${dir}/kubectl" && -x "${dir}/etcd" ]]; then
+	echo "${dir}"
+	exit 0
+fi
+
 tmp="${dir}.tmp.$$"
 mkdir -p "${tmp}"
 trap 'rm -rf "${tmp}"' EXIT

@@ -97,7 +97,8 @@ func ReadQuota(ctx context.Context, m *etcdmetrics.Reader, configured int64) Quo
 	}
 	fams, err := m.Read(ctx)
 	if err != nil {
-		return ConfiguredQuota(configured, fmt.Sprintf("etcd's metrics unreadable (%v)", err))
+		// The fsync-latency observation carries the error in full.
+		return ConfiguredQuota(configured, "etcd's metrics at "+m.URL()+" unreadable")
 	}
 	q, ok, why := etcdmetrics.Quota(fams)
 	if !ok {

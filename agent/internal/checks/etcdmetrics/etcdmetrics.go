@@ -73,8 +73,13 @@ func New(url string, shareFor time.Duration) *Reader {
 	return &Reader{url: url, client: &http.Client{}, shareFor: shareFor}
 }
 
-// URL is the scraped URL.
-func (r *Reader) URL() string { return r.url }
+// URL is the scraped URL ("" for a nil Reader).
+func (r *Reader) URL() string {
+	if r == nil {
+		return ""
+	}
+	return r.url
+}
 
 // Read returns the families of Names from a scrape in flight, one younger
 // than shareFor, or a new one. A waiter gives up when its own ctx ends.
