@@ -43,7 +43,7 @@ type EtcdCluster struct {
 
 	bin    string
 	detach bool
-	extra  []string // ExtraArgs
+	extra  []string   // ExtraArgs
 	mu     sync.Mutex // guards the members' proc fields
 }
 
