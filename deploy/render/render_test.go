@@ -197,8 +197,8 @@ func TestDisabledSourcesDropTheirMounts(t *testing.T) {
 	r, err := Render(Options{Values: map[string]any{"agent": map[string]any{"sources": map[string]any{
 		"talos": map[string]any{"enabled": false}, "cilium": map[string]any{"runPath": ""},
 		"fsyncProbe": map[string]any{"hostPath": ""}, "diskstats": map[string]any{"enabled": false},
-		"linstor": map[string]any{"url": ""},
-		"kubeOVN": map[string]any{"ovsRunPath": "", "ovnRunPath": "", "ovnDBPath": ""},
+		"linstor":  map[string]any{"url": ""},
+		"kubeOVN":  map[string]any{"ovsRunPath": "", "ovnRunPath": "", "ovnDBPath": ""},
 		"nodeRole": map[string]any{"enabled": false},
 	}}}})
 	require.NoError(t, err)
