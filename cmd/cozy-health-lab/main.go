@@ -123,9 +123,12 @@ COZY_HEALTH_LAB_OVN=stand-in for the stand-in), ovn-nb-stop, ovn-nb-start
 member, and a fresh join), ovn-nb-freeze, ovn-nb-thaw (SIGSTOP/SIGCONT of its
 NB server), etcd-metrics-absent, etcd-metrics-present,
 linstor-offline, linstor-online, drbd-outdated RES, drbd-uptodate RES,
-talos-hang, talos-ok.
+talos-hang, talos-ok, talos-unpatched, talos-patched (the node's talosconfig
+gone, as before the Talos access patch).
 Lab-wide faults: leader-kill (SIGKILL the Lease holder), aggregator-start
-(restart any aggregator that is not running).
+(restart any aggregator that is not running), etcd-db-near-quota (real writes
+until every etcd member's database is 85% of its quota), etcd-db-ok (delete,
+compact, defragment).
 
 fsync-slow adds slow observations to the etcd member's real WAL fsync and
 backend commit histograms as the agent scrapes them (a proxy in front of the
@@ -136,7 +139,7 @@ member's /metrics); it does not slow the disk.`,
 			if len(args) == 2 {
 				arg = args[1]
 			}
-			if args[0] != "leader-kill" && args[0] != "aggregator-start" && node == "" {
+			if !lab.LabWide(args[0]) && node == "" {
 				return fmt.Errorf("fault %s needs --node", args[0])
 			}
 			msg, err := lab.Fault(cmd.Context(), dir, node, args[0], arg)

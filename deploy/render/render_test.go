@@ -127,10 +127,15 @@ func TestDefaultsRender(t *testing.T) {
 	cfgText := configYAML(t, r)
 	assert.Contains(t, cfgText, "tls-service: cozy-health-aggregator,cozy-health-aggregator-ingest")
 	assert.Contains(t, cfgText, "warm-up-max: 45s")
-	assert.Equal(t, 2, kinds["ClusterRoleBinding"], "aggregator; the adapters' Health objects in every namespace")
+	assert.Equal(t, 3, kinds["ClusterRoleBinding"], "aggregator; the adapters' Health objects in every namespace; the agent's get nodes")
 	assert.Equal(t, 2, kinds["Role"], "Health objects and Lease; the TLS Secret and CA ConfigMap")
 	assert.Equal(t, 2, kinds["RoleBinding"])
-	assert.Equal(t, 4, kinds["ClusterRole"], "aggregator, the adapters' Health objects, drain-check, tenant view")
+	assert.Equal(t, 5, kinds["ClusterRole"], "aggregator, the adapters' Health objects, drain-check, tenant view, agent (get nodes)")
+	agentRole, err := r.Object("ClusterRole", "cozy-health-agent")
+	require.NoError(t, err)
+	rules, _, _ := unstructured.NestedSlice(agentRole.Object, "rules")
+	assert.Equal(t, []any{map[string]any{"apiGroups": []any{""}, "resources": []any{"nodes"}, "verbs": []any{"get"}}}, rules,
+		"the agent reads Nodes (its own control-plane label) and nothing else")
 
 	ds, err := r.Object("DaemonSet", "cozy-health-agent")
 	require.NoError(t, err)
@@ -192,14 +197,15 @@ func TestDisabledSourcesDropTheirMounts(t *testing.T) {
 	r, err := Render(Options{Values: map[string]any{"agent": map[string]any{"sources": map[string]any{
 		"talos": map[string]any{"enabled": false}, "cilium": map[string]any{"runPath": ""},
 		"fsyncProbe": map[string]any{"hostPath": ""}, "diskstats": map[string]any{"enabled": false},
-		"linstor": map[string]any{"url": ""},
-		"kubeOVN": map[string]any{"ovsRunPath": "", "ovnRunPath": "", "ovnDBPath": ""},
+		"linstor":  map[string]any{"url": ""},
+		"kubeOVN":  map[string]any{"ovsRunPath": "", "ovnRunPath": "", "ovnDBPath": ""},
+		"nodeRole": map[string]any{"enabled": false},
 	}}}})
 	require.NoError(t, err)
 	ds, err := r.Object("DaemonSet", "cozy-health-agent")
 	require.NoError(t, err)
 	args := containerArgs(t, ds)
-	for _, a := range []string{"--talosconfig=", "--cilium-socket=", "--cilium-health-socket=", "--fsync-probe-dir=", "--proc-root=", "--linstor-url=",
+	for _, a := range []string{"--talosconfig=", "--kube-api-token-file=", "--cilium-socket=", "--cilium-health-socket=", "--fsync-probe-dir=", "--proc-root=", "--linstor-url=",
 		"--ovs-db-socket=", "--ovn-controller-pidfile=", "--ovn-nb-ctl=", "--ovn-sb-ctl=", "--ovn-db-dir="} {
 		assert.Contains(t, args, a)
 	}
@@ -210,6 +216,8 @@ func TestDisabledSourcesDropTheirMounts(t *testing.T) {
 	}
 	assert.ElementsMatch(t, []string{"token", "aggregator-ca"}, names, "no hostPath left when every host source is off")
 	_, err = r.Object("ServiceAccount", "cozy-health-agent-talos-secrets")
+	assert.ErrorIs(t, err, ErrNotFound)
+	_, err = r.Object("ClusterRole", "cozy-health-agent")
 	assert.ErrorIs(t, err, ErrNotFound)
 }
 

@@ -14,7 +14,10 @@ const (
 	// local member, alarms). Healthy when the member runs, is healthy, knows
 	// a leader and has no alarm. Not sent on nodes that are not control-plane
 	// nodes. Attributes: AttrMemberID, AttrIsLearner, AttrIsLeader,
-	// AttrDBSizeBytes, AttrDBQuotaBytes, AttrRaftIndex, AttrRaftTerm.
+	// AttrDBSizeBytes, AttrDBQuotaBytes, AttrDBQuotaFromEtcd, AttrRaftIndex,
+	// AttrRaftTerm. Down when the member cannot vote (no leader, service not
+	// running or unhealthy) or carries an alarm (AlarmNOSPACE); Degraded
+	// when it votes but warns (DBSizeNearQuota, MemberErrors).
 	CheckEtcdMember = "etcd-member"
 	// CheckEtcdMembership (component etcd): the member list as this node's
 	// member sees it. Attributes: AttrVotingMembers, AttrLearnerMembers.
@@ -97,6 +100,10 @@ const (
 	AttrInconsistentPortBindings = "inconsistentPortBindings"
 	// AttrDBSizeInUseBytes: logically used etcd database size.
 	AttrDBSizeInUseBytes = "dbSizeInUseBytes"
+	// AttrDBQuotaFromEtcd: 1 when AttrDBQuotaBytes is etcd's own
+	// etcd_server_quota_backend_bytes, 0 when it is the agent's configured
+	// fallback (etcd's metrics unreadable).
+	AttrDBQuotaFromEtcd = "dbQuotaFromEtcd"
 )
 
 // Vocabulary of kube-ovn as the agent reads it from the node's own OVS and

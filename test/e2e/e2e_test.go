@@ -325,6 +325,80 @@ func TestFaultMatrix(t *testing.T) {
 		})
 	})
 
+	// Issue 22 item 1: etcd's db size is replicated, so every member crosses
+	// its quota's 80 % together. A member near its quota still votes: etcd
+	// is Degraded, never Down/QuorumLost, and draining a control-plane node
+	// is not blocked by it. The node entries are the agents' half; the
+	// component and drain verdicts need the aggregator's quorum rule
+	// (members lost only when they cannot vote).
+	t.Run("etcd db near quota on every member: etcd Degraded (DBSizeNearQuota), never Down; drain not blocked", func(t *testing.T) {
+		fault(t, "", "etcd-db-near-quota", "")
+		defer func() { fault(t, "", "etcd-db-ok", ""); healthy(t) }()
+		var members []lab.Condition
+		for _, n := range []string{"node-1", "node-2", "node-3"} {
+			members = append(members, lab.NodeEntryIs("etcd", n, healthv1alpha1.StatusDegraded, "DBSizeNearQuota"))
+		}
+		wait(t, "every etcd member Degraded (DBSizeNearQuota)", boundFault, lab.All(members...))
+		hs, err := l.Healths(ctx)
+		require.NoError(t, err)
+		for n, st := range hs["etcd"].Status.Nodes {
+			// The quota is etcd's own, not the chart's 2 GiB fallback.
+			assert.Contains(t, st.Message, fmt.Sprintf("%d-byte quota (etcd_server_quota_backend_bytes)", lab.DefaultEtcdQuotaBytes), n)
+		}
+
+		// The aggregator's half (the quorum rule): capacity is not failure.
+		wait(t, "etcd Degraded, Quorum not lost", boundFault, lab.All(
+			lab.ComponentIs("etcd", healthv1alpha1.StatusDegraded, ""),
+			func(hs map[string]*healthv1alpha1.Health, _ time.Time) (bool, string) {
+				for _, c := range hs["etcd"].Status.Conditions {
+					if c.Type == "Quorum" && c.ResourceRef == nil {
+						return c.Reason != "QuorumLost", "Quorum " + string(c.Status) + " " + c.Reason
+					}
+				}
+				return false, "no Quorum condition"
+			},
+		))
+		agg := l.State.Aggregators[0]
+		var a drainAnswer
+		require.Eventually(t, func() bool {
+			a = drainCheck(t, ctx, "http://"+agg.HTTP, "node-1")
+			return a.Verdict == "safe"
+		}, boundFault, 500*time.Millisecond, "every member near quota, all voting: draining node-1 keeps 2 of 3, got %+v", &a)
+		t.Logf("drain-check node-1 with every member near quota: %+v", a)
+	})
+
+	// Issue 22 item 2: without the Talos access patch the agent cannot ask
+	// Talos. node-1 is a control-plane node (its Node's label): its etcd
+	// member reads Unknown naming what is missing, never "not applicable",
+	// and draining it answers unknown (kubectl health drain-check exit 2),
+	// naming it. The node entry is the agent's half; the drain verdict the
+	// aggregator's drain rule.
+	t.Run("talos-unpatched on node-1: its etcd member Unknown (TalosAPIAccessMissing); drain-check node-1 unknown naming it", func(t *testing.T) {
+		fault(t, "node-1", "talos-unpatched", "")
+		defer func() { fault(t, "node-1", "talos-patched", ""); healthy(t) }()
+		wait(t, "etcd node-1 Unknown TalosAPIAccessMissing", boundFault,
+			lab.NodeEntryIs("etcd", "node-1", healthv1alpha1.StatusUnknown, "TalosAPIAccessMissing"))
+		hs, err := l.Healths(ctx)
+		require.NoError(t, err)
+		assert.Contains(t, hs["etcd"].Status.Nodes["node-1"].Message, "talos/manifests/talos-api-access-patch.yaml", "node-1's etcd entry names the patch")
+
+		agg := l.State.Aggregators[0]
+		var a drainAnswer
+		require.Eventually(t, func() bool {
+			a = drainCheck(t, ctx, "http://"+agg.HTTP, "node-1")
+			if a.Verdict != "unknown" {
+				return false
+			}
+			for _, r := range a.Reasons {
+				if r.Component == "etcd" && r.Verdict == "unknown" && strings.Contains(r.Message, "TalosAPIAccessMissing") {
+					return true
+				}
+			}
+			return false
+		}, boundFault, 500*time.Millisecond, "node-1's etcd member cannot be read: draining it is unknown, naming TalosAPIAccessMissing, got %+v", &a)
+		t.Logf("drain-check node-1 without Talos access: %+v", a)
+	})
+
 	t.Run("leader killed: another replica writes within the lease duration, no freshUntil lapses", func(t *testing.T) {
 		old, err := lab.LeaderIdentity(ctx, l.State)
 		require.NoError(t, err)

@@ -43,6 +43,7 @@ type EtcdCluster struct {
 
 	bin    string
 	detach bool
+	extra  []string   // ExtraArgs
 	mu     sync.Mutex // guards the members' proc fields
 }
 
@@ -63,6 +64,9 @@ type EtcdClusterOptions struct {
 	// unless LearnersAsVoters.
 	Voters           int
 	LearnersAsVoters bool
+	// ExtraArgs are added to every member's command line (e.g.
+	// --quota-backend-bytes=16777216).
+	ExtraArgs []string
 	// Logf, when set, is told when the cluster is started again.
 	Logf func(format string, args ...any)
 }
@@ -134,7 +138,7 @@ func startEtcdCluster(ctx context.Context, o EtcdClusterOptions) (*EtcdCluster, 
 	if err := os.MkdirAll(o.Dir, 0o700); err != nil {
 		return nil, fmt.Errorf("create %s: %w", o.Dir, err)
 	}
-	c := &EtcdCluster{Dir: o.Dir, bin: filepath.Join(bin, "etcd"), detach: o.Detach}
+	c := &EtcdCluster{Dir: o.Dir, bin: filepath.Join(bin, "etcd"), detach: o.Detach, extra: o.ExtraArgs}
 	var initial []string
 	for i := range o.Members {
 		var ports [3]int
@@ -161,7 +165,7 @@ func startEtcdCluster(ctx context.Context, o EtcdClusterOptions) (*EtcdCluster, 
 		}
 	}
 	for _, m := range c.Members[:o.Voters] {
-		m.args = memberArgs(m, initial, "new")
+		m.args = append(memberArgs(m, initial, "new"), o.ExtraArgs...)
 		if err := c.spawn(m); err != nil {
 			_ = c.Stop()
 			return c, err
@@ -190,7 +194,7 @@ func startEtcdCluster(ctx context.Context, o EtcdClusterOptions) (*EtcdCluster, 
 		}
 	}
 	cancel(nil)
-	if err := c.addMembers(ctx, o.Voters, initial); err != nil {
+	if err := c.addMembers(ctx, o.Voters, initial, o.ExtraArgs); err != nil {
 		_ = c.Stop()
 		return c, err
 	}
@@ -200,7 +204,7 @@ func startEtcdCluster(ctx context.Context, o EtcdClusterOptions) (*EtcdCluster, 
 // addMembers adds the members from index first on, one at a time: each is
 // announced to the cluster (as a learner or a voter), then started with
 // initial-cluster-state=existing.
-func (c *EtcdCluster) addMembers(ctx context.Context, first int, initial []string) error {
+func (c *EtcdCluster) addMembers(ctx context.Context, first int, initial, extra []string) error {
 	if first >= len(c.Members) {
 		return nil
 	}
@@ -236,7 +240,7 @@ func (c *EtcdCluster) addMembers(ctx context.Context, first int, initial []strin
 			return fmt.Errorf("add etcd member %s: %w", m.Name, err)
 		}
 		known = append(known, m.Name+"="+m.PeerURL)
-		m.args = memberArgs(m, known, "existing")
+		m.args = append(memberArgs(m, known, "existing"), extra...)
 		if err := c.spawn(m); err != nil {
 			return err
 		}

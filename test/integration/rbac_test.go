@@ -44,7 +44,8 @@ func saConfig(t *testing.T, cp *harness.ControlPlane, node, ns, sa string) *rest
 // TestShippedRBAC applies the shipped plain manifests (rendered from the
 // chart) with kubectl, as a kubectl user would, and proves the trust rules of
 // DESIGN.md on the real authorizer: only the aggregator's ServiceAccount
-// writes Health objects; agents have no rights in the API at all.
+// writes Health objects; agents may only get Nodes (their own control-plane
+// label).
 func TestShippedRBAC(t *testing.T) {
 	ctx := context.Background()
 	cp, _ := setup(t)
@@ -85,6 +86,16 @@ func TestShippedRBAC(t *testing.T) {
 	assert.True(t, apierrors.IsForbidden(err), "aggregator creates a ConfigMap in tenant-foo: %v", err)
 	_, err = aggCore.CoreV1().Secrets("tenant-foo").List(ctx, metav1.ListOptions{})
 	assert.True(t, apierrors.IsForbidden(err), "aggregator lists Secrets: %v", err)
+
+	// The agent may get a Node (its own role label) and nothing more.
+	agentCore, err := kubernetes.NewForConfig(saConfig(t, cp, "node-3", "cozy-health", "cozy-health-agent"))
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		_, err := agentCore.CoreV1().Nodes().Get(ctx, "node-3", metav1.GetOptions{})
+		return err == nil
+	}, 10*time.Second, 100*time.Millisecond, "agent gets its Node")
+	_, err = agentCore.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	assert.True(t, apierrors.IsForbidden(err), "agent lists Nodes: %v", err)
 
 	// The agent can neither write nor even read them.
 	_, err = agent.HealthV1alpha1().Healths("cozy-system").ApplyStatus(ctx,

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 
@@ -71,6 +72,10 @@ func labValues(o Options) map[string]any {
 // chartRelease is the chart rendered for the lab.
 type chartRelease struct {
 	agent, aggregator *corev1.PodSpec
+	// agentRBAC are the agent's ClusterRole and ClusterRoleBinding (get
+	// nodes), absent when the chart turns the node-role read off.
+	agentRole        *rbacv1.ClusterRole
+	agentRoleBinding *rbacv1.ClusterRoleBinding
 	// configMaps are the rendered ConfigMaps' data by name.
 	configMaps map[string]map[string]string
 }
@@ -105,6 +110,18 @@ func renderChart(o Options) (*chartRelease, error) {
 		return nil, err
 	}
 	for _, obj := range objs {
+		if obj.GetName() == "cozy-health-agent" && obj.GetKind() == "ClusterRole" {
+			out.agentRole = &rbacv1.ClusterRole{}
+			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(obj.Object, out.agentRole); err != nil {
+				return nil, fmt.Errorf("lab: the chart's ClusterRole %s: %w", obj.GetName(), err)
+			}
+		}
+		if obj.GetName() == "cozy-health-agent" && obj.GetKind() == "ClusterRoleBinding" {
+			out.agentRoleBinding = &rbacv1.ClusterRoleBinding{}
+			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(obj.Object, out.agentRoleBinding); err != nil {
+				return nil, fmt.Errorf("lab: the chart's ClusterRoleBinding %s: %w", obj.GetName(), err)
+			}
+		}
 		if obj.GetKind() != "ConfigMap" {
 			continue
 		}
@@ -296,6 +313,9 @@ func (l *Lab) agentProcess(c *chartRelease, n *Node) ([]string, []string, error)
 			"hostPath:/run/openvswitch":              n.OVSRun, // db.sock, ovs-vswitchd's unixctl
 			"hostPath:/var/run/ovn":                  n.OVNRun, // ovn-controller's pidfile, NB/SB ctl sockets
 			"hostPath:/var/lib/ovn":                  n.OVNDBDir,
+			// The agent's ServiceAccount token for the API server (its own
+			// Node's role) and the apiserver's CA, files token and ca.crt.
+			"volume:kube-api-access": filepath.Join(nd, "kube-api"),
 		},
 		fields: map[string]string{"spec.nodeName": n.Name, "status.hostIP": "127.0.0.1"},
 		flags: map[string][]string{
@@ -307,6 +327,8 @@ func (l *Lab) agentProcess(c *chartRelease, n *Node) ([]string, []string, error)
 			// Each node's sources listen on their own loopback ports.
 			"--etcd-metrics-url": {n.EtcdMetrics},
 			"--linstor-url":      {n.LinstorURL},
+			// Not in a pod: no $KUBERNETES_SERVICE_HOST.
+			"--kube-api-server": {l.State.APIServerURL},
 		},
 	}
 	return s.process(c.agent, filepath.Join(l.opts.BinDir, "cozy-health-agent"))

@@ -26,6 +26,7 @@ func TestChartProcess(t *testing.T) {
 			"hostPath:/run/openvswitch":              "/lab/n1/ovs",
 			"hostPath:/var/run/ovn":                  "/lab/n1/ovn",
 			"hostPath:/var/lib/ovn":                  "/lab/n1/ovn-db",
+			"volume:kube-api-access":                 "/lab/n1/kube-api",
 		},
 		fields: map[string]string{"spec.nodeName": "node-1", "status.hostIP": "127.0.0.9"},
 		flags:  map[string][]string{"--aggregator": {"127.0.0.1:1", "127.0.0.1:2"}, "--linstor-url": {"http://127.0.0.1:3"}, "--extra": {"x"}},
@@ -39,6 +40,8 @@ func TestChartProcess(t *testing.T) {
 	assert.Contains(t, args, "--talosconfig=/lab/n1/talos.dev/config")
 	assert.Contains(t, args, "--token-file=/lab/n1/token")
 	assert.Contains(t, args, "--ca-file=/lab/pki/ca.crt")
+	assert.Contains(t, args, "--kube-api-token-file=/lab/n1/kube-api/token", "the agent reads its own Node's role")
+	assert.Contains(t, args, "--kube-api-ca-file=/lab/n1/kube-api/ca.crt")
 	assert.Contains(t, args, "--cilium-socket=/lab/n1/cilium.sock")
 	assert.Contains(t, args, "--cilium-health-socket=/lab/n1/health.sock")
 	assert.Contains(t, args, "--ovs-db-socket=/lab/n1/ovs/db.sock")

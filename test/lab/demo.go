@@ -250,7 +250,7 @@ func Demo(ctx context.Context, o Options, w io.Writer) (err error) {
 		return err
 	}
 	defer func() {
-		step(6, "tear the lab down (logs stay in %s/logs)", o.Dir)
+		step(7, "tear the lab down (logs stay in %s/logs)", o.Dir)
 		if derr := l.Down(); derr != nil && err == nil {
 			err = derr
 		}
@@ -329,7 +329,31 @@ func Demo(ctx context.Context, o Options, w io.Writer) (err error) {
 	}
 	show("get", "chz", "-A")
 
-	step(5, "a HelmRelease whose upgrade failed and three releases waiting on it: the platform object names one root cause, not four failures")
+	step(5, "fill etcd with real writes to %.0f%% of its quota (etcd's own etcd_server_quota_backend_bytes): every member reads Degraded (DBSizeNearQuota) and still votes", NearQuotaRatio*100)
+	msg, err = Fault(ctx, o.Dir, "", "etcd-db-near-quota", "")
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "    %s\n", msg)
+	near := make([]Condition, 0, len(l.State.Nodes))
+	for _, n := range l.State.Nodes {
+		near = append(near, NodeEntryIs("etcd", n.Name, healthv1alpha1.StatusDegraded, "DBSizeNearQuota"))
+	}
+	if _, err := l.WaitFor(ctx, w, "every etcd member Degraded (DBSizeNearQuota)", 60*time.Second, All(near...)); err != nil {
+		return err
+	}
+	show("get", "health", "etcd", "-n", PlatformNamespace, "-o",
+		`jsonpath={range .status.nodes.*}{.status}{"\t"}{.reason}{"\t"}{.message}{"\n"}{end}`)
+	msg, err = Fault(ctx, o.Dir, "", "etcd-db-ok", "")
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "    %s\n", msg)
+	if _, err := l.WaitFor(ctx, w, "all Health objects Healthy", 90*time.Second, AllHealthy(components)); err != nil {
+		return err
+	}
+
+	step(6, "a HelmRelease whose upgrade failed and three releases waiting on it: the platform object names one root cause, not four failures")
 	return l.DemoRootCause(ctx, w, show)
 }
 

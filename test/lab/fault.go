@@ -7,12 +7,18 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"os"
 	"strings"
 	"time"
+
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	coordinationv1 "k8s.io/client-go/kubernetes/typed/coordination/v1"
 	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/cozystack/cozy-health/test/harness"
 )
 
 // Faults lists every fault a node takes, and whether it needs an argument.
@@ -31,7 +37,21 @@ var Faults = map[string]bool{
 	"linstor-offline": false, "linstor-online": false,
 	"drbd-outdated": true, "drbd-uptodate": true,
 	"talos-hang": false, "talos-ok": false,
+	"talos-unpatched": false, "talos-patched": false,
 }
+
+// labWide are the faults that act on the whole lab and take no node.
+var labWide = map[string]bool{
+	"leader-kill": true, "aggregator-start": true,
+	"etcd-db-near-quota": true, "etcd-db-ok": true,
+}
+
+// LabWide tells whether fault acts on the whole lab (no --node).
+func LabWide(fault string) bool { return labWide[fault] }
+
+// NearQuotaRatio is how full etcd-db-near-quota makes every member's
+// database: above the agent's 80 % (Degraded), below the quota.
+const NearQuotaRatio = 0.85
 
 // Fault applies a fault to node of the lab in dir. leader-kill takes no node.
 func Fault(ctx context.Context, dir, node, fault, arg string) (string, error) {
@@ -44,6 +64,12 @@ func Fault(ctx context.Context, dir, node, fault, arg string) (string, error) {
 	}
 	if fault == "aggregator-start" {
 		return aggregatorsStart(s)
+	}
+	switch fault {
+	case "etcd-db-near-quota":
+		return etcdNearQuota(ctx, s)
+	case "etcd-db-ok":
+		return etcdShrink(ctx, s)
 	}
 	needsArg, ok := Faults[fault]
 	if !ok {
@@ -72,6 +98,16 @@ func Fault(ctx context.Context, dir, node, fault, arg string) (string, error) {
 		}
 		n.EtcdPid = p.Pid
 		return fmt.Sprintf("started etcd member %s (pid %d)", n.Name, p.Pid), s.save()
+	case "talos-unpatched":
+		if err := os.Rename(n.Talosconfig, n.Talosconfig+".unpatched"); err != nil {
+			return "", fmt.Errorf("talos-unpatched on %s: %w", n.Name, err)
+		}
+		return fmt.Sprintf("the agent on %s has no talosconfig (%s gone, as before the Talos access patch): its etcd checks cannot ask Talos", n.Name, n.Talosconfig), nil
+	case "talos-patched":
+		if err := os.Rename(n.Talosconfig+".unpatched", n.Talosconfig); err != nil {
+			return "", fmt.Errorf("talos-patched on %s: %w", n.Name, err)
+		}
+		return fmt.Sprintf("the agent on %s has its talosconfig again (%s)", n.Name, n.Talosconfig), nil
 	case "agent-stop":
 		if err := stopPid(n.AgentPid, 10*time.Second); err != nil {
 			return "", err
@@ -172,4 +208,77 @@ func aggregatorsStart(s *State) (string, error) {
 		return "every aggregator already runs", nil
 	}
 	return "started " + strings.Join(started, ", "), s.save()
+}
+
+// runningEtcd are the client URLs of the lab's etcd members that run.
+func runningEtcd(s *State) ([]string, error) {
+	var eps []string
+	for _, n := range s.Nodes {
+		if alive(n.EtcdPid) {
+			eps = append(eps, n.EtcdClient)
+		}
+	}
+	if len(eps) == 0 {
+		return nil, fmt.Errorf("no etcd member of the lab runs")
+	}
+	return eps, nil
+}
+
+// etcdQuota reads a member's own etcd_server_quota_backend_bytes, the
+// quota the agent judges against.
+func etcdQuota(ctx context.Context, metricsURL string) (int64, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, metricsURL+"/metrics", nil)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, fmt.Errorf("read etcd metrics: %w", err)
+	}
+	defer resp.Body.Close()
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := parser.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		return 0, fmt.Errorf("parse etcd metrics: %w", err)
+	}
+	f, ok := fams["etcd_server_quota_backend_bytes"]
+	if !ok || len(f.GetMetric()) == 0 {
+		return 0, fmt.Errorf("etcd at %s exposes no etcd_server_quota_backend_bytes", metricsURL)
+	}
+	return int64(f.GetMetric()[0].GetGauge().GetValue()), nil
+}
+
+// etcdNearQuota fills the lab's etcd with real writes until every member's
+// database is NearQuotaRatio of its quota (the size is replicated: they
+// grow together).
+func etcdNearQuota(ctx context.Context, s *State) (string, error) {
+	eps, err := runningEtcd(s)
+	if err != nil {
+		return "", err
+	}
+	quota, err := etcdQuota(ctx, s.Nodes[0].EtcdRealMetrics)
+	if err != nil {
+		return "", err
+	}
+	start := time.Now()
+	size, err := harness.EtcdFill(ctx, eps, int64(float64(quota)*NearQuotaRatio))
+	if err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("wrote real keys under %s until etcd's database is %d bytes, %.0f%% of its %d-byte quota (etcd_server_quota_backend_bytes), in %s",
+		harness.EtcdFillPrefix, size, 100*float64(size)/float64(quota), quota, time.Since(start).Round(100*time.Millisecond)), nil
+}
+
+// etcdShrink deletes what etcdNearQuota wrote, compacts and defragments
+// every member.
+func etcdShrink(ctx context.Context, s *State) (string, error) {
+	eps, err := runningEtcd(s)
+	if err != nil {
+		return "", err
+	}
+	sizes, err := harness.EtcdShrink(ctx, eps)
+	if err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("deleted %s*, compacted and defragmented every member: databases now %v bytes", harness.EtcdFillPrefix, sizes), nil
 }

@@ -22,6 +22,7 @@ import (
 	"strings"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/clientcmd"
@@ -62,9 +63,17 @@ type Options struct {
 	Interval time.Duration
 	// LeaseDuration of the aggregators' Lease (default 6s).
 	LeaseDuration time.Duration
+	// EtcdQuotaBytes is the observed etcd's --quota-backend-bytes (default
+	// DefaultEtcdQuotaBytes): small, so that etcd-db-near-quota fills it with
+	// real writes in seconds. The agents read it from etcd's own metrics;
+	// the chart's 2 GiB is only their fallback.
+	EtcdQuotaBytes int64
 	// Log receives progress lines.
 	Log func(format string, args ...any)
 }
+
+// DefaultEtcdQuotaBytes is the lab etcd's quota (32 MiB).
+const DefaultEtcdQuotaBytes = 32 << 20
 
 // Node is one simulated node as lab.json records it.
 type Node struct {
@@ -109,10 +118,13 @@ type Aggregator struct {
 
 // State is lab.json: where everything is.
 type State struct {
-	Dir           string       `json:"dir"`
-	Detached      bool         `json:"detached"`
-	Kubeconfig    string       `json:"kubeconfig"`
-	Kubectl       string       `json:"kubectl"`
+	Dir        string `json:"dir"`
+	Detached   bool   `json:"detached"`
+	Kubeconfig string `json:"kubeconfig"`
+	Kubectl    string `json:"kubectl"`
+	// APIServerURL is the lab apiserver's https URL (the agents read their
+	// own Node there).
+	APIServerURL  string       `json:"apiserverURL"`
 	CAFile        string       `json:"caFile"`
 	ControlSocket string       `json:"controlSocket"`
 	APIServerPid  int          `json:"apiserverPid"`
@@ -192,6 +204,9 @@ func (o *Options) defaults() error {
 	if o.LeaseDuration == 0 {
 		o.LeaseDuration = 6 * time.Second
 	}
+	if o.EtcdQuotaBytes == 0 {
+		o.EtcdQuotaBytes = DefaultEtcdQuotaBytes
+	}
 	if o.BinDir == "" {
 		o.BinDir = os.Getenv("COZY_HEALTH_BIN")
 	}
@@ -252,6 +267,7 @@ func Up(ctx context.Context, o Options) (l *Lab, err error) {
 		return nil, err
 	}
 	s.Kubectl = cp.Binary("kubectl")
+	s.APIServerURL = cp.APIServerURL
 	if err := s.save(); err != nil {
 		return nil, err
 	}
@@ -279,10 +295,11 @@ func Up(ctx context.Context, o Options) (l *Lab, err error) {
 	for i := range names {
 		names[i] = "node-" + strconv.Itoa(i+1)
 	}
-	o.Log("starting the management etcd under observation: %d members (%d voting)", o.Nodes, o.Voters)
+	o.Log("starting the management etcd under observation: %d members (%d voting), quota %d bytes", o.Nodes, o.Voters, o.EtcdQuotaBytes)
 	cluster, err := harness.StartEtcdCluster(ctx, harness.EtcdClusterOptions{
 		Dir: filepath.Join(o.Dir, "etcd"), Names: names, Voters: o.Voters,
 		LearnersAsVoters: o.LearnersAsVoters, Detach: o.Detach, Logf: o.Log,
+		ExtraArgs: []string{"--quota-backend-bytes=" + strconv.FormatInt(o.EtcdQuotaBytes, 10)},
 	})
 	if err != nil {
 		return nil, err
@@ -320,6 +337,9 @@ func Up(ctx context.Context, o Options) (l *Lab, err error) {
 		}
 		if err := os.WriteFile(n.TokenFile, []byte(tok), 0o600); err != nil {
 			return nil, fmt.Errorf("lab: write token: %w", err)
+		}
+		if err := l.nodeRole(ctx, chart, n.Name, pod); err != nil {
+			return nil, err
 		}
 	}
 
@@ -605,4 +625,41 @@ func freshMultiple(interval, lease time.Duration) int {
 		m = 3
 	}
 	return m
+}
+
+// nodeRole makes node a control-plane Node (every lab node hosts an etcd
+// member) and gives its agent what the chart's kube-api-access volume
+// holds: a token of the agent's ServiceAccount for the API server and the
+// apiserver's CA; the chart's agent ClusterRole lets it get Nodes.
+func (l *Lab) nodeRole(ctx context.Context, chart *chartRelease, node, pod string) error {
+	cs := l.cp.Clientset()
+	patch := []byte(`{"metadata":{"labels":{"node-role.kubernetes.io/control-plane":""}}}`)
+	if _, err := cs.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		return fmt.Errorf("lab: label Node %s control-plane: %w", node, err)
+	}
+	if chart.agentRole != nil {
+		if _, err := cs.RbacV1().ClusterRoles().Create(ctx, chart.agentRole, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("lab: the chart's agent ClusterRole: %w", err)
+		}
+	}
+	if chart.agentRoleBinding != nil {
+		if _, err := cs.RbacV1().ClusterRoleBindings().Create(ctx, chart.agentRoleBinding, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("lab: the chart's agent ClusterRoleBinding: %w", err)
+		}
+	}
+	tok, err := l.cp.PodBoundToken(ctx, AgentNamespace, AgentServiceAccount, pod, nil, 48*time.Hour)
+	if err != nil {
+		return err
+	}
+	dir := filepath.Join(l.State.Dir, "nodes", node, "kube-api")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("lab: %w", err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "token"), []byte(tok), 0o600); err != nil {
+		return fmt.Errorf("lab: write token: %w", err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "ca.crt"), l.cp.Config.CAData, 0o600); err != nil {
+		return fmt.Errorf("lab: write CA: %w", err)
+	}
+	return nil
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/cozystack/cozy-health/agent/internal/checks/etcdalarms"
 	"github.com/cozystack/cozy-health/agent/internal/checks/etcdmember"
 	"github.com/cozystack/cozy-health/agent/internal/checks/etcdmembership"
+	"github.com/cozystack/cozy-health/agent/internal/checks/etcdmetrics"
 	"github.com/cozystack/cozy-health/agent/internal/checks/fsynclatency"
 	"github.com/cozystack/cozy-health/agent/internal/checks/fsyncprobe"
 	"github.com/cozystack/cozy-health/agent/internal/checks/kubeovn"
@@ -25,6 +26,7 @@ import (
 	"github.com/cozystack/cozy-health/agent/internal/checks/ovs"
 	"github.com/cozystack/cozy-health/agent/internal/checks/talosservices"
 	"github.com/cozystack/cozy-health/agent/internal/config"
+	"github.com/cozystack/cozy-health/agent/internal/noderole"
 	"github.com/cozystack/cozy-health/talos"
 )
 
@@ -33,6 +35,12 @@ type deps struct {
 	cfg     config.Config
 	talos   *talos.Client
 	linstor *linstor.Client
+	// etcdMetrics is one scrape of etcd's metrics per interval, shared by
+	// etcd-member (the quota) and fsync-latency (the histograms).
+	etcdMetrics *etcdmetrics.Reader
+	// roles reads this node's control-plane role from its Node object,
+	// for the etcd checks when Talos cannot be asked; nil when disabled.
+	roles   *noderole.Reader
 	devices *regexp.Regexp
 }
 
@@ -41,16 +49,16 @@ type deps struct {
 var table = []func(d deps) check.Check{
 	func(d deps) check.Check { return talosservices.New(d.talos) },
 	func(d deps) check.Check {
-		return etcdmember.New(d.talos, etcdmember.Thresholds{QuotaBytes: d.cfg.Thresholds.EtcdDBQuotaBytes, DegradedRatio: d.cfg.Thresholds.EtcdDBDegradedRatio})
+		return etcdmember.New(d.talos, d.etcdMetrics, etcdmember.Thresholds{QuotaBytes: d.cfg.Thresholds.EtcdDBQuotaBytes, DegradedRatio: d.cfg.Thresholds.EtcdDBDegradedRatio}).WithRoles(d.roles)
 	},
-	func(d deps) check.Check { return etcdmembership.New(d.talos) },
-	func(d deps) check.Check { return etcdalarms.New(d.talos) },
+	func(d deps) check.Check { return etcdmembership.New(d.talos).WithRoles(d.roles) },
+	func(d deps) check.Check { return etcdalarms.New(d.talos).WithRoles(d.roles) },
 	func(d deps) check.Check {
 		t := d.cfg.Thresholds
-		return fsynclatency.New(d.cfg.Sources.EtcdMetricsURL, d.talos, fsynclatency.Thresholds{
+		return fsynclatency.New(d.etcdMetrics, d.talos, fsynclatency.Thresholds{
 			WALFsyncDegraded: t.WALFsyncDegraded, WALFsyncDown: t.WALFsyncDown,
 			BackendCommitDegraded: t.BackendCommitDegraded, BackendCommitDown: t.BackendCommitDown,
-		})
+		}).WithRoles(d.roles)
 	},
 	func(d deps) check.Check {
 		s := d.cfg.Sources
@@ -97,7 +105,7 @@ func (s *Set) Close() error {
 
 // Build builds every check in the table from a validated configuration.
 func Build(cfg config.Config, log *zap.Logger) (*Set, error) {
-	d := deps{cfg: cfg}
+	d := deps{cfg: cfg, etcdMetrics: etcdmetrics.New(cfg.Sources.EtcdMetricsURL, etcdmetrics.DefaultShareFor)}
 	var err error
 	if d.devices, err = regexp.Compile(cfg.Sources.DiskstatsDevices); err != nil {
 		return nil, fmt.Errorf("compile --diskstats-devices: %w", err)
@@ -105,6 +113,17 @@ func Build(cfg config.Config, log *zap.Logger) (*Set, error) {
 	if cfg.Sources.TalosConfig != "" {
 		if d.talos, err = talos.New(talos.Config{ConfigFile: cfg.Sources.TalosConfig, Endpoints: cfg.Sources.TalosEndpoints, Node: cfg.Sources.TalosNode}, log); err != nil {
 			return nil, err
+		}
+	}
+	if s := cfg.Sources; s.KubeAPITokenFile != "" {
+		server := s.KubeAPIServer
+		if server == "" {
+			server = noderole.ServerFromEnv()
+		}
+		if server != "" {
+			if d.roles, err = noderole.New(noderole.Config{Server: server, TokenFile: s.KubeAPITokenFile, CAFile: s.KubeAPICAFile, NodeName: cfg.NodeName}); err != nil {
+				return nil, err
+			}
 		}
 	}
 	if cfg.Sources.LinstorURL != "" {

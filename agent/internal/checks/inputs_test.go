@@ -101,8 +101,15 @@ func TestMissingInputsRecoverWithoutRestart(t *testing.T) {
 		assert.Equal(t, report.ReasonInputMissing, o.Reason, c)
 		assert.True(t, strings.HasPrefix(o.Message, want), "%s: %q", c, o.Message)
 	}
+	// Without the talosconfig, and no Node to read the role from, whether
+	// this node runs an etcd member is unknown: Unknown naming the patch,
+	// never left out (draining it would read safe on no evidence).
 	for _, c := range []string{report.CheckEtcdMember, report.CheckEtcdMembership, report.CheckEtcdAlarms} {
-		assert.NotContains(t, obs, c, "without the talosconfig a worker cannot be told from a control-plane node")
+		o, ok := obs[c]
+		require.True(t, ok, "%s is reported, not left out", c)
+		assert.Equal(t, report.StatusUnknown, o.Status, c)
+		assert.Equal(t, talosservices.ReasonTalosAPIAccessMissing, o.Reason, c)
+		assert.True(t, strings.HasPrefix(o.Message, "no talosconfig at "+s.TalosConfig+": apply talos/manifests/talos-api-access-patch.yaml"), "%s: %q", c, o.Message)
 	}
 	for _, c := range []string{report.CheckFsyncLatency, report.CheckFsyncProbe} {
 		assert.Equal(t, report.StatusHealthy, obs[c].Status, "%s keeps reporting: %+v", c, obs[c])

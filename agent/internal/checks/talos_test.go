@@ -2,6 +2,7 @@ package checks_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -16,11 +17,15 @@ import (
 	"github.com/cozystack/cozy-health/agent/internal/checks/etcdalarms"
 	"github.com/cozystack/cozy-health/agent/internal/checks/etcdmember"
 	"github.com/cozystack/cozy-health/agent/internal/checks/etcdmembership"
+	"github.com/cozystack/cozy-health/agent/internal/checks/etcdmetrics"
+	"github.com/cozystack/cozy-health/agent/internal/checks/fsynclatency"
 	"github.com/cozystack/cozy-health/agent/internal/checks/talosservices"
+	"github.com/cozystack/cozy-health/agent/internal/noderole"
 	"github.com/cozystack/cozy-health/agent/internal/runner"
 	"github.com/cozystack/cozy-health/pkg/report"
 	"github.com/cozystack/cozy-health/talos"
 	"github.com/cozystack/cozy-health/test/harness"
+	"github.com/cozystack/cozy-health/test/sources/kubeapi"
 	talossrc "github.com/cozystack/cozy-health/test/sources/talos"
 )
 
@@ -77,7 +82,7 @@ func TestTalosChecksAgainstRealEtcd(t *testing.T) {
 	// All healthy: every member Healthy, exactly one leader, 3 voters.
 	leaders := 0
 	for i, n := range nodes {
-		obs, err := runCheck(t, etcdmember.New(n.client, thresholds()))
+		obs, err := runCheck(t, etcdmember.New(n.client, nil, thresholds()))
 		require.NoError(t, err, "node %d", i)
 		require.Len(t, obs, 1)
 		assert.Equal(t, report.StatusHealthy, obs[0].Status, "node %d: %s %s", i, obs[0].Reason, obs[0].Message)
@@ -109,7 +114,7 @@ func TestTalosChecksAgainstRealEtcd(t *testing.T) {
 	require.NoError(t, cluster.StopMember(1))
 	// Answers are shared for up to a second between the checks of one interval.
 	require.Eventually(t, func() bool {
-		obs, err := runCheck(t, etcdmember.New(nodes[1].client, thresholds()))
+		obs, err := runCheck(t, etcdmember.New(nodes[1].client, nil, thresholds()))
 		return err == nil && obs[0].Status == report.StatusDown && obs[0].Reason == "EtcdServiceNotRunning"
 	}, 20*time.Second, 200*time.Millisecond, "node 1 sees its member stopped")
 	// The etcd fault is etcd's (above), not the node's: kubelet and cri run.
@@ -118,14 +123,14 @@ func TestTalosChecksAgainstRealEtcd(t *testing.T) {
 	assert.Equal(t, report.StatusHealthy, obs[0].Status, obs[0].Message)
 	assert.NotContains(t, obs[0].Message, "etcd")
 	require.Eventually(t, func() bool {
-		obs, err := runCheck(t, etcdmember.New(nodes[0].client, thresholds()))
+		obs, err := runCheck(t, etcdmember.New(nodes[0].client, nil, thresholds()))
 		return err == nil && obs[0].Status == report.StatusHealthy
 	}, 30*time.Second, 200*time.Millisecond, "node 0 keeps quorum with 2 of 3")
 
 	// Stop member 2 too: node 0's member is alone, loses its leader.
 	require.NoError(t, cluster.StopMember(2))
 	require.Eventually(t, func() bool {
-		obs, err := runCheck(t, etcdmember.New(nodes[0].client, thresholds()))
+		obs, err := runCheck(t, etcdmember.New(nodes[0].client, nil, thresholds()))
 		if err != nil {
 			return false
 		}
@@ -141,7 +146,7 @@ func TestTalosChecksAgainstRealEtcd(t *testing.T) {
 	require.NoError(t, cluster.StartMember(ctx, 1))
 	require.NoError(t, cluster.StartMember(ctx, 2))
 	require.Eventually(t, func() bool {
-		obs, err := runCheck(t, etcdmember.New(nodes[2].client, thresholds()))
+		obs, err := runCheck(t, etcdmember.New(nodes[2].client, nil, thresholds()))
 		return err == nil && obs[0].Status == report.StatusHealthy
 	}, 30*time.Second, 200*time.Millisecond)
 }
@@ -177,13 +182,17 @@ func TestTalosconfigReload(t *testing.T) {
 	assert.Equal(t, report.StatusHealthy, obs[0].Status)
 
 	// The talosconfig gone (its Secret unmounted): talos-services, which
-	// every node runs, reads Unknown and says what to mount; the etcd checks
-	// cannot tell a control-plane node from a worker and stay out.
+	// every node runs, reads Unknown and says what to mount; the etcd checks,
+	// with no way to tell a control-plane node from a worker, read Unknown
+	// naming the missing access (never "not applicable": that would make
+	// draining this node safe without evidence).
 	require.NoError(t, os.Remove(n.config))
-	_, err = runCheck(t, etcdmember.New(n.client, thresholds()))
-	require.ErrorIs(t, err, check.ErrNotApplicable)
-	_, err = runCheck(t, talosservices.New(n.client))
+	_, err = runCheck(t, etcdmember.New(n.client, nil, thresholds()))
 	var ie *check.InputError
+	require.ErrorAs(t, err, &ie)
+	assert.Equal(t, talosservices.ReasonTalosAPIAccessMissing, ie.Reason)
+	assert.Contains(t, ie.Message, "no talosconfig at "+n.config)
+	_, err = runCheck(t, talosservices.New(n.client))
 	require.ErrorAs(t, err, &ie)
 	assert.Equal(t, report.ReasonInputMissing, ie.Reason)
 	assert.Equal(t, "talosconfig "+n.config+" not found: "+talosservices.InputFix, ie.Message)
@@ -213,14 +222,14 @@ func TestTalosWorkerAndHang(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = c.Close() })
 
-	_, err = runCheck(t, etcdmember.New(c, thresholds()))
+	_, err = runCheck(t, etcdmember.New(c, nil, thresholds()))
 	require.ErrorIs(t, err, check.ErrNotApplicable)
 	_, err = runCheck(t, etcdmembership.New(c))
 	require.ErrorIs(t, err, check.ErrNotApplicable)
 
 	reg := prometheus.NewRegistry()
 	r, err := runner.New(runner.Config{NodeName: "worker-1", Interval: 5 * time.Second, CheckDeadline: 500 * time.Millisecond, Concurrency: 4},
-		[]check.Check{talosservices.New(c), etcdmember.New(c, thresholds())}, reg, zaptest.NewLogger(t))
+		[]check.Check{talosservices.New(c), etcdmember.New(c, nil, thresholds())}, reg, zaptest.NewLogger(t))
 	require.NoError(t, err)
 	rep := r.Collect(context.Background(), 5*time.Second)
 	require.Len(t, rep.Observations, 1, "etcd-member is not applicable on a worker")
@@ -259,7 +268,7 @@ func TestTalosChecksOnALearner(t *testing.T) {
 	var last string
 	defer func() { t.Logf("learner, last seen: %s", last) }()
 	require.Eventually(t, func() bool {
-		obs, err := runCheck(t, etcdmember.New(learner.client, thresholds()))
+		obs, err := runCheck(t, etcdmember.New(learner.client, nil, thresholds()))
 		if err != nil {
 			last = err.Error()
 			return false
@@ -268,7 +277,7 @@ func TestTalosChecksOnALearner(t *testing.T) {
 		return obs[0].Status == report.StatusHealthy
 	}, 30*time.Second, 200*time.Millisecond, "the learner catches up and is Healthy")
 	t.Logf("learner: %s", last)
-	obs, err := runCheck(t, etcdmember.New(learner.client, thresholds()))
+	obs, err := runCheck(t, etcdmember.New(learner.client, nil, thresholds()))
 	require.NoError(t, err)
 	assert.Equal(t, 1.0, obs[0].Attributes[report.AttrIsLearner])
 	assert.Equal(t, "MemberLearner", obs[0].Reason)
@@ -283,4 +292,179 @@ func TestTalosChecksOnALearner(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, 2.0, obs[0].Attributes[report.AttrVotingMembers])
 	assert.Equal(t, 1.0, obs[0].Attributes[report.AttrLearnerMembers])
+}
+
+// TestEtcdMemberQuotaFromRealEtcd: the quota is the real member's own
+// etcd_server_quota_backend_bytes (here --quota-backend-bytes=16 MiB), not
+// the configured 2 GiB; filling the member with real writes past 80 % of it
+// makes the member Degraded (DBSizeNearQuota), never Down, and the
+// observation says the quota came from etcd.
+func TestEtcdMemberQuotaFromRealEtcd(t *testing.T) {
+	harness.SkipShort(t)
+	const quota = 16 << 20
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cluster, err := harness.StartEtcdCluster(ctx, harness.EtcdClusterOptions{Dir: t.TempDir(), Members: 1,
+		ExtraArgs: []string{fmt.Sprintf("--quota-backend-bytes=%d", quota)}})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = cluster.Stop() })
+	pki, err := talossrc.NewPKI([]string{"127.0.0.1"}, []string{"os:reader"}, time.Hour)
+	require.NoError(t, err)
+	n := startTalosNodes(t, cluster, pki)[0]
+	m := cluster.Members[0]
+	c := etcdmember.New(n.client, etcdmetrics.New(m.MetricsURL, 0), thresholds())
+
+	obs, err := runCheck(t, c)
+	require.NoError(t, err)
+	require.Len(t, obs, 1)
+	assert.Equal(t, report.StatusHealthy, obs[0].Status, obs[0].Message)
+	assert.Equal(t, float64(quota), obs[0].Attributes[report.AttrDBQuotaBytes], "etcd's own quota, not the configured 2 GiB")
+	assert.Equal(t, 1.0, obs[0].Attributes[report.AttrDBQuotaFromEtcd])
+	assert.Contains(t, obs[0].Message, "etcd_server_quota_backend_bytes")
+
+	size, err := harness.EtcdFill(ctx, []string{m.ClientURL}, quota*85/100)
+	require.NoError(t, err)
+	t.Logf("filled the member to %d bytes (%.0f%% of %d)", size, 100*float64(size)/quota, quota)
+	obs, err = runCheck(t, c)
+	require.NoError(t, err)
+	assert.Equal(t, report.StatusDegraded, obs[0].Status, obs[0].Message)
+	assert.Equal(t, "DBSizeNearQuota", obs[0].Reason)
+	assert.Contains(t, obs[0].Message, "etcd_server_quota_backend_bytes")
+	// What etcd itself says: no alarm, writes still accepted.
+	obs, err = runCheck(t, etcdalarms.New(n.client))
+	require.NoError(t, err)
+	assert.Equal(t, "NoAlarms", obs[0].Reason)
+
+	// The same facts with etcd's metrics unreadable: the configured quota,
+	// said so.
+	obs, err = runCheck(t, etcdmember.New(n.client, etcdmetrics.New("http://127.0.0.1:1/metrics", 0), thresholds()))
+	require.NoError(t, err)
+	assert.Equal(t, report.StatusHealthy, obs[0].Status, "13.6 MiB of the configured 2 GiB")
+	assert.Equal(t, float64(2<<30), obs[0].Attributes[report.AttrDBQuotaBytes])
+	assert.Equal(t, 0.0, obs[0].Attributes[report.AttrDBQuotaFromEtcd])
+	assert.Contains(t, obs[0].Message, "configured --etcd-db-quota-bytes")
+
+	sizes, err := harness.EtcdShrink(ctx, []string{m.ClientURL})
+	require.NoError(t, err)
+	t.Logf("after delete, compaction and defragmentation: %v bytes", sizes)
+	obs, err = runCheck(t, c)
+	require.NoError(t, err)
+	assert.Equal(t, report.StatusHealthy, obs[0].Status, obs[0].Message)
+}
+
+// TestEtcdChecksWithoutTalosAccess: without usable Talos access (no
+// talosconfig, a broken one, a certificate Talos refuses) the etcd checks
+// are not applicable only on a node its Node object says is not a
+// control-plane node; on a control-plane node, or one whose role cannot be
+// read, they read Unknown (TalosAPIAccessMissing) naming what is missing.
+func TestEtcdChecksWithoutTalosAccess(t *testing.T) {
+	dir := t.TempDir()
+	api, err := kubeapi.Start(dir)
+	require.NoError(t, err)
+	t.Cleanup(api.Close)
+	api.SetNode("cp-1", map[string]string{noderole.ControlPlaneLabel: ""})
+	api.SetNode("worker-1", map[string]string{"node-role.kubernetes.io/worker": ""})
+	tok := filepath.Join(dir, "token")
+	require.NoError(t, kubeapi.WriteToken(tok))
+	roles := func(node string) *noderole.Reader {
+		r, err := noderole.New(noderole.Config{Server: api.URL, TokenFile: tok, CAFile: api.CAFile, NodeName: node})
+		require.NoError(t, err)
+		return r
+	}
+	etcdChecks := func(c *talos.Client, r *noderole.Reader) []check.Check {
+		return []check.Check{
+			etcdmember.New(c, nil, thresholds()).WithRoles(r),
+			etcdmembership.New(c).WithRoles(r),
+			etcdalarms.New(c).WithRoles(r),
+			// Nothing answers at the metrics URL either (port 1).
+			fsynclatency.New(etcdmetrics.New("http://127.0.0.1:1/metrics", 0), c, fsynclatency.Thresholds{
+				WALFsyncDegraded: time.Second, WALFsyncDown: time.Second, BackendCommitDegraded: time.Second, BackendCommitDown: time.Second}).WithRoles(r),
+		}
+	}
+	missing := filepath.Join(dir, "talos.dev", "config")
+	noConfig, err := talos.New(talos.Config{ConfigFile: missing}, zaptest.NewLogger(t))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = noConfig.Close() })
+
+	unknown := func(t *testing.T, c check.Check, want ...string) {
+		t.Helper()
+		_, err := runCheck(t, c)
+		var ie *check.InputError
+		require.ErrorAs(t, err, &ie, "%s: %v", c.Name(), err)
+		assert.Equal(t, talosservices.ReasonTalosAPIAccessMissing, ie.Reason, c.Name())
+		assert.Contains(t, ie.Message, "talos/manifests/talos-api-access-patch.yaml", c.Name())
+		for _, w := range want {
+			assert.Contains(t, ie.Message, w, c.Name())
+		}
+		assert.LessOrEqual(t, len(ie.Message), 512, c.Name())
+	}
+	t.Run("no talosconfig on a control-plane node: Unknown", func(t *testing.T) {
+		for _, c := range etcdChecks(noConfig, roles("cp-1")) {
+			unknown(t, c, "no talosconfig at "+missing, "control-plane node")
+		}
+	})
+	t.Run("no talosconfig on a worker: not applicable", func(t *testing.T) {
+		for _, c := range etcdChecks(noConfig, roles("worker-1")) {
+			_, err := runCheck(t, c)
+			require.ErrorIs(t, err, check.ErrNotApplicable, c.Name())
+			assert.ErrorContains(t, err, "not a control-plane node")
+		}
+	})
+	t.Run("no talosconfig and the role unreadable: Unknown", func(t *testing.T) {
+		for _, r := range []*noderole.Reader{nil, roles("not-a-node")} {
+			for _, c := range etcdChecks(noConfig, r) {
+				unknown(t, c, "no talosconfig at "+missing, "whether this node runs an etcd member is unknown")
+			}
+		}
+	})
+	t.Run("a broken talosconfig on a control-plane node: Unknown", func(t *testing.T) {
+		require.NoError(t, os.MkdirAll(filepath.Dir(missing), 0o700))
+		require.NoError(t, os.WriteFile(missing, []byte("context: [\n"), 0o600))
+		defer os.Remove(missing)
+		unknown(t, etcdmember.New(noConfig, nil, thresholds()).WithRoles(roles("cp-1")), "talosconfig "+missing+" unusable")
+	})
+	t.Run("Talos refuses the certificate on a control-plane node: Unknown", func(t *testing.T) {
+		pki, err := talossrc.NewPKI([]string{"127.0.0.1"}, []string{"os:reader"}, time.Hour)
+		require.NoError(t, err)
+		srv, err := talossrc.New(talossrc.Config{Hostname: "cp-1", TLS: pki.ServerTLS()})
+		require.NoError(t, err)
+		addr, err := srv.Listen("127.0.0.1:0")
+		require.NoError(t, err)
+		t.Cleanup(srv.Stop)
+		crt, key, err := pki.IssueClient([]string{"os:nothing"}, time.Hour)
+		require.NoError(t, err)
+		b, err := pki.Talosconfig([]string{addr}, crt, key)
+		require.NoError(t, err)
+		cfg := filepath.Join(t.TempDir(), "talosconfig")
+		require.NoError(t, os.WriteFile(cfg, b, 0o600))
+		c, err := talos.New(talos.Config{ConfigFile: cfg}, zaptest.NewLogger(t))
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = c.Close() })
+		unknown(t, etcdmember.New(c, nil, thresholds()).WithRoles(roles("cp-1")), "the Talos API refuses the agent's credentials")
+		_, err = runCheck(t, etcdmember.New(c, nil, thresholds()).WithRoles(roles("worker-1")))
+		require.ErrorIs(t, err, check.ErrNotApplicable)
+	})
+	t.Run("Talos checks disabled: Unknown only on a known control-plane node", func(t *testing.T) {
+		_, err := runCheck(t, etcdmember.New(nil, nil, thresholds()).WithRoles(roles("cp-1")))
+		var ie *check.InputError
+		require.ErrorAs(t, err, &ie)
+		assert.Contains(t, ie.Message, "--talosconfig empty")
+		_, err = runCheck(t, etcdmember.New(nil, nil, thresholds()).WithRoles(roles("worker-1")))
+		require.ErrorIs(t, err, check.ErrNotApplicable)
+		_, err = runCheck(t, etcdmember.New(nil, nil, thresholds()))
+		require.ErrorIs(t, err, check.ErrNotApplicable)
+	})
+	t.Run("through the runner: an etcd-member observation, Unknown, pinned to the node", func(t *testing.T) {
+		reg := prometheus.NewRegistry()
+		r, err := runner.New(runner.Config{NodeName: "cp-1", Interval: 5 * time.Second, CheckDeadline: time.Second, Concurrency: 4},
+			etcdChecks(noConfig, roles("cp-1"))[:1], reg, zaptest.NewLogger(t))
+		require.NoError(t, err)
+		rep := r.Collect(context.Background(), 5*time.Second)
+		require.Len(t, rep.Observations, 1)
+		o := rep.Observations[0]
+		assert.Equal(t, report.CheckEtcdMember, o.Check)
+		assert.Equal(t, report.StatusUnknown, o.Status)
+		assert.Equal(t, talosservices.ReasonTalosAPIAccessMissing, o.Reason)
+		t.Logf("%s %s: %s", o.Status, o.Reason, o.Message)
+	})
 }

@@ -122,6 +122,16 @@ type Sources struct {
 	LinstorKeyFile  string
 	// DrbdsetupPath is the drbdsetup binary (--drbdsetup).
 	DrbdsetupPath string
+	// KubeAPIServer is the API server the agent reads its own Node object
+	// from (its control-plane role label) when the Talos API cannot be
+	// asked; "" is the in-cluster address from $KUBERNETES_SERVICE_HOST
+	// and $KUBERNETES_SERVICE_PORT (--kube-api-server).
+	KubeAPIServer string
+	// KubeAPITokenFile is the ServiceAccount token for that read; empty
+	// disables it (--kube-api-token-file).
+	KubeAPITokenFile string
+	// KubeAPICAFile verifies the API server (--kube-api-ca-file).
+	KubeAPICAFile string
 }
 
 // Thresholds turn numbers into statuses.
@@ -189,6 +199,10 @@ func Default() Config {
 			// The shipped image has no drbdsetup: DRBD state comes from
 			// LINSTOR's view (see checks/drbd).
 			DrbdsetupPath: "",
+			// The chart mounts a token of the agent's ServiceAccount (get
+			// nodes) where the kubelet mounts the default one.
+			KubeAPITokenFile: "/var/run/secrets/kubernetes.io/serviceaccount/token",
+			KubeAPICAFile:    "/var/run/secrets/kubernetes.io/serviceaccount/ca.crt",
 		},
 		Thresholds: Thresholds{
 			// etcd's mixin: etcdHighFsyncDurations p99 > 0.5 s warning, > 1 s critical.
@@ -255,6 +269,9 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&s.LinstorCAFile, "linstor-ca-file", s.LinstorCAFile, "CA verifying the LINSTOR controller")
 	fs.StringVar(&s.LinstorCertFile, "linstor-client-cert-file", s.LinstorCertFile, "TLS client certificate for LINSTOR")
 	fs.StringVar(&s.LinstorKeyFile, "linstor-client-key-file", s.LinstorKeyFile, "TLS client key for LINSTOR")
+	fs.StringVar(&s.KubeAPIServer, "kube-api-server", s.KubeAPIServer, "API server URL the agent reads its own Node's control-plane role label from when the Talos API cannot be asked; empty: in-cluster ($KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT)")
+	fs.StringVar(&s.KubeAPITokenFile, "kube-api-token-file", s.KubeAPITokenFile, "ServiceAccount token file for reading the agent's own Node (get nodes); empty disables: without Talos access every node's etcd reads Unknown")
+	fs.StringVar(&s.KubeAPICAFile, "kube-api-ca-file", s.KubeAPICAFile, "CA file verifying the API server")
 	fs.StringVar(&s.DrbdsetupPath, "drbdsetup", s.DrbdsetupPath, "drbdsetup binary (name or path) for the kernel's own DRBD state; empty: LINSTOR's view only (the shipped image has none)")
 
 	t := &c.Thresholds
@@ -320,7 +337,7 @@ func (c *Config) Validate() error {
 		add("--memory-limit-bytes %d: must not be negative", c.MemoryLimitBytes)
 	}
 	s := c.Sources
-	for name, raw := range map[string]string{"--etcd-metrics-url": s.EtcdMetricsURL, "--kube-ovn-pinger-url": s.KubeOVNPingerURL, "--linstor-url": s.LinstorURL} {
+	for name, raw := range map[string]string{"--etcd-metrics-url": s.EtcdMetricsURL, "--kube-ovn-pinger-url": s.KubeOVNPingerURL, "--linstor-url": s.LinstorURL, "--kube-api-server": s.KubeAPIServer} {
 		if raw == "" {
 			continue
 		}

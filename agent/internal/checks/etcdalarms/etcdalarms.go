@@ -11,17 +11,28 @@ import (
 
 	"github.com/cozystack/cozy-health/agent/internal/check"
 	"github.com/cozystack/cozy-health/agent/internal/checks/talosservices"
+	"github.com/cozystack/cozy-health/agent/internal/noderole"
 	"github.com/cozystack/cozy-health/pkg/report"
 	"github.com/cozystack/cozy-health/talos"
 )
 
 // Check is the etcd-alarms check.
-type Check struct{ talos *talos.Client }
+type Check struct {
+	talos *talos.Client
+	roles *noderole.Reader
+}
 
 var _ check.Check = (*Check)(nil)
 
 // New returns the check.
 func New(c *talos.Client) *Check { return &Check{talos: c} }
+
+// WithRoles sets where the node's role is read when the Talos API cannot
+// be asked (see talosservices.RequireEtcd); nil knows nothing.
+func (c *Check) WithRoles(r *noderole.Reader) *Check {
+	c.roles = r
+	return c
+}
 
 // Name implements check.Check.
 func (*Check) Name() string { return report.CheckEtcdAlarms }
@@ -31,7 +42,7 @@ func (*Check) Component() string { return report.ComponentEtcd }
 
 // Run implements check.Check.
 func (c *Check) Run(ctx context.Context) ([]report.Observation, error) {
-	if _, err := talosservices.RequireEtcd(ctx, c.talos); err != nil {
+	if _, err := talosservices.RequireEtcd(ctx, c.talos, c.roles); err != nil {
 		return nil, err
 	}
 	alarms, err := c.talos.EtcdAlarmList(ctx)

@@ -12,33 +12,30 @@
 package fsynclatency
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"math"
-	"net/http"
 	"sort"
 	"sync"
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 
 	"github.com/cozystack/cozy-health/agent/internal/check"
+	"github.com/cozystack/cozy-health/agent/internal/checks/etcdmetrics"
 	"github.com/cozystack/cozy-health/agent/internal/checks/httpsource"
 	"github.com/cozystack/cozy-health/agent/internal/checks/talosservices"
+	"github.com/cozystack/cozy-health/agent/internal/noderole"
 	"github.com/cozystack/cozy-health/pkg/report"
 	"github.com/cozystack/cozy-health/talos"
 )
 
 // Metric names read from etcd.
 const (
-	WALFsyncMetric      = "etcd_disk_wal_fsync_duration_seconds"
-	BackendCommitMetric = "etcd_disk_backend_commit_duration_seconds"
+	WALFsyncMetric      = etcdmetrics.WALFsyncMetric
+	BackendCommitMetric = etcdmetrics.BackendCommitMetric
 )
 
 // Reasons of an etcd whose metrics cannot be read.
@@ -63,12 +60,15 @@ type Thresholds struct {
 
 // Check is the fsync-latency check.
 type Check struct {
-	url    string
-	client *http.Client
-	th     Thresholds
+	// metrics reads etcd's exposition, shared with the etcd-member check.
+	metrics *etcdmetrics.Reader
+	url     string
+	th      Thresholds
 	// talos tells whether etcd runs here when the metrics URL is silent;
 	// nil when no talosconfig is configured.
 	talos *talos.Client
+	// roles tells a control-plane node when Talos cannot be asked.
+	roles *noderole.Reader
 
 	// mu guards prev, the buckets of the previous scrape by metric name.
 	mu   sync.Mutex
@@ -77,10 +77,18 @@ type Check struct {
 
 var _ check.Check = (*Check)(nil)
 
-// New returns the check scraping url; tc (may be nil) tells whether etcd
-// runs on this node when nothing answers at url.
-func New(url string, tc *talos.Client, th Thresholds) *Check {
-	return &Check{url: url, client: &http.Client{}, th: th, talos: tc, prev: map[string]Histogram{}}
+// New returns the check reading etcd's metrics through m (shared with the
+// etcd-member check); tc (may be nil) tells whether etcd runs on this node
+// when nothing answers at m's URL.
+func New(m *etcdmetrics.Reader, tc *talos.Client, th Thresholds) *Check {
+	return &Check{metrics: m, url: m.URL(), th: th, talos: tc, prev: map[string]Histogram{}}
+}
+
+// WithRoles sets where the node's role is read when the Talos API cannot
+// be asked (see talosservices.RequireEtcd); nil knows nothing.
+func (c *Check) WithRoles(r *noderole.Reader) *Check {
+	c.roles = r
+	return c
 }
 
 // Name implements check.Check.
@@ -94,19 +102,14 @@ func (c *Check) Run(ctx context.Context) ([]report.Observation, error) {
 	if c.url == "" {
 		return nil, check.NotApplicable("no etcd metrics URL configured")
 	}
-	var body []byte
-	err := httpsource.Stream(ctx, c.client, c.url, func(r io.Reader) error {
-		var err error
-		body, err = Filter(r)
-		return err
-	})
+	fams, err := c.metrics.Read(ctx)
 	if err != nil {
 		if httpsource.IsAbsent(err) {
 			return c.absent(ctx, err)
 		}
 		return nil, fmt.Errorf("read etcd metrics: %w", err)
 	}
-	hs, err := Parse(body)
+	hs, err := Histograms(fams)
 	if err != nil {
 		return nil, err
 	}
@@ -121,7 +124,7 @@ func (c *Check) Run(ctx context.Context) ([]report.Observation, error) {
 // absent judges a metrics URL where nothing listens: not applicable where
 // Talos says there is no etcd, Unknown where etcd runs.
 func (c *Check) absent(ctx context.Context, cause error) ([]report.Observation, error) {
-	svc, err := talosservices.RequireEtcd(ctx, c.talos)
+	svc, err := talosservices.RequireEtcd(ctx, c.talos, c.roles)
 	if errors.Is(err, check.ErrNotApplicable) {
 		return nil, check.NotApplicable(fmt.Sprintf("no etcd metrics at %s (%v) and %v", c.url, cause, err))
 	}
@@ -164,41 +167,9 @@ func (c *Check) judge(wal, commit Histogram) report.Observation {
 	return o
 }
 
-// Filter keeps the exposition lines of the two histograms. etcd serves
-// about 1,700 lines (170 KB); handing the parser only the ~34 it needs keeps
-// the check cheap on every interval.
+// Filter keeps the exposition lines of the two histograms.
 func Filter(r io.Reader) ([]byte, error) {
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 0, 4096), 1<<20)
-	var out bytes.Buffer
-	for sc.Scan() {
-		line := sc.Bytes()
-		if keep(line) {
-			out.Write(line)
-			out.WriteByte('\n')
-		}
-	}
-	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("scan etcd metrics: %w", err)
-	}
-	return out.Bytes(), nil
-}
-
-var prefixes = func() [][]byte {
-	var out [][]byte
-	for _, n := range []string{WALFsyncMetric, BackendCommitMetric} {
-		out = append(out, []byte(n), []byte("# HELP "+n+" "), []byte("# TYPE "+n+" "))
-	}
-	return out
-}()
-
-func keep(line []byte) bool {
-	for _, p := range prefixes {
-		if bytes.HasPrefix(line, p) {
-			return true
-		}
-	}
-	return false
+	return etcdmetrics.Filter(r, WALFsyncMetric, BackendCommitMetric)
 }
 
 // Bucket is one cumulative histogram bucket.
@@ -214,14 +185,19 @@ type Histogram struct {
 }
 
 // Parse reads the two etcd disk histograms out of a Prometheus text
-// exposition. A family that is absent yields an empty histogram; a family of
-// the wrong type is an error. Series with labels are summed.
+// exposition (see Histograms).
 func Parse(body []byte) (map[string]Histogram, error) {
-	p := expfmt.NewTextParser(model.UTF8Validation)
-	fams, err := p.TextToMetricFamilies(bytes.NewReader(body))
+	fams, err := etcdmetrics.Parse(body)
 	if err != nil {
-		return nil, fmt.Errorf("parse etcd metrics: %w", err)
+		return nil, err
 	}
+	return Histograms(fams)
+}
+
+// Histograms reads the two etcd disk histograms out of parsed families. A
+// family that is absent yields an empty histogram; a family of the wrong
+// type is an error. Series with labels are summed.
+func Histograms(fams etcdmetrics.Families) (map[string]Histogram, error) {
 	out := map[string]Histogram{}
 	for _, name := range []string{WALFsyncMetric, BackendCommitMetric} {
 		f, ok := fams[name]

@@ -18,6 +18,7 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/cozystack/cozy-health/agent/internal/check"
+	"github.com/cozystack/cozy-health/agent/internal/checks/etcdmetrics"
 	"github.com/cozystack/cozy-health/pkg/report"
 	"github.com/cozystack/cozy-health/talos"
 	"github.com/cozystack/cozy-health/test/harness"
@@ -74,7 +75,7 @@ func TestCheckDeltaBetweenScrapes(t *testing.T) {
 		_, _ = w.Write([]byte(body))
 	}))
 	defer srv.Close()
-	c := New(srv.URL, nil, defaults())
+	c := New(etcdmetrics.New(srv.URL, 0), nil, defaults())
 	obs, err := c.Run(context.Background())
 	require.NoError(t, err)
 	require.Len(t, obs, 1)
@@ -127,7 +128,7 @@ func bumpSlow(body, name string, bound float64, n int) string {
 func TestThresholdsAreConfiguration(t *testing.T) {
 	th := defaults()
 	th.BackendCommitDegraded = 100 * time.Millisecond
-	c := New("", nil, th)
+	c := New(etcdmetrics.New("", 0), nil, th)
 	hs, err := Parse(sample(t))
 	require.NoError(t, err)
 	o := c.judge(hs[WALFsyncMetric], hs[BackendCommitMetric])
@@ -144,7 +145,7 @@ func TestRealEtcdMember(t *testing.T) {
 	th := defaults()
 	th.WALFsyncDegraded, th.WALFsyncDown = time.Minute, 2*time.Minute
 	th.BackendCommitDegraded, th.BackendCommitDown = time.Minute, 2*time.Minute
-	c := New(cluster.Members[0].MetricsURL, nil, th)
+	c := New(etcdmetrics.New(cluster.Members[0].MetricsURL, 0), nil, th)
 	obs, err := c.Run(context.Background())
 	require.NoError(t, err)
 	require.Len(t, obs, 1)
@@ -178,7 +179,7 @@ func TestBadSources(t *testing.T) {
 		_, _ = w.Write([]byte("etcd_disk_wal_fsync_duration_seconds{{{ not metrics\n"))
 	}))
 	defer garbage.Close()
-	_, err := New(garbage.URL, nil, defaults()).Run(context.Background())
+	_, err := New(etcdmetrics.New(garbage.URL, 0), nil, defaults()).Run(context.Background())
 	require.Error(t, err)
 	assert.NotErrorIs(t, err, check.ErrNotApplicable)
 
@@ -186,7 +187,7 @@ func TestBadSources(t *testing.T) {
 		_, _ = w.Write([]byte("# TYPE etcd_disk_wal_fsync_duration_seconds gauge\netcd_disk_wal_fsync_duration_seconds 1\n"))
 	}))
 	defer wrongType.Close()
-	_, err = New(wrongType.URL, nil, defaults()).Run(context.Background())
+	_, err = New(etcdmetrics.New(wrongType.URL, 0), nil, defaults()).Run(context.Background())
 	require.ErrorContains(t, err, "want a histogram")
 
 	hang := httptest.NewServer(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) { <-r.Context().Done() }))
@@ -194,15 +195,15 @@ func TestBadSources(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel()
 	start := time.Now()
-	_, err = New(hang.URL, nil, defaults()).Run(ctx)
+	_, err = New(etcdmetrics.New(hang.URL, 0), nil, defaults()).Run(ctx)
 	require.Error(t, err)
 	assert.Less(t, time.Since(start), 2*time.Second)
 
-	_, err = New("", nil, defaults()).Run(context.Background())
+	_, err = New(etcdmetrics.New("", 0), nil, defaults()).Run(context.Background())
 	require.ErrorIs(t, err, check.ErrNotApplicable)
 	// Nothing listens there and no talosconfig to tell whether etcd runs
 	// here: not applicable (the Talos case is TestMetricsEndpointAbsent).
-	_, err = New("http://127.0.0.1:1/metrics", nil, defaults()).Run(context.Background())
+	_, err = New(etcdmetrics.New("http://127.0.0.1:1/metrics", 0), nil, defaults()).Run(context.Background())
 	require.ErrorIs(t, err, check.ErrNotApplicable)
 }
 
@@ -271,7 +272,7 @@ func TestMetricsEndpointAbsent(t *testing.T) {
 	cp := talosFor(t, cluster.Members[0].ClientURL)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	obs, err := New(absent, cp, defaults()).Run(ctx)
+	obs, err := New(etcdmetrics.New(absent, 0), cp, defaults()).Run(ctx)
 	require.NoError(t, err)
 	require.Len(t, obs, 1)
 	assert.Equal(t, report.StatusUnknown, obs[0].Status)
@@ -280,12 +281,12 @@ func TestMetricsEndpointAbsent(t *testing.T) {
 	assert.Contains(t, obs[0].Message, absent)
 
 	worker := talosFor(t, "")
-	_, err = New(absent, worker, defaults()).Run(ctx)
+	_, err = New(etcdmetrics.New(absent, 0), worker, defaults()).Run(ctx)
 	require.ErrorIs(t, err, check.ErrNotApplicable)
 	assert.ErrorContains(t, err, "no etcd service")
 
 	// The metrics URL answers: the Talos client is not even asked.
-	obs, err = New(cluster.Members[0].MetricsURL, worker, defaults()).Run(ctx)
+	obs, err = New(etcdmetrics.New(cluster.Members[0].MetricsURL, 0), worker, defaults()).Run(ctx)
 	require.NoError(t, err)
 	assert.Contains(t, obs[0].Message, "WAL fsync p99")
 
@@ -294,7 +295,7 @@ func TestMetricsEndpointAbsent(t *testing.T) {
 	require.NoError(t, cluster.StopMember(0))
 	// A new client: the agent's shares one ServiceList per interval.
 	cp = talosFor(t, cluster.Members[0].ClientURL)
-	obs, err = New(absent, cp, defaults()).Run(ctx)
+	obs, err = New(etcdmetrics.New(absent, 0), cp, defaults()).Run(ctx)
 	require.NoError(t, err)
 	require.Len(t, obs, 1)
 	assert.Equal(t, report.StatusUnknown, obs[0].Status)

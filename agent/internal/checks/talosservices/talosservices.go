@@ -11,7 +11,11 @@ import (
 
 	"github.com/siderolabs/talos/pkg/machinery/api/machine"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
 	"github.com/cozystack/cozy-health/agent/internal/check"
+	"github.com/cozystack/cozy-health/agent/internal/noderole"
 	"github.com/cozystack/cozy-health/pkg/report"
 	"github.com/cozystack/cozy-health/talos"
 )
@@ -150,26 +154,74 @@ func LearnerNotApplicable(err error, what string) error {
 	return err
 }
 
-// RequireEtcd returns this node's etcd service, or a "not applicable" error
-// on a node without one (not a control-plane node, no talosconfig).
+// ReasonTalosAPIAccessMissing: this control-plane node's etcd cannot be
+// read because the agent has no usable access to the Talos API (no
+// talosconfig, a broken one, or credentials Talos refuses).
+const ReasonTalosAPIAccessMissing = "TalosAPIAccessMissing"
+
+// AccessPatch is what gives the agent its talosconfig.
+const AccessPatch = "apply talos/manifests/talos-api-access-patch.yaml (Talos then issues Secret cozy-health-agent-talos-secrets)"
+
+// RequireEtcd returns this node's etcd service, or why there is none to
+// judge:
 //
-// A talosconfig that is configured but missing or unusable is "not
-// applicable" here too: without it nothing tells a control-plane node from
-// a worker, and an Unknown etcd member reported by every worker would count
-// as a voting member in etcd's quorum projection. The talos-services check,
-// which every node runs, carries the Unknown and what to mount.
-func RequireEtcd(ctx context.Context, c *talos.Client) (*machine.ServiceInfo, error) {
-	svcs, err := ServiceList(ctx, c)
-	var ie *check.InputError
-	if errors.As(err, &ie) {
-		return nil, check.NotApplicable("the Talos API is not reachable without the talosconfig (talos-services reads Unknown): " + ie.Message)
+//   - not applicable when the node is known not to be a control-plane
+//     node: Talos lists no etcd service, or (Talos cannot be asked) its
+//     Node object has no node-role.kubernetes.io/control-plane label;
+//   - a *check.InputError with ReasonTalosAPIAccessMissing (Unknown,
+//     naming what is missing) when Talos cannot be asked (no talosconfig,
+//     a broken one, credentials refused) and the node is a control-plane
+//     node or its role cannot be read: "could not ask" is never "not
+//     applicable", or drain would call an unread member safe;
+//   - other errors (timeouts, Talos unavailable) as they are (Unknown).
+//
+// With the Talos checks disabled (--talosconfig empty, c nil) only a known
+// control-plane node reads Unknown; elsewhere the operator's choice stands.
+func RequireEtcd(ctx context.Context, c *talos.Client, roles *noderole.Reader) (*machine.ServiceInfo, error) {
+	if c == nil {
+		if role, _ := roles.Role(ctx); role == noderole.ControlPlane {
+			return nil, &check.InputError{Reason: ReasonTalosAPIAccessMissing,
+				Message: "the Talos checks are disabled (--talosconfig empty) on a control-plane node: enable agent.sources.talos and " + AccessPatch}
+		}
+		return nil, check.NotApplicable("no talosconfig configured")
 	}
-	if err != nil {
+	svcs, err := c.ServiceList(ctx)
+	if err == nil {
+		etcd := Find(svcs, "etcd")
+		if etcd == nil {
+			return nil, check.NotApplicable("Talos lists no etcd service on this node: not a control-plane node")
+		}
+		return etcd, nil
+	}
+	missing := accessMissing(err)
+	if missing == "" {
 		return nil, err
 	}
-	etcd := Find(svcs, "etcd")
-	if etcd == nil {
-		return nil, check.NotApplicable("no etcd service on this node: not a control-plane node")
+	role, roleErr := roles.Role(ctx)
+	switch role {
+	case noderole.Worker:
+		return nil, check.NotApplicable(fmt.Sprintf("%s, and the Node has no %s label: not a control-plane node", missing, noderole.ControlPlaneLabel))
+	case noderole.ControlPlane:
+		return nil, &check.InputError{Reason: ReasonTalosAPIAccessMissing, Err: err,
+			Message: fmt.Sprintf("%s: %s; this control-plane node's etcd member is unknown until then", missing, AccessPatch)}
 	}
-	return etcd, nil
+	return nil, &check.InputError{Reason: ReasonTalosAPIAccessMissing, Err: err,
+		Message: fmt.Sprintf("%s: %s; whether this node runs an etcd member is unknown (%v)", missing, AccessPatch, roleErr)}
+}
+
+// accessMissing says what is missing when err means the agent has no
+// usable access to the Talos API, or "" when err is something else.
+func accessMissing(err error) string {
+	var ce *talos.ConfigError
+	switch {
+	case errors.Is(err, talos.ErrNoConfig) && errors.As(err, &ce):
+		return "no talosconfig at " + ce.Path
+	case errors.As(err, &ce):
+		return fmt.Sprintf("talosconfig %s unusable (%v)", ce.Path, ce.Err)
+	}
+	switch status.Code(err) {
+	case codes.PermissionDenied, codes.Unauthenticated:
+		return fmt.Sprintf("the Talos API refuses the agent's credentials (%v)", err)
+	}
+	return ""
 }
