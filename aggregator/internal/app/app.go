@@ -293,6 +293,9 @@ func New(cfg config.Config, log *zap.Logger, opts Options) (a *App, err error) {
 	if a.grpcLis, err = net.Listen("tcp", cfg.Listen); err != nil {
 		return nil, fmt.Errorf("listen --listen %s: %w", cfg.Listen, err)
 	}
+	// Connections per peer bounded, and ingest able to end a stream it
+	// replaces or revokes.
+	a.grpcLis = srv.Listener(a.grpcLis)
 	if a.httpLis, err = net.Listen("tcp", cfg.HTTPAddr); err != nil {
 		return nil, fmt.Errorf("listen --http-addr %s: %w", cfg.HTTPAddr, err)
 	}
