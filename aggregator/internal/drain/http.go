@@ -51,6 +51,11 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			h.svc.reject("http", "forbidden", r.URL.Query().Get("node"))
 			writeJSON(w, http.StatusForbidden, errorBody{Error: err.Error()})
 			return
+		case errors.Is(err, ErrThrottled):
+			h.svc.reject("http", "throttled", r.URL.Query().Get("node"))
+			w.Header().Set("Retry-After", "1")
+			writeJSON(w, http.StatusTooManyRequests, errorBody{Error: err.Error()})
+			return
 		case err != nil:
 			h.svc.log.Error("drain check authorization failed", zap.Error(err))
 			writeJSON(w, http.StatusServiceUnavailable, errorBody{Error: "cannot authorize: " + err.Error()})
