@@ -100,3 +100,12 @@ it). tls.mode auto picks cert-manager when the cluster serves its API.
 
 {{/* The headless Service the agents dial: every replica, ready or warming. */}}
 {{- define "cozy-health.aggregatorIngest" -}}{{ include "cozy-health.aggregator" . }}-ingest{{- end }}
+
+{{/*
+"true" when the aggregator's NetworkPolicy is a CiliumNetworkPolicy
+(networkPolicy.cilium true, or auto and cilium.io/v2 served).
+*/}}
+{{- define "cozy-health.ciliumPolicy" -}}
+{{- $c := toString .Values.networkPolicy.cilium -}}
+{{- if or (eq $c "true") (and (eq $c "auto") (.Capabilities.APIVersions.Has "cilium.io/v2")) -}}true{{- else -}}false{{- end -}}
+{{- end -}}
