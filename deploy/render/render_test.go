@@ -344,3 +344,44 @@ func TestScrapeSendsItsToken(t *testing.T) {
 	require.NoError(t, err)
 	assert.Nil(t, nested(t, sc, "spec", "endpoints", 0, "bearerTokenFile"))
 }
+
+// TestAgentBlastRadius: the agent mounts no host /proc (diskstats reads the
+// container's own, which is not namespaced) and runs as a non-root user
+// unless a source that only root can reach is enabled. Before, it ran as
+// root with the host's whole /proc.
+func TestAgentBlastRadius(t *testing.T) {
+	hostPaths := func(t *testing.T, r *Release) []string {
+		ds, err := r.Object("DaemonSet", "cozy-health-agent")
+		require.NoError(t, err)
+		var out []string
+		for _, v := range nested(t, ds, "spec", "template", "spec", "volumes").([]any) {
+			if hp, ok := v.(map[string]any)["hostPath"].(map[string]any); ok {
+				out = append(out, hp["path"].(string))
+			}
+		}
+		return out
+	}
+	r, err := Render(Options{})
+	require.NoError(t, err)
+	assert.NotContains(t, hostPaths(t, r), "/proc")
+	ds, err := r.Object("DaemonSet", "cozy-health-agent")
+	require.NoError(t, err)
+	assert.Contains(t, containerArgs(t, ds), "--proc-root=/proc")
+	assert.EqualValues(t, 0, nested(t, ds, "spec", "template", "spec", "securityContext", "runAsUser"), "kube-ovn's sockets and the fsync probe need root")
+
+	r, err = Render(Options{Set: []string{"agent.sources.kubeOVN.ovsRunPath=", "agent.sources.kubeOVN.ovnRunPath=", "agent.sources.fsyncProbe.hostPath="}})
+	require.NoError(t, err)
+	ds, err = r.Object("DaemonSet", "cozy-health-agent")
+	require.NoError(t, err)
+	sc := nested(t, ds, "spec", "template", "spec", "securityContext").(map[string]any)
+	assert.EqualValues(t, 65532, sc["runAsUser"])
+	assert.Equal(t, true, sc["runAsNonRoot"])
+	assert.EqualValues(t, []any{0.0}, sc["supplementalGroups"], "group 0 reaches Cilium's 0660 sockets")
+	assert.Equal(t, []string{"/var/run/cilium", "/var/lib/ovn"}, hostPaths(t, r))
+
+	r, err = Render(Options{Set: []string{"agent.runAsUser=1000"}})
+	require.NoError(t, err)
+	ds, err = r.Object("DaemonSet", "cozy-health-agent")
+	require.NoError(t, err)
+	assert.EqualValues(t, 1000, nested(t, ds, "spec", "template", "spec", "securityContext", "runAsUser"))
+}

@@ -109,3 +109,18 @@ it). tls.mode auto picks cert-manager when the cluster serves its API.
 {{- $c := toString .Values.networkPolicy.cilium -}}
 {{- if or (eq $c "true") (and (eq $c "auto") (.Capabilities.APIVersions.Has "cilium.io/v2")) -}}true{{- else -}}false{{- end -}}
 {{- end -}}
+
+{{/*
+The agent's user: agent.runAsUser when set; else 0 while a source that only
+root can reach is enabled (kube-ovn's OVS/OVN sockets, root:root 0750; the
+fsync probe's host directory, created root-owned by the kubelet), and the
+non-root 65532 otherwise.
+*/}}
+{{- define "cozy-health.agentUser" -}}
+{{- $a := .Values.agent -}}
+{{- $s := $a.sources -}}
+{{- if ne (toString $a.runAsUser) "auto" -}}{{ $a.runAsUser }}
+{{- else if or $s.kubeOVN.ovsRunPath $s.kubeOVN.ovnRunPath $s.fsyncProbe.hostPath -}}0
+{{- else -}}65532
+{{- end -}}
+{{- end -}}
