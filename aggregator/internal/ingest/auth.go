@@ -63,6 +63,7 @@ type tokenAuthenticator struct {
 	// is refused with review_throttled and nothing is asked.
 	limit *rate.Limiter
 	peers *peerLimiters
+	lim   SurfaceLimits
 
 	mu    sync.Mutex // guards cache
 	cache map[[sha256.Size]byte]cachedIdentity
@@ -77,7 +78,7 @@ func newTokenAuthenticator(reviews authenticationv1client.TokenReviewInterface, 
 		reviews: reviews, audience: audience, username: "system:serviceaccount:" + ns + ":" + name,
 		ttl: ttl, now: now, m: m, cache: map[[sha256.Size]byte]cachedIdentity{},
 		limit: rate.NewLimiter(rate.Limit(lim.TokenReviewsPerSecond), lim.TokenReviewBurst),
-		peers: newPeerLimiters(rate.Limit(lim.PeerTokenReviewsPerSecond), lim.PeerTokenReviewBurst),
+		peers: newPeerLimiters(rate.Limit(lim.PeerTokenReviewsPerSecond), lim.PeerTokenReviewBurst), lim: lim,
 	}, nil
 }
 
@@ -102,7 +103,7 @@ func (a *tokenAuthenticator) authenticate(ctx context.Context, token, peer strin
 	// The peer's bucket first: a flood from one address must not spend
 	// the replica's budget that other nodes' agents need.
 	now := a.now()
-	if !a.peers.allow(peer, now) || !a.limit.AllowN(now, 1) {
+	if (!a.lim.exempt(peer) && !a.peers.allow(peer, now)) || !a.limit.AllowN(now, 1) {
 		a.m.tokenReviews.WithLabelValues(tokenReviewThrottled).Inc()
 		return identity{}, errThrottled
 	}

@@ -51,7 +51,16 @@ const (
 
 // SurfaceLimits bound the ingest surface: what unauthenticated clients and
 // the holder of one node's token can hold open on a replica, and how much
-// TokenReview work they can cause. A zero value means its default.
+// TokenReview work they can cause. A zero value means its default. The
+// per-peer bounds are per IP address and spare loopback (see loopback).
+//
+// Only node addresses should reach ingest at all (agents run on the host
+// network): that is the chart's NetworkPolicy (a CiliumNetworkPolicy
+// admitting the host and remote-node entities, or the nodes' CIDRs), not a
+// check here. The address a host-network agent's connection arrives from
+// is not always a Node's InternalIP (kube-ovn sends host-to-pod traffic
+// from ovn0's join-subnet address), so a code check would refuse honest
+// agents; the per-peer bounds below hold whatever the address.
 //
 // One authenticated stream per node: a newer stream for a node replaces the
 // older (whose connection is closed), so an agent that restarts, or whose
@@ -70,6 +79,10 @@ type SurfaceLimits struct {
 	PeerTokenReviewBurst      int
 
 	ReauthPeriod time.Duration
+
+	// LimitLoopback applies the per-peer bounds to loopback peers too
+	// (tests of those bounds, which may only use loopback).
+	LimitLoopback bool
 }
 
 func (l SurfaceLimits) withDefaults() SurfaceLimits {
@@ -114,6 +127,20 @@ func peerHost(addr string) string {
 	return addr
 }
 
+// loopback reports whether ip is a loopback address. The per-peer bounds
+// do not apply to it: in a cluster no agent reaches the aggregator from
+// its own loopback (a host-network agent's address is its node's), only
+// processes in the aggregator's own network namespace can, and the local
+// lab and benchmarks run every simulated node there. The replica-wide
+// bounds (pending streams, TokenReviews) still hold.
+func loopback(ip string) bool {
+	a := net.ParseIP(ip)
+	return a != nil && a.IsLoopback()
+}
+
+// exempt reports whether the per-peer bounds spare ip.
+func (l SurfaceLimits) exempt(ip string) bool { return !l.LimitLoopback && loopback(ip) }
+
 // Listener wraps the gRPC listener: it refuses a connection from an IP
 // address that already holds MaxConnsPerPeer (counted and logged as
 // too_many_streams), and keeps every connection by its remote address so
@@ -137,7 +164,7 @@ func (l *listener) Accept() (net.Conn, error) {
 		if err != nil {
 			return nil, err
 		}
-		if tc := l.s.conns.add(c, l.s.cfg.Surface.MaxConnsPerPeer); tc != nil {
+		if tc := l.s.conns.add(c, l.s.cfg.Surface); tc != nil {
 			return tc, nil
 		}
 		addr := c.RemoteAddr().String()
@@ -158,12 +185,12 @@ func newConnTable() *connTable {
 	return &connTable{byAddr: map[string]*trackedConn{}, perIP: map[string]int{}}
 }
 
-func (t *connTable) add(c net.Conn, maxPerIP int) *trackedConn {
+func (t *connTable) add(c net.Conn, lim SurfaceLimits) *trackedConn {
 	addr := c.RemoteAddr().String()
 	ip := peerHost(addr)
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.perIP[ip] >= maxPerIP {
+	if t.perIP[ip] >= lim.MaxConnsPerPeer && !lim.exempt(ip) {
 		return nil
 	}
 	t.perIP[ip]++
@@ -217,7 +244,7 @@ type pendingTable struct {
 func (p *pendingTable) enter(ip string, lim SurfaceLimits) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.perIP[ip] >= lim.MaxPendingPerPeer || p.total >= lim.MaxPending {
+	if (p.perIP[ip] >= lim.MaxPendingPerPeer && !lim.exempt(ip)) || p.total >= lim.MaxPending {
 		return false
 	}
 	if p.perIP == nil {

@@ -124,7 +124,7 @@ func hello(t testing.TB, c *grpc.ClientConn, signer *signing.Signer, node, token
 // hello, the others are refused at once.
 func TestPendingStreamsOfOnePeerAreBounded(t *testing.T) {
 	rv := newReviewer()
-	ts := startServer(t, Config{HelloTimeout: 3 * time.Second}, Deps{TokenReviews: rv.client().AuthenticationV1().TokenReviews()})
+	ts := startServer(t, Config{HelloTimeout: 3 * time.Second, Surface: SurfaceLimits{LimitLoopback: true}}, Deps{TokenReviews: rv.client().AuthenticationV1().TokenReviews()})
 	c := conn(t, ts)
 	base := runtime.NumGoroutine()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
@@ -169,7 +169,7 @@ func TestPendingStreamsOfOnePeerAreBounded(t *testing.T) {
 // small budget, refused beyond it with review_throttled.
 func TestJunkTokensAreNotEachReviewed(t *testing.T) {
 	rv := newReviewer()
-	ts := startServer(t, Config{}, Deps{TokenReviews: rv.client().AuthenticationV1().TokenReviews()})
+	ts := startServer(t, Config{Surface: SurfaceLimits{LimitLoopback: true}}, Deps{TokenReviews: rv.client().AuthenticationV1().TokenReviews()})
 	c := conn(t, ts)
 	key, err := signing.Generate()
 	require.NoError(t, err)
@@ -195,7 +195,7 @@ func TestJunkTokensAreNotEachReviewed(t *testing.T) {
 // connection is closed), so the node holds one, and it is the newest.
 func TestOneStreamPerNode(t *testing.T) {
 	rv := newReviewer()
-	ts := startServer(t, Config{}, Deps{TokenReviews: rv.client().AuthenticationV1().TokenReviews()})
+	ts := startServer(t, Config{Surface: SurfaceLimits{LimitLoopback: true}}, Deps{TokenReviews: rv.client().AuthenticationV1().TokenReviews()})
 	tok := fakeJWT(t, DefaultTokenAudience, time.Now().Add(time.Hour), "cp1")
 	rv.set(tok, "cp1")
 	key, err := signing.Generate()
@@ -234,7 +234,7 @@ func TestOneStreamPerNode(t *testing.T) {
 // one address are closed at accept.
 func TestConnectionsPerPeerAreBounded(t *testing.T) {
 	rv := newReviewer()
-	ts := startServer(t, Config{Surface: SurfaceLimits{MaxConnsPerPeer: 3}}, Deps{TokenReviews: rv.client().AuthenticationV1().TokenReviews()})
+	ts := startServer(t, Config{Surface: SurfaceLimits{MaxConnsPerPeer: 3, LimitLoopback: true}}, Deps{TokenReviews: rv.client().AuthenticationV1().TokenReviews()})
 	key, err := signing.Generate()
 	require.NoError(t, err)
 	var failed int
@@ -289,4 +289,22 @@ func TestStreamsAreReauthenticated(t *testing.T) {
 		require.Error(t, err)
 		assert.Equal(t, 1.0, rejected(t, ts, ReasonRevoked))
 	})
+}
+
+// TestLoopbackIsSparedPerPeerBounds: the lab and the benchmarks run every
+// simulated node on loopback; the per-peer bounds do not apply there (no
+// agent in a cluster connects from the aggregator's own loopback).
+func TestLoopbackIsSparedPerPeerBounds(t *testing.T) {
+	rv := newReviewer()
+	ts := startServer(t, Config{Surface: SurfaceLimits{MaxConnsPerPeer: 2}}, Deps{TokenReviews: rv.client().AuthenticationV1().TokenReviews()})
+	key, err := signing.Generate()
+	require.NoError(t, err)
+	for i := range 10 {
+		tok := fakeJWT(t, DefaultTokenAudience, time.Now().Add(time.Hour), fmt.Sprintf("lab%03d", i))
+		rv.set(tok, fmt.Sprintf("n%d", i))
+		_, _, ack, err := hello(t, conn(t, ts), key, fmt.Sprintf("n%d", i), tok)
+		require.NoError(t, err)
+		require.True(t, ack.GetAccepted(), "node %d: %s", i, ack.GetRejectReason())
+	}
+	assert.Equal(t, 10.0, metricValue(t, ts.reg, "cozy_health_ingest_streams"))
 }
