@@ -75,8 +75,8 @@ type App struct {
 	base  *zap.Logger
 	log   *zap.Logger
 	clock clock.WithTicker
-	// kube and hc are the trusted client: informers, leader election, the
-	// writer. reviews is a second client, on its own connection and rate
+	// kube and hc are the trusted clients: informers, adapters, the writer
+	// (hc). reviews is a second client, on its own connection and rate
 	// limiter, for the reviews that untrusted callers cause (agents'
 	// TokenReviews, delegated authn/authz of drain and /metrics): a flood
 	// of them cannot delay a Lease renewal or a Health write.
@@ -84,6 +84,9 @@ type App struct {
 	hc      versioned.Interface
 	reviews kubernetes.Interface
 	authz   *delegated.Authorizer
+	// lease renews the Lease, on a client of its own too (informer
+	// relists and adapter reads share kube's rate limiter).
+	lease kubernetes.Interface
 	// informers is the one shared informer factory on kube: every watch of
 	// a Kubernetes object goes through it (the Node informer feeds both the
 	// state's node set and the drain check). New takes informers from it and
@@ -180,6 +183,9 @@ func New(cfg config.Config, log *zap.Logger, opts Options) (a *App, err error) {
 		return nil, fmt.Errorf("review client: %w", err)
 	}
 	a.authz = delegated.New(a.reviews, 10*time.Second)
+	if a.lease, err = kubernetes.NewForConfig(ownClient(rc, 5, 10, "leader-election")); err != nil {
+		return nil, fmt.Errorf("leader election client: %w", err)
+	}
 
 	a.reg = prometheus.NewRegistry()
 	if err := a.reg.Register(collectors.NewGoCollector()); err != nil {
@@ -329,11 +335,16 @@ func New(cfg config.Config, log *zap.Logger, opts Options) (a *App, err error) {
 // burst 100, above ingest's TokenReview budget) and its own connections
 // (a Dial of its own keeps client-go from sharing the trusted client's
 // cached transport).
-func reviewConfig(rc *rest.Config) *rest.Config {
+func reviewConfig(rc *rest.Config) *rest.Config { return ownClient(rc, 50, 100, "reviews") }
+
+// ownClient is rc with a rate limiter (qps, burst) and connections of its
+// own: a Dial of its own keeps client-go from sharing another client's
+// cached transport.
+func ownClient(rc *rest.Config, qps float32, burst int, name string) *rest.Config {
 	c := rest.CopyConfig(rc)
-	c.QPS, c.Burst = 50, 100
+	c.QPS, c.Burst = qps, burst
 	c.RateLimiter = nil
-	c.UserAgent = "cozy-health-aggregator/reviews"
+	c.UserAgent = "cozy-health-aggregator/" + name
 	d := &net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}
 	c.Dial = d.DialContext
 	return c
@@ -473,7 +484,7 @@ func (a *App) Run(ctx context.Context) error {
 		return leader.Run(ctx, leader.Config{
 			Namespace: a.cfg.LeaseNamespace, Name: a.cfg.LeaseName, Identity: a.cfg.Identity,
 			LeaseDuration: a.cfg.LeaseDuration, RenewDeadline: a.cfg.RenewDeadline, RetryPeriod: a.cfg.RetryPeriod,
-		}, a.kube, leader.Callbacks{
+		}, a.lease, leader.Callbacks{
 			OnStartedLeading: func(ctx context.Context) {
 				a.metrics.SetLeader(true)
 				a.writer.Run(ctx)
