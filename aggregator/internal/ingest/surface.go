@@ -267,7 +267,9 @@ func (p *pendingTable) leave(ip string) {
 // liveStream is a node's authenticated stream.
 type liveStream struct {
 	node, peer string
-	token      string
+	// token is kept for the re-reviews (empty without a TokenReview
+	// client): a pod-bound token, useless once its pod is gone.
+	token string
 	expires    time.Time
 	// mu guards timer and closed.
 	mu     sync.Mutex
