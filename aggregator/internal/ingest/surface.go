@@ -269,8 +269,8 @@ type liveStream struct {
 	node, peer string
 	// token is kept for the re-reviews (empty without a TokenReview
 	// client): a pod-bound token, useless once its pod is gone.
-	token string
-	expires    time.Time
+	token   string
+	expires time.Time
 	// mu guards timer and closed.
 	mu     sync.Mutex
 	timer  *time.Timer
