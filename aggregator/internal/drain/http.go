@@ -12,7 +12,8 @@ import (
 // {"node","verdict":"safe|blocked|unknown","reasons":[...],"evaluatedAt","snapshotAt"}.
 // 400 on a missing or invalid node, 404 when the node is neither a
 // Kubernetes Node nor in the state, 405 on other methods, 401/403 when an
-// Authorizer is set and refuses the caller, 503 when it cannot ask.
+// Authorizer is set and refuses the caller, 429 when its review budget is
+// spent, 503 when it cannot ask.
 type Handler struct {
 	svc  *Service
 	auth *Authorizer
