@@ -87,7 +87,9 @@ func TestSchemaAndChecksRejectBadValues(t *testing.T) {
 		{"refresh period", map[string]any{"aggregator": map[string]any{"refreshPeriod": "1m"}}, "aggregator.refreshPeriod 1m"},
 		{"report interval", map[string]any{"aggregator": map[string]any{"reportInterval": "100ms", "refreshPeriod": "100ms"}}, "aggregator.reportInterval 100ms"},
 		{"ports clash", map[string]any{"aggregator": map[string]any{"ports": map[string]any{"grpc": 9443, "http": 9443, "metrics": 9090}}}, "aggregator.ports"},
-		{"open drain check", map[string]any{"networkPolicy": map[string]any{"podCIDRs": []any{}}}, "networkPolicy.podCIDRs"},
+		{"open drain check", map[string]any{"networkPolicy": map[string]any{"podCIDRs": []any{}}}, "networkPolicy.nodeCIDRs"},
+		{"bad node CIDR", map[string]any{"networkPolicy": map[string]any{"nodeCIDRs": []any{"192.168.1.1"}}}, "/networkPolicy/nodeCIDRs/0"},
+		{"metrics auth", map[string]any{"aggregator": map[string]any{"metricsAuth": "open"}}, "/aggregator/metricsAuth"},
 		{"bad CIDR", map[string]any{"networkPolicy": map[string]any{"podCIDRs": []any{"10.244.0.0"}}}, "/networkPolicy/podCIDRs/0"},
 		{"log level", map[string]any{"aggregator": map[string]any{"logLevel": "verbose"}}, "/aggregator/logLevel"},
 		{"talos role", map[string]any{"talos": map[string]any{"serviceAccount": map[string]any{"roles": []any{"os:superuser"}}}}, "/talos/serviceAccount/roles/0"},
@@ -130,7 +132,8 @@ func TestDefaultsRender(t *testing.T) {
 	assert.Equal(t, 3, kinds["ClusterRoleBinding"], "aggregator; the adapters' Health objects in every namespace; the agent's get nodes")
 	assert.Equal(t, 2, kinds["Role"], "Health objects and Lease; the TLS Secret and CA ConfigMap")
 	assert.Equal(t, 2, kinds["RoleBinding"])
-	assert.Equal(t, 5, kinds["ClusterRole"], "aggregator, the adapters' Health objects, drain-check, tenant view, agent (get nodes)")
+	assert.Equal(t, 6, kinds["ClusterRole"], "aggregator, the adapters' Health objects, drain-check, tenant view, agent (get nodes), metrics reader")
+	assert.Contains(t, cfgText, "metrics-auth: delegated")
 	agentRole, err := r.Object("ClusterRole", "cozy-health-agent")
 	require.NoError(t, err)
 	rules, _, _ := unstructured.NestedSlice(agentRole.Object, "rules")
@@ -162,8 +165,8 @@ func TestDefaultsRender(t *testing.T) {
 
 	cr, err := r.Object("ClusterRole", "cozy-health-aggregator")
 	require.NoError(t, err)
-	assert.NotContains(t, cr.Object["rules"], map[string]any{"apiGroups": []any{"authorization.k8s.io"}, "resources": []any{"subjectaccessreviews"}, "verbs": []any{"create"}},
-		"no SubjectAccessReviews without delegated drain auth")
+	assert.Contains(t, cr.Object["rules"], map[string]any{"apiGroups": []any{"authorization.k8s.io"}, "resources": []any{"subjectaccessreviews"}, "verbs": []any{"create"}},
+		"SubjectAccessReviews: the gRPC drain check and /metrics are always delegated")
 	view, err := r.Object("ClusterRole", "cozy-health-view")
 	require.NoError(t, err)
 	assert.Equal(t, "true", view.GetLabels()["rbac.cozystack.io/aggregate-to-tenant-view"])
@@ -178,7 +181,7 @@ func TestDelegatedDrainAuth(t *testing.T) {
 	assert.Contains(t, cr.Object["rules"], map[string]any{"apiGroups": []any{"authorization.k8s.io"}, "resources": []any{"subjectaccessreviews"}, "verbs": []any{"create"}})
 	assert.Contains(t, cr.Object["rules"], map[string]any{"apiGroups": []any{"authentication.k8s.io"}, "resources": []any{"tokenreviews"}, "verbs": []any{"create"}})
 	_, err = r.Object("NetworkPolicy", "cozy-health-aggregator")
-	assert.ErrorIs(t, err, ErrNotFound, "the drain check authenticates its callers itself: no NetworkPolicy needed")
+	assert.NoError(t, err, "the ports are allow-listed whatever the drain check's auth")
 	cm, err := r.Object("ConfigMap", "cozy-health-aggregator")
 	require.NoError(t, err)
 	assert.Contains(t, cm.Object["data"].(map[string]any)["config.yaml"], "drain-auth: delegated")
@@ -286,4 +289,107 @@ func TestCozystackPackage(t *testing.T) {
 	}
 	assert.False(t, kinds["Namespace"])
 	assert.NotEmpty(t, r.CRDs, "the dependency's CRD comes along")
+}
+
+// TestNetworkPolicyAllowLists: the aggregator's gRPC and HTTP ports admit
+// only the nodes: the listed node networks, or with Cilium the host,
+// remote-node and kube-apiserver entities. Before, the HTTP port admitted
+// everything but the listed pod networks, and gRPC everything.
+func TestNetworkPolicyAllowLists(t *testing.T) {
+	t.Run("node networks", func(t *testing.T) {
+		r, err := Render(Options{Set: []string{"networkPolicy.nodeCIDRs={192.168.10.0/24,fd00:10::/64}"}})
+		require.NoError(t, err)
+		np, err := r.Object("NetworkPolicy", "cozy-health-aggregator")
+		require.NoError(t, err)
+		ingress := nested(t, np, "spec", "ingress").([]any)
+		require.Len(t, ingress, 2)
+		assert.Equal(t, []any{map[string]any{"port": "metrics", "protocol": "TCP"}}, nested(t, np, "spec", "ingress", 0, "ports"))
+		assert.Nil(t, nested(t, np, "spec", "ingress", 0, "from"), "metrics: guarded by metricsAuth")
+		assert.Equal(t, []any{map[string]any{"port": "grpc", "protocol": "TCP"}, map[string]any{"port": "http", "protocol": "TCP"}}, nested(t, np, "spec", "ingress", 1, "ports"))
+		assert.Equal(t, []any{
+			map[string]any{"ipBlock": map[string]any{"cidr": "192.168.10.0/24"}},
+			map[string]any{"ipBlock": map[string]any{"cidr": "fd00:10::/64"}},
+		}, nested(t, np, "spec", "ingress", 1, "from"), "only the nodes, no except-list")
+		_, err = r.Object("CiliumNetworkPolicy", "cozy-health-aggregator")
+		assert.ErrorIs(t, err, ErrNotFound)
+	})
+	t.Run("cilium", func(t *testing.T) {
+		r, err := Render(Options{APIVersions: []string{"cilium.io/v2"}, Set: []string{"networkPolicy.nodeCIDRs={100.64.0.0/16}"}})
+		require.NoError(t, err)
+		_, err = r.Object("NetworkPolicy", "cozy-health-aggregator")
+		assert.ErrorIs(t, err, ErrNotFound)
+		cnp, err := r.Object("CiliumNetworkPolicy", "cozy-health-aggregator")
+		require.NoError(t, err)
+		assert.Equal(t, []any{"host", "remote-node", "kube-apiserver"}, nested(t, cnp, "spec", "ingress", 0, "fromEntities"))
+		assert.Equal(t, []any{map[string]any{"port": "9443", "protocol": "TCP"}, map[string]any{"port": "8080", "protocol": "TCP"}},
+			nested(t, cnp, "spec", "ingress", 0, "toPorts", 0, "ports"))
+		assert.Equal(t, []any{"100.64.0.0/16"}, nested(t, cnp, "spec", "ingress", 1, "fromCIDR"))
+		assert.Equal(t, []any{map[string]any{"port": "9090", "protocol": "TCP"}}, nested(t, cnp, "spec", "ingress", 2, "toPorts", 0, "ports"))
+	})
+}
+
+// TestScrapeSendsItsToken: with metricsAuth delegated (the default) the
+// scrape objects authenticate with the scraper's ServiceAccount token, and
+// a ClusterRole grants get on /metrics to the listed subjects.
+func TestScrapeSendsItsToken(t *testing.T) {
+	for _, api := range []struct{ api, kind string }{{"operator.victoriametrics.com/v1beta1", "VMServiceScrape"}, {"monitoring.coreos.com/v1", "ServiceMonitor"}} {
+		r, err := Render(Options{APIVersions: []string{api.api}, Values: map[string]any{"monitoring": map[string]any{"scrape": map[string]any{
+			"subjects": []any{map[string]any{"kind": "ServiceAccount", "name": "vmagent", "namespace": "cozy-monitoring"}}}}}})
+		require.NoError(t, err)
+		sc, err := r.Object(api.kind, "cozy-health-aggregator")
+		require.NoError(t, err)
+		assert.Equal(t, "/var/run/secrets/kubernetes.io/serviceaccount/token", nested(t, sc, "spec", "endpoints", 0, "bearerTokenFile"))
+		cr, err := r.Object("ClusterRole", "cozy-health-metrics-reader")
+		require.NoError(t, err)
+		assert.Equal(t, []any{map[string]any{"nonResourceURLs": []any{"/metrics"}, "verbs": []any{"get"}}}, cr.Object["rules"])
+		crb, err := r.Object("ClusterRoleBinding", "cozy-health-metrics-reader")
+		require.NoError(t, err)
+		assert.Equal(t, "vmagent", nested(t, crb, "subjects", 0, "name"))
+	}
+	r, err := Render(Options{APIVersions: []string{"monitoring.coreos.com/v1"}, Set: []string{"aggregator.metricsAuth=none"}})
+	require.NoError(t, err)
+	sc, err := r.Object("ServiceMonitor", "cozy-health-aggregator")
+	require.NoError(t, err)
+	assert.Nil(t, nested(t, sc, "spec", "endpoints", 0, "bearerTokenFile"))
+}
+
+// TestAgentBlastRadius: the agent mounts no host /proc (diskstats reads the
+// container's own, which is not namespaced) and runs as a non-root user
+// unless a source that only root can reach is enabled. Before, it ran as
+// root with the host's whole /proc.
+func TestAgentBlastRadius(t *testing.T) {
+	hostPaths := func(t *testing.T, r *Release) []string {
+		ds, err := r.Object("DaemonSet", "cozy-health-agent")
+		require.NoError(t, err)
+		var out []string
+		for _, v := range nested(t, ds, "spec", "template", "spec", "volumes").([]any) {
+			if hp, ok := v.(map[string]any)["hostPath"].(map[string]any); ok {
+				out = append(out, hp["path"].(string))
+			}
+		}
+		return out
+	}
+	r, err := Render(Options{})
+	require.NoError(t, err)
+	assert.NotContains(t, hostPaths(t, r), "/proc")
+	ds, err := r.Object("DaemonSet", "cozy-health-agent")
+	require.NoError(t, err)
+	assert.Contains(t, containerArgs(t, ds), "--proc-root=/proc")
+	assert.EqualValues(t, 0, nested(t, ds, "spec", "template", "spec", "securityContext", "runAsUser"), "kube-ovn's sockets and the fsync probe need root")
+
+	r, err = Render(Options{Set: []string{"agent.sources.kubeOVN.ovsRunPath=", "agent.sources.kubeOVN.ovnRunPath=", "agent.sources.fsyncProbe.hostPath="}})
+	require.NoError(t, err)
+	ds, err = r.Object("DaemonSet", "cozy-health-agent")
+	require.NoError(t, err)
+	sc := nested(t, ds, "spec", "template", "spec", "securityContext").(map[string]any)
+	assert.EqualValues(t, 65532, sc["runAsUser"])
+	assert.Equal(t, true, sc["runAsNonRoot"])
+	assert.EqualValues(t, []any{0.0}, sc["supplementalGroups"], "group 0 reaches Cilium's 0660 sockets")
+	assert.Equal(t, []string{"/var/run/cilium", "/var/lib/ovn"}, hostPaths(t, r))
+
+	r, err = Render(Options{Set: []string{"agent.runAsUser=1000"}})
+	require.NoError(t, err)
+	ds, err = r.Object("DaemonSet", "cozy-health-agent")
+	require.NoError(t, err)
+	assert.EqualValues(t, 1000, nested(t, ds, "spec", "template", "spec", "securityContext", "runAsUser"))
 }

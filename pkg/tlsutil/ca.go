@@ -13,6 +13,8 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"time"
 )
 
@@ -38,8 +40,11 @@ func NewCA(commonName string, validity time.Duration) (*CA, error) {
 }
 
 // NewCAValid creates a CA valid from notBefore to notAfter with a fresh
-// P-256 key.
-func NewCAValid(commonName string, notBefore, notAfter time.Time) (*CA, error) {
+// P-256 key. With permitted hosts (DNS names or IP addresses) it carries
+// critical x509 name constraints: it can vouch only for those names (and
+// names under them) and those addresses, so its key, if stolen, cannot
+// impersonate anything else to a client that trusts it.
+func NewCAValid(commonName string, notBefore, notAfter time.Time, permitted ...string) (*CA, error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return nil, fmt.Errorf("generate CA key: %w", err)
@@ -53,6 +58,25 @@ func NewCAValid(commonName string, notBefore, notAfter time.Time) (*CA, error) {
 		BasicConstraintsValid: true,
 		IsCA:                  true,
 	}
+	for _, h := range permitted {
+		if ip := net.ParseIP(h); ip != nil {
+			bits := 8 * len(ip.To16())
+			if ip4 := ip.To4(); ip4 != nil {
+				ip, bits = ip4, 32
+			}
+			tmpl.PermittedIPRanges = append(tmpl.PermittedIPRanges, &net.IPNet{IP: ip, Mask: net.CIDRMask(bits, bits)})
+			continue
+		}
+		tmpl.PermittedDNSDomains = append(tmpl.PermittedDNSDomains, h)
+	}
+	if len(permitted) > 0 {
+		tmpl.PermittedDNSDomainsCritical = true
+		if len(tmpl.PermittedDNSDomains) == 0 {
+			// Only addresses: no DNS name at all (an empty constraint list
+			// would permit every name).
+			tmpl.ExcludedDNSDomains = []string{""}
+		}
+	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
 	if err != nil {
 		return nil, fmt.Errorf("create CA certificate: %w", err)
@@ -62,6 +86,35 @@ func NewCAValid(commonName string, notBefore, notAfter time.Time) (*CA, error) {
 		return nil, fmt.Errorf("parse CA certificate: %w", err)
 	}
 	return &CA{cert: cert, key: key, CertPEM: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})}, nil
+}
+
+// Constrained reports whether c carries name constraints.
+func Constrained(c *x509.Certificate) bool {
+	return len(c.PermittedDNSDomains) > 0 || len(c.PermittedIPRanges) > 0 || len(c.ExcludedDNSDomains) > 0
+}
+
+// Permits reports whether a CA certificate's name constraints allow every
+// host (DNS name or IP address); a CA without constraints permits all.
+func Permits(c *x509.Certificate, hosts []string) bool {
+	if !Constrained(c) {
+		return true
+	}
+	for _, h := range hosts {
+		if ip := net.ParseIP(h); ip != nil {
+			if len(c.PermittedIPRanges) > 0 && !slices.ContainsFunc(c.PermittedIPRanges, func(n *net.IPNet) bool { return n.Contains(ip) }) {
+				return false
+			}
+			continue
+		}
+		h = strings.ToLower(strings.TrimSuffix(h, "."))
+		if !slices.ContainsFunc(c.PermittedDNSDomains, func(d string) bool {
+			d = strings.ToLower(d)
+			return d != "" && (h == d || strings.HasSuffix(h, "."+d))
+		}) {
+			return false
+		}
+	}
+	return true
 }
 
 // LoadCA rebuilds a CA from its certificate and EC private key (PEM), as

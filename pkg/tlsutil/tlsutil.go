@@ -74,8 +74,10 @@ func (r *certReloader) get(*tls.ClientHelloInfo) (*tls.Certificate, error) {
 	return r.cert, nil
 }
 
-// ServerConfig returns a TLS 1.2+ server config serving certFile/keyFile,
-// re-read when they change on disk. The files must load now.
+// ServerConfig returns a TLS 1.3 server config serving certFile/keyFile,
+// re-read when they change on disk, and never once expired (RefuseExpired).
+// Both ends of every connection it serves are ours, so nothing older is
+// needed. The files must load now.
 func ServerConfig(certFile, keyFile string) (*tls.Config, error) {
 	return serverConfig(certFile, keyFile, reloadCheckEvery)
 }
@@ -89,17 +91,49 @@ func serverConfig(certFile, keyFile string, every time.Duration) (*tls.Config, e
 		return nil, err
 	}
 	r.checkedAt = time.Now()
-	return &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: r.get}, nil
+	return &tls.Config{MinVersion: tls.VersionTLS13, GetCertificate: RefuseExpired(r.get, time.Now)}, nil
 }
 
-// ClientConfig returns a TLS 1.2+ client config that trusts only the CAs in
+// ErrCertificateExpired is returned by a RefuseExpired GetCertificate when
+// the certificate it would serve is outside its validity: the handshake
+// fails on the server, with this error in its log, instead of on every
+// client.
+var ErrCertificateExpired = errors.New("serving certificate is not valid now")
+
+// RefuseExpired wraps get so that a certificate past its NotAfter (or
+// before its NotBefore) is never served: the handshake fails with
+// ErrCertificateExpired. The leaf is parsed once per certificate.
+func RefuseExpired(get func(*tls.ClientHelloInfo) (*tls.Certificate, error), now func() time.Time) func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
+	return func(hello *tls.ClientHelloInfo) (*tls.Certificate, error) {
+		c, err := get(hello)
+		if err != nil || c == nil {
+			return c, err
+		}
+		leaf := c.Leaf
+		if leaf == nil && len(c.Certificate) > 0 {
+			if leaf, err = x509.ParseCertificate(c.Certificate[0]); err != nil {
+				return nil, fmt.Errorf("parse serving certificate: %w", err)
+			}
+		}
+		if leaf == nil {
+			return nil, errors.New("serving certificate has no leaf")
+		}
+		if t := now(); t.After(leaf.NotAfter) || t.Before(leaf.NotBefore) {
+			return nil, fmt.Errorf("%w: valid %s to %s", ErrCertificateExpired,
+				leaf.NotBefore.UTC().Format(time.RFC3339), leaf.NotAfter.UTC().Format(time.RFC3339))
+		}
+		return c, nil
+	}
+}
+
+// ClientConfig returns a TLS 1.3 client config that trusts only the CAs in
 // caFile and checks the server's certificate for serverName.
 func ClientConfig(caFile, serverName string) (*tls.Config, error) {
 	pool, err := LoadCAPool(caFile)
 	if err != nil {
 		return nil, err
 	}
-	return &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: pool, ServerName: serverName}, nil
+	return &tls.Config{MinVersion: tls.VersionTLS13, RootCAs: pool, ServerName: serverName}, nil
 }
 
 // LoadCAPool reads a PEM bundle into a cert pool.

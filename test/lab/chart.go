@@ -154,7 +154,10 @@ func NodeValues(dir string) map[string]any {
 				"fsyncProbe": map[string]any{"hostPath": filepath.Join(dir, "fsync-probe")},
 			},
 		},
-		"aggregator": map[string]any{"reportInterval": "2s", "refreshPeriod": "3s"},
+		// The test reads /metrics through the apiserver's pod proxy, which
+		// passes no bearer token; delegated metrics auth is tested in
+		// aggregator/internal/delegated and deploy/render.
+		"aggregator": map[string]any{"reportInterval": "2s", "refreshPeriod": "3s", "metricsAuth": "none"},
 	}
 }
 

@@ -64,6 +64,9 @@ func labValues(o Options) map[string]any {
 				"retryPeriod":   (o.LeaseDuration / 6).String(),
 			},
 			"tokenAudience": TokenAudience,
+			// The lab's scrapes (test/monitoring, e2e) read /metrics without
+			// a Kubernetes token.
+			"metricsAuth": "none",
 		},
 		"platformNamespace": PlatformNamespace,
 	}

@@ -229,7 +229,7 @@ func New(cfg Config, log *zap.Logger) (*Uplink, error) {
 	}
 	return &Uplink{
 		cfg: cfg, log: log, signer: signer, instanceID: hex.EncodeToString(id),
-		tls: &tls.Config{MinVersion: tls.VersionTLS12}, ca: ca, m: m,
+		tls: &tls.Config{MinVersion: tls.VersionTLS13}, ca: ca, m: m,
 		replicas: map[string]*replica{}, resolved: map[string][]target{}, streamLost: make(chan struct{}, 1),
 	}, nil
 }

@@ -25,6 +25,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
@@ -41,6 +42,7 @@ import (
 
 	"github.com/cozystack/cozy-health/aggregator/internal/adapter"
 	"github.com/cozystack/cozy-health/aggregator/internal/config"
+	"github.com/cozystack/cozy-health/aggregator/internal/delegated"
 	"github.com/cozystack/cozy-health/aggregator/internal/drain"
 	"github.com/cozystack/cozy-health/aggregator/internal/ingest"
 	"github.com/cozystack/cozy-health/aggregator/internal/leader"
@@ -74,8 +76,18 @@ type App struct {
 	base  *zap.Logger
 	log   *zap.Logger
 	clock clock.WithTicker
-	kube  kubernetes.Interface
-	hc    versioned.Interface
+	// kube and hc are the trusted clients: informers, adapters, the writer
+	// (hc). reviews is a second client, on its own connection and rate
+	// limiter, for the reviews that untrusted callers cause (agents'
+	// TokenReviews, delegated authn/authz of drain and /metrics): a flood
+	// of them cannot delay a Lease renewal or a Health write.
+	kube    kubernetes.Interface
+	hc      versioned.Interface
+	reviews kubernetes.Interface
+	authz   *delegated.Authorizer
+	// lease renews the Lease, on a client of its own too (informer
+	// relists and adapter reads share kube's rate limiter).
+	lease kubernetes.Interface
 	// informers is the one shared informer factory on kube: every watch of
 	// a Kubernetes object goes through it (the Node informer feeds both the
 	// state's node set and the drain check). New takes informers from it and
@@ -171,6 +183,13 @@ func New(cfg config.Config, log *zap.Logger, opts Options) (a *App, err error) {
 		return nil, fmt.Errorf("health client: %w", err)
 	}
 	a.hc = hc
+	if a.reviews, err = kubernetes.NewForConfig(reviewConfig(rc)); err != nil {
+		return nil, fmt.Errorf("review client: %w", err)
+	}
+	a.authz = delegated.New(a.reviews, 10*time.Second)
+	if a.lease, err = kubernetes.NewForConfig(ownClient(rc, 5, 10, "leader-election")); err != nil {
+		return nil, fmt.Errorf("leader election client: %w", err)
+	}
 
 	a.reg = prometheus.NewRegistry()
 	if err := a.reg.Register(collectors.NewGoCollector()); err != nil {
@@ -244,7 +263,7 @@ func New(cfg config.Config, log *zap.Logger, opts Options) (a *App, err error) {
 		icfg.GetCertificate = a.certs.GetCertificate
 	}
 	srv, err := ingest.New(icfg, ingest.Deps{
-		TokenReviews: a.kube.AuthenticationV1().TokenReviews(), Sink: a.state, Registerer: a.reg, Log: log, Now: a.clock.Now,
+		TokenReviews: a.reviews.AuthenticationV1().TokenReviews(), Sink: a.state, Registerer: a.reg, Log: log, Now: a.clock.Now,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("ingest: %w", err)
@@ -273,7 +292,8 @@ func New(cfg config.Config, log *zap.Logger, opts Options) (a *App, err error) {
 	a.health = health.NewServer()
 	healthpb.RegisterHealthServer(a.grpc, a.health)
 
-	pb.RegisterDrainServiceServer(a.grpc, drain.NewGRPCServer(a.drain, drainAuth))
+	// Never anonymous on the ingest port, whatever --drain-auth says.
+	pb.RegisterDrainServiceServer(a.grpc, drain.NewGRPCServer(a.drain, drain.NewAuthorizerFrom(a.authz)))
 	grpcMetrics.InitializeMetrics(a.grpc)
 
 	mux := http.NewServeMux()
@@ -303,11 +323,20 @@ func New(cfg config.Config, log *zap.Logger, opts Options) (a *App, err error) {
 		metMux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
 		metMux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
 	}
-	a.metSrv = &http.Server{Handler: metMux, ReadHeaderTimeout: 5 * time.Second}
+	var metHandler http.Handler = metMux
+	if cfg.MetricsAuth == config.MetricsAuthDelegated {
+		if metHandler, err = a.metricsAuth(metMux); err != nil {
+			return nil, err
+		}
+	}
+	a.metSrv = &http.Server{Handler: metHandler, ReadHeaderTimeout: 5 * time.Second}
 
 	if a.grpcLis, err = net.Listen("tcp", cfg.Listen); err != nil {
 		return nil, fmt.Errorf("listen --listen %s: %w", cfg.Listen, err)
 	}
+	// Connections per peer bounded, and ingest able to end a stream it
+	// replaces or revokes.
+	a.grpcLis = srv.Listener(a.grpcLis)
 	if a.httpLis, err = net.Listen("tcp", cfg.HTTPAddr); err != nil {
 		return nil, fmt.Errorf("listen --http-addr %s: %w", cfg.HTTPAddr, err)
 	}
@@ -315,6 +344,48 @@ func New(cfg config.Config, log *zap.Logger, opts Options) (a *App, err error) {
 		return nil, fmt.Errorf("listen --metrics-addr %s: %w", cfg.MetricsAddr, err)
 	}
 	return a, nil
+}
+
+// reviewConfig is rc for the review client: its own rate limiter (50/s,
+// burst 100, above ingest's TokenReview budget) and its own connections
+// (a Dial of its own keeps client-go from sharing the trusted client's
+// cached transport).
+func reviewConfig(rc *rest.Config) *rest.Config { return ownClient(rc, 50, 100, "reviews") }
+
+// ownClient is rc with a rate limiter (qps, burst) and connections of its
+// own: a Dial of its own keeps client-go from sharing another client's
+// cached transport.
+func ownClient(rc *rest.Config, qps float32, burst int, name string) *rest.Config {
+	c := rest.CopyConfig(rc)
+	c.QPS, c.Burst = qps, burst
+	c.RateLimiter = nil
+	c.UserAgent = "cozy-health-aggregator/" + name
+	d := &net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}
+	c.Dial = d.DialContext
+	return c
+}
+
+// metricsAuth wraps the metrics mux with delegated authn/authz (get on the
+// request's nonResourceURL): every refusal is counted in
+// cozy_health_metrics_rejected_total{reason} and logged, sampled.
+func (a *App) metricsAuth(next http.Handler) (http.Handler, error) {
+	rejected := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "cozy_health_metrics_rejected_total",
+		Help: "Requests to the metrics listener refused by delegated authentication, by reason (unauthenticated, forbidden, throttled, unavailable).",
+	}, []string{"reason"})
+	for _, r := range []string{delegated.ReasonUnauthenticated, delegated.ReasonForbidden, delegated.ReasonThrottled, delegated.ReasonUnavailable} {
+		rejected.WithLabelValues(r)
+	}
+	if err := a.reg.Register(rejected); err != nil {
+		return nil, fmt.Errorf("register metrics auth metrics: %w", err)
+	}
+	log := logging.Component(a.base, "metrics-auth").WithOptions(zap.WrapCore(func(c zapcore.Core) zapcore.Core {
+		return zapcore.NewSamplerWithOptions(c, time.Second, 5, 100)
+	}))
+	return a.authz.Handler(next, func(reason string, err error) {
+		rejected.WithLabelValues(reason).Inc()
+		log.Warn("metrics request refused", zap.String("reason", reason), zap.Error(err))
+	}), nil
 }
 
 func (a *App) closeListeners() {
@@ -428,7 +499,7 @@ func (a *App) Run(ctx context.Context) error {
 		return leader.Run(ctx, leader.Config{
 			Namespace: a.cfg.LeaseNamespace, Name: a.cfg.LeaseName, Identity: a.cfg.Identity,
 			LeaseDuration: a.cfg.LeaseDuration, RenewDeadline: a.cfg.RenewDeadline, RetryPeriod: a.cfg.RetryPeriod,
-		}, a.kube, leader.Callbacks{
+		}, a.lease, leader.Callbacks{
 			OnStartedLeading: func(ctx context.Context) {
 				a.metrics.SetLeader(true)
 				a.writer.Run(ctx)

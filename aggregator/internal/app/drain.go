@@ -16,16 +16,17 @@ import (
 	"github.com/cozystack/cozy-health/aggregator/internal/state"
 )
 
-// newDrain builds the drain pre-check on the shared client and the shared
-// Node informer; New mounts it on the --http-addr mux and the --listen
-// gRPC server, Run keeps its snapshot warm. log is New's (the Service adds
-// its component field).
+// newDrain builds the drain pre-check on the shared Node informer; New
+// mounts it on the --http-addr mux (authorized by the returned Authorizer
+// with --drain-auth=delegated, nil with none) and on the --listen gRPC
+// server (always delegated: see drain.NewGRPCServer), Run keeps its
+// snapshot warm. log is New's (the Service adds its component field).
 func (a *App) newDrain(nodes coreinformers.NodeInformer, log *zap.Logger) (*drain.Service, *drain.Authorizer, error) {
 	var auth *drain.Authorizer
 	switch a.cfg.DrainAuth {
 	case config.DrainAuthNone:
 	case config.DrainAuthDelegated:
-		auth = drain.NewAuthorizer(a.kube, 10*time.Second)
+		auth = drain.NewAuthorizerFrom(a.authz)
 	default:
 		// Config.Validate refuses it first; a Config built in code may not
 		// have been validated.

@@ -14,8 +14,11 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 
@@ -117,10 +120,37 @@ func TestDrainMountedOnAggregator(t *testing.T) {
 	conn, err := grpc.NewClient(a.GRPCAddr(), grpc.WithTransportCredentials(credentials.NewTLS(tc)))
 	require.NoError(t, err)
 	defer conn.Close()
-	resp, err := pb.NewDrainServiceClient(conn).DrainCheck(ctx, &pb.DrainCheckRequest{Node: "node-1"})
+	// The gRPC port is the ingest port: never anonymous, even with
+	// --drain-auth=none (which only the HTTP port, behind the service
+	// proxy, honours).
+	_, err = pb.NewDrainServiceClient(conn).DrainCheck(ctx, &pb.DrainCheckRequest{Node: "node-1"})
+	assert.Equal(t, codes.Unauthenticated, status.Code(err))
+	cs := cp.Clientset()
+	require.NoError(t, cp.EnsureNamespace(ctx, "drain-users"))
+	require.NoError(t, cp.CreateServiceAccount(ctx, "drain-users", "upgrader"))
+	_, err = cs.RbacV1().ClusterRoles().Create(ctx, &rbacv1.ClusterRole{
+		ObjectMeta: metav1.ObjectMeta{Name: "drain-check-test"},
+		Rules:      []rbacv1.PolicyRule{{NonResourceURLs: []string{"/v1/drain-check"}, Verbs: []string{"get"}}},
+	}, metav1.CreateOptions{})
 	require.NoError(t, err)
+	_, err = cs.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "drain-check-test"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "drain-check-test"},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: "drain-users", Name: "upgrader"}},
+	}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	tr, err := cs.CoreV1().ServiceAccounts("drain-users").CreateToken(ctx, "upgrader", &authenticationv1.TokenRequest{}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	authed := metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+tr.Status.Token)
+	var resp *pb.DrainCheckResponse
+	// RBAC reaches the authorizer's cache in a moment; the aggregator
+	// caches decisions 10 s.
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		resp, err = pb.NewDrainServiceClient(conn).DrainCheck(authed, &pb.DrainCheckRequest{Node: "node-1"})
+		assert.NoError(c, err)
+	}, time.Minute, time.Second)
 	assert.Equal(t, pb.Verdict_VERDICT_BLOCKED, resp.Verdict)
-	_, err = pb.NewDrainServiceClient(conn).DrainCheck(ctx, &pb.DrainCheckRequest{Node: "ghost"})
+	_, err = pb.NewDrainServiceClient(conn).DrainCheck(authed, &pb.DrainCheckRequest{Node: "ghost"})
 	assert.Equal(t, codes.NotFound, status.Code(err))
 }
 

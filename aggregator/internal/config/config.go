@@ -139,6 +139,14 @@ type Config struct {
 	// every caller's bearer token with a TokenReview and a
 	// SubjectAccessReview (get on nonResourceURL /v1/drain-check).
 	DrainAuth string
+	// MetricsAuth is /metrics' authentication (--metrics-auth): "none"
+	// serves it to anyone who reaches the port; "delegated" only to
+	// callers whose bearer token passes a TokenReview and whose user may
+	// get nonResourceURL /metrics (a SubjectAccessReview), as Prometheus'
+	// and VictoriaMetrics' scrapers are allowed by their ClusterRoles.
+	// cozy_health_issue names tenants' namespaces and resources. The chart
+	// sets delegated.
+	MetricsAuth string
 
 	// Pprof serves /debug/pprof/ on the metrics address (--pprof).
 	Pprof bool
@@ -187,6 +195,12 @@ const (
 	DrainAuthDelegated = "delegated"
 )
 
+// Metrics authentication modes (Config.MetricsAuth).
+const (
+	MetricsAuthNone      = "none"
+	MetricsAuthDelegated = "delegated"
+)
+
 // Default returns the configuration with every default filled in. Identity
 // defaults to $POD_NAME, then the host name.
 func Default() Config {
@@ -224,6 +238,7 @@ func Default() Config {
 		WriteBurst:          6,
 		DampDegraded:        10 * time.Second,
 		DrainAuth:           DrainAuthNone,
+		MetricsAuth:         MetricsAuthNone,
 		TrimStartupPages:    true,
 		LogLevel:            "info",
 
@@ -280,6 +295,7 @@ func bind(fs *flag.FlagSet, c *Config) {
 	fs.DurationVar(&c.DampUnknown, "damp-unknown", c.DampUnknown, "a worsening to Unknown must persist this long before it is published")
 	fs.StringVar(&c.NodeSelector, "node-selector", c.NodeSelector, "label selector of the Nodes agents run on (as the agent DaemonSet's); each is expected to report and reads Unknown until it does (empty: every Node)")
 	fs.StringVar(&c.DrainAuth, "drain-auth", c.DrainAuth, "drain-check authentication: none (reach it through the Kubernetes API service proxy) or delegated (TokenReview and SubjectAccessReview of every caller)")
+	fs.StringVar(&c.MetricsAuth, "metrics-auth", c.MetricsAuth, "/metrics (and /debug/pprof) authentication: none, or delegated (TokenReview and SubjectAccessReview get on nonResourceURL /metrics of every scraper)")
 	fs.BoolVar(&c.Pprof, "pprof", c.Pprof, "serve /debug/pprof/ on --metrics-addr")
 	fs.BoolVar(&c.TrimStartupPages, "trim-startup-pages", c.TrimStartupPages, "after the warm-up, release the executable's read-only pages only start-up used (they fault back in on use)")
 	logging.RegisterLevelFlag(fs, &c.LogLevel)
@@ -434,6 +450,11 @@ func (c *Config) Validate() error {
 	case DrainAuthNone, DrainAuthDelegated:
 	default:
 		bad("drain-auth", "want %s or %s, got %q", DrainAuthNone, DrainAuthDelegated, c.DrainAuth)
+	}
+	switch c.MetricsAuth {
+	case MetricsAuthNone, MetricsAuthDelegated:
+	default:
+		bad("metrics-auth", "want %s or %s, got %q", MetricsAuthNone, MetricsAuthDelegated, c.MetricsAuth)
 	}
 	if _, err := ParseMaxAges(c.BackupMaxAge); err != nil {
 		bad("backup-max-age", "%v", err)

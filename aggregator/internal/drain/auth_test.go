@@ -59,9 +59,7 @@ func TestDelegatedAuthOnRealAPIServer(t *testing.T) {
 
 	// RBAC may take a moment to reach the authorizer's cache: eventually.
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		auth.mu.Lock()
-		auth.cache = map[[32]byte]decision{}
-		auth.mu.Unlock()
+		auth.d.Reset()
 		code, body := get(t, base+Path+"?node=node-1", allowed)
 		assert.Equal(c, http.StatusOK, code, body)
 		assert.Equal(c, "blocked", body["verdict"])

@@ -3,8 +3,10 @@ package drain
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net"
 	"net/http"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -12,10 +14,19 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	authorizationv1 "k8s.io/api/authorization/v1"
+	kruntime "k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/cozystack/cozy-health/pkg/report"
@@ -127,7 +138,8 @@ func TestGRPCServerOverLoopback(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	srv := grpc.NewServer()
-	pb.RegisterDrainServiceServer(srv, NewGRPCServer(svc, nil))
+	auth, _ := fakeAuthorizer(t)
+	pb.RegisterDrainServiceServer(srv, NewGRPCServer(svc, auth))
 	go func() { _ = srv.Serve(ln) }()
 	t.Cleanup(srv.Stop)
 
@@ -137,6 +149,7 @@ func TestGRPCServerOverLoopback(t *testing.T) {
 	client := pb.NewDrainServiceClient(conn)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
+	ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer good")
 
 	resp, err := client.DrainCheck(ctx, &pb.DrainCheckRequest{Node: "node-1"})
 	require.NoError(t, err)
@@ -219,4 +232,100 @@ func TestServiceDoesNotQueueBehindARebuild(t *testing.T) {
 		t.Fatal("check waited for the rebuild")
 	}
 	close(release)
+}
+
+// fakeAuthorizer is a delegated Authorizer on a clientset whose TokenReview
+// authenticates "good" and "other" and whose SubjectAccessReview allows
+// only the user of "good"; it counts the reviews asked.
+func fakeAuthorizer(t testing.TB) (*Authorizer, *atomic.Int64) {
+	t.Helper()
+	var reviews atomic.Int64
+	cs := fake.NewClientset()
+	cs.PrependReactor("create", "tokenreviews", func(a k8stesting.Action) (bool, kruntime.Object, error) {
+		reviews.Add(1)
+		tr := a.(k8stesting.CreateAction).GetObject().(*authenticationv1.TokenReview).DeepCopy()
+		switch tr.Spec.Token {
+		case "good":
+			tr.Status = authenticationv1.TokenReviewStatus{Authenticated: true, User: authenticationv1.UserInfo{Username: "upgrader"}}
+		case "other":
+			tr.Status = authenticationv1.TokenReviewStatus{Authenticated: true, User: authenticationv1.UserInfo{Username: "nobody"}}
+		default:
+			tr.Status = authenticationv1.TokenReviewStatus{Error: "invalid bearer token"}
+		}
+		return true, tr, nil
+	})
+	cs.PrependReactor("create", "subjectaccessreviews", func(a k8stesting.Action) (bool, kruntime.Object, error) {
+		sar := a.(k8stesting.CreateAction).GetObject().(*authorizationv1.SubjectAccessReview).DeepCopy()
+		sar.Status.Allowed = sar.Spec.User == "upgrader" && sar.Spec.NonResourceAttributes != nil && sar.Spec.NonResourceAttributes.Path == Path
+		return true, sar, nil
+	})
+	return NewAuthorizer(cs, time.Minute), &reviews
+}
+
+// TestGRPCDrainNeverAnswersAnonymously: the gRPC drain check is on the
+// ingest port, which the node network reaches; it answers only callers
+// whose token passes the delegated review, whatever --drain-auth says for
+// HTTP. Before, it answered anyone (drain-auth none) with the verdict.
+func TestGRPCDrainNeverAnswersAnonymously(t *testing.T) {
+	svc, _, _ := newTestService(t, blockedCluster())
+	auth, _ := fakeAuthorizer(t)
+	for name, a := range map[string]*Authorizer{"with authorizer": auth, "without": nil} {
+		t.Run(name, func(t *testing.T) {
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			require.NoError(t, err)
+			srv := grpc.NewServer()
+			pb.RegisterDrainServiceServer(srv, NewGRPCServer(svc, a))
+			go func() { _ = srv.Serve(ln) }()
+			t.Cleanup(srv.Stop)
+			conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = conn.Close() })
+			client := pb.NewDrainServiceClient(conn)
+			ctx := context.Background()
+			_, err = client.DrainCheck(ctx, &pb.DrainCheckRequest{Node: "node-1"})
+			assert.Equal(t, codes.Unauthenticated, status.Code(err))
+			_, err = client.DrainCheck(metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer junk"), &pb.DrainCheckRequest{Node: "node-1"})
+			assert.Equal(t, codes.Unauthenticated, status.Code(err))
+			if a == nil {
+				return
+			}
+			_, err = client.DrainCheck(metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer other"), &pb.DrainCheckRequest{Node: "node-1"})
+			assert.Equal(t, codes.PermissionDenied, status.Code(err))
+			resp, err := client.DrainCheck(metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer good"), &pb.DrainCheckRequest{Node: "node-1"})
+			require.NoError(t, err)
+			assert.Equal(t, pb.Verdict_VERDICT_BLOCKED, resp.Verdict)
+		})
+	}
+}
+
+// TestRejectionLogsAreSampled: 1,000 refused drain checks in a burst are
+// all counted, but logged only a few times. Before, each was a log line.
+func TestRejectionLogsAreSampled(t *testing.T) {
+	core, logs := observer.New(zapcore.InfoLevel)
+	svc, err := NewService(Config{}, func(time.Time) map[string]NodeInfo { return blockedCluster() }, clocktesting.NewFakeClock(t0), zap.New(core), nil)
+	require.NoError(t, err)
+	for range 1000 {
+		_, err := svc.Check("Not_A_Node", "http")
+		require.ErrorIs(t, err, ErrInvalidNode)
+	}
+	assert.Equal(t, 1000.0, testutil.ToFloat64(svc.m.rejected.WithLabelValues("http", "invalid_node")))
+	assert.LessOrEqual(t, logs.FilterMessage("drain check rejected").Len(), rejectLogFirst+1000/rejectLogThereafter)
+}
+
+// TestJunkTokensCostBoundedReviews: the delegated reviews of tokens not in
+// the cache spend a budget; past it, callers get 429 / ResourceExhausted
+// and the apiserver is not asked.
+func TestJunkTokensCostBoundedReviews(t *testing.T) {
+	svc, _, _ := newTestService(t, blockedCluster())
+	auth, reviews := fakeAuthorizer(t)
+	auth.d.SetRate(1, 10)
+	base := serveHTTP(t, NewHandler(svc, auth))
+	codes := map[int]int{}
+	for i := range 200 {
+		code, _ := get(t, base+Path+"?node=node-1", fmt.Sprintf("junk-%d", i))
+		codes[code]++
+	}
+	assert.LessOrEqual(t, reviews.Load(), int64(12), "TokenReviews for 200 junk tokens")
+	assert.Positive(t, codes[http.StatusTooManyRequests])
+	assert.Equal(t, 200, codes[http.StatusUnauthorized]+codes[http.StatusTooManyRequests])
 }

@@ -20,32 +20,40 @@ type GRPCServer struct {
 
 var _ pb.DrainServiceServer = (*GRPCServer)(nil)
 
-// NewGRPCServer returns the gRPC front end of svc; auth may be nil. With
-// auth, the caller sends "authorization: Bearer <token>" metadata.
+// NewGRPCServer returns the gRPC front end of svc. The caller sends
+// "authorization: Bearer <token>" metadata, which auth checks: the gRPC
+// port is the ingest port, reachable from the node network, and no
+// apiserver proxy stands in front of it, so it never answers anonymously.
+// With a nil auth every call is refused (Unauthenticated).
 func NewGRPCServer(svc *Service, auth *Authorizer) *GRPCServer {
 	return &GRPCServer{svc: svc, auth: auth}
 }
 
 // DrainCheck implements pb.DrainServiceServer.
 func (g *GRPCServer) DrainCheck(ctx context.Context, req *pb.DrainCheckRequest) (*pb.DrainCheckResponse, error) {
-	if g.auth != nil {
-		var token string
-		if md, ok := metadata.FromIncomingContext(ctx); ok {
-			if v := md.Get("authorization"); len(v) > 0 {
-				token = BearerToken(v[0])
-			}
+	if g.auth == nil {
+		g.svc.reject("grpc", "unauthenticated", req.GetNode())
+		return nil, status.Error(codes.Unauthenticated, "the gRPC drain check needs delegated authentication, which this server lacks")
+	}
+	var token string
+	if md, ok := metadata.FromIncomingContext(ctx); ok {
+		if v := md.Get("authorization"); len(v) > 0 {
+			token = BearerToken(v[0])
 		}
-		_, err := g.auth.Authorize(ctx, token)
-		switch {
-		case errors.Is(err, ErrUnauthenticated):
-			g.svc.reject("grpc", "unauthenticated", req.GetNode())
-			return nil, status.Error(codes.Unauthenticated, err.Error())
-		case errors.Is(err, ErrForbidden):
-			g.svc.reject("grpc", "forbidden", req.GetNode())
-			return nil, status.Error(codes.PermissionDenied, err.Error())
-		case err != nil:
-			return nil, status.Error(codes.Unavailable, err.Error())
-		}
+	}
+	_, err := g.auth.Authorize(ctx, token)
+	switch {
+	case errors.Is(err, ErrUnauthenticated):
+		g.svc.reject("grpc", "unauthenticated", req.GetNode())
+		return nil, status.Error(codes.Unauthenticated, err.Error())
+	case errors.Is(err, ErrForbidden):
+		g.svc.reject("grpc", "forbidden", req.GetNode())
+		return nil, status.Error(codes.PermissionDenied, err.Error())
+	case errors.Is(err, ErrThrottled):
+		g.svc.reject("grpc", "throttled", req.GetNode())
+		return nil, status.Error(codes.ResourceExhausted, err.Error())
+	case err != nil:
+		return nil, status.Error(codes.Unavailable, err.Error())
 	}
 	res, err := g.svc.Check(req.GetNode(), "grpc")
 	switch {

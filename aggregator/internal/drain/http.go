@@ -12,7 +12,8 @@ import (
 // {"node","verdict":"safe|blocked|unknown","reasons":[...],"evaluatedAt","snapshotAt"}.
 // 400 on a missing or invalid node, 404 when the node is neither a
 // Kubernetes Node nor in the state, 405 on other methods, 401/403 when an
-// Authorizer is set and refuses the caller, 503 when it cannot ask.
+// Authorizer is set and refuses the caller, 429 when its review budget is
+// spent, 503 when it cannot ask.
 type Handler struct {
 	svc  *Service
 	auth *Authorizer
@@ -50,6 +51,11 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		case errors.Is(err, ErrForbidden):
 			h.svc.reject("http", "forbidden", r.URL.Query().Get("node"))
 			writeJSON(w, http.StatusForbidden, errorBody{Error: err.Error()})
+			return
+		case errors.Is(err, ErrThrottled):
+			h.svc.reject("http", "throttled", r.URL.Query().Get("node"))
+			w.Header().Set("Retry-After", "1")
+			writeJSON(w, http.StatusTooManyRequests, errorBody{Error: err.Error()})
 			return
 		case err != nil:
 			h.svc.log.Error("drain check authorization failed", zap.Error(err))

@@ -10,6 +10,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/utils/clock"
 
@@ -61,7 +62,10 @@ type Service struct {
 	source Source
 	clock  clock.PassiveClock
 	log    *zap.Logger
-	m      *metrics
+	// rejectLog is log sampled: a flood of bad requests costs a few
+	// lines a second, the counter counts them all.
+	rejectLog *zap.Logger
+	m         *metrics
 
 	// cur is the latest snapshot; mu serializes taking a new one and
 	// guards indexer.
@@ -97,7 +101,8 @@ func NewService(cfg Config, source Source, clk clock.PassiveClock, log *zap.Logg
 	if err != nil {
 		return nil, err
 	}
-	return &Service{cfg: cfg, source: source, clock: clk, log: log.With(zap.String("component", "drain")), m: m}, nil
+	log = log.With(zap.String("component", "drain"))
+	return &Service{cfg: cfg, source: source, clock: clk, log: log, rejectLog: sampled(log), m: m}, nil
 }
 
 // Snapshot returns a snapshot no older than MaxSnapshotAge at now. While
@@ -174,7 +179,21 @@ func (s *Service) Check(node, via string) (Result, error) {
 
 func (s *Service) reject(via, reason, node string) {
 	s.m.rejected.WithLabelValues(via, reason).Inc()
-	s.log.Warn("drain check rejected", zap.String("via", via), zap.String("reason", reason), zap.String("node", node))
+	s.rejectLog.Warn("drain check rejected", zap.String("via", via), zap.String("reason", reason), zap.String("node", node))
+}
+
+// Sampling of the rejection log: the first rejectLogFirst lines of each
+// second, then one in rejectLogThereafter.
+const (
+	rejectLogFirst      = 5
+	rejectLogThereafter = 100
+)
+
+// sampled returns log sampled per second (zapcore's sampler).
+func sampled(log *zap.Logger) *zap.Logger {
+	return log.WithOptions(zap.WrapCore(func(c zapcore.Core) zapcore.Core {
+		return zapcore.NewSamplerWithOptions(c, time.Second, rejectLogFirst, rejectLogThereafter)
+	}))
 }
 
 // metrics are the drain check's Prometheus metrics.
@@ -190,7 +209,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		checks: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "cozy_health", Subsystem: "drain", Name: "checks_total",
 			Help: "Drain checks answered, by front end (http, grpc) and verdict."}, []string{"via", "verdict"}),
 		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "cozy_health", Subsystem: "drain", Name: "rejected_total",
-			Help: "Drain checks refused, by front end and reason (invalid_node, not_found, unauthenticated, forbidden, method)."}, []string{"via", "reason"}),
+			Help: "Drain checks refused, by front end and reason (invalid_node, not_found, unauthenticated, forbidden, throttled, method)."}, []string{"via", "reason"}),
 		checkSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "cozy_health", Subsystem: "drain", Name: "check_duration_seconds",
 			Help: "Time to answer one drain check.", Buckets: prometheus.ExponentialBuckets(0.00005, 2, 14)}),
 		snapshotSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "cozy_health", Subsystem: "drain", Name: "snapshot_duration_seconds",

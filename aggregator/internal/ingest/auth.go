@@ -3,12 +3,17 @@ package ingest
 import (
 	"context"
 	"crypto/sha256"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
 	"golang.org/x/sync/singleflight"
+	"golang.org/x/time/rate"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	authenticationv1client "k8s.io/client-go/kubernetes/typed/authentication/v1"
@@ -22,10 +27,16 @@ const NodeNameExtraKey = "authentication.kubernetes.io/node-name"
 // dropped, and if none are, the whole cache.
 const maxCachedTokens = 1 << 16
 
+// errThrottled: the TokenReview budget is spent; nothing was asked.
+var errThrottled = errors.New("token reviews throttled")
+
 // identity is what a token proves: a rejection reason, or the node it is
 // bound to.
 type identity struct {
 	node string
+	// expires is the token's exp claim (zero when it has none): the stream
+	// it opened is closed by then (see surface.go).
+	expires time.Time
 	// reason is empty for a good token; detail explains a rejection.
 	reason, detail string
 }
@@ -47,11 +58,18 @@ type tokenAuthenticator struct {
 	m        *metrics
 	group    singleflight.Group
 
+	// reviews of tokens not in the cache spend from limit (the replica's
+	// budget) and from the peer's bucket in peers; over either, the hello
+	// is refused with review_throttled and nothing is asked.
+	limit *rate.Limiter
+	peers *peerLimiters
+	lim   SurfaceLimits
+
 	mu    sync.Mutex // guards cache
 	cache map[[sha256.Size]byte]cachedIdentity
 }
 
-func newTokenAuthenticator(reviews authenticationv1client.TokenReviewInterface, audience, serviceAccount string, ttl time.Duration, now func() time.Time, m *metrics) (*tokenAuthenticator, error) {
+func newTokenAuthenticator(reviews authenticationv1client.TokenReviewInterface, audience, serviceAccount string, ttl time.Duration, lim SurfaceLimits, now func() time.Time, m *metrics) (*tokenAuthenticator, error) {
 	ns, name, err := splitServiceAccount(serviceAccount)
 	if err != nil {
 		return nil, err
@@ -59,12 +77,17 @@ func newTokenAuthenticator(reviews authenticationv1client.TokenReviewInterface, 
 	return &tokenAuthenticator{
 		reviews: reviews, audience: audience, username: "system:serviceaccount:" + ns + ":" + name,
 		ttl: ttl, now: now, m: m, cache: map[[sha256.Size]byte]cachedIdentity{},
+		limit: rate.NewLimiter(rate.Limit(lim.TokenReviewsPerSecond), lim.TokenReviewBurst),
+		peers: newPeerLimiters(rate.Limit(lim.PeerTokenReviewsPerSecond), lim.PeerTokenReviewBurst), lim: lim,
 	}, nil
 }
 
 // authenticate returns the token's identity, or an error when the
-// TokenReview could not be made (not cached).
-func (a *tokenAuthenticator) authenticate(ctx context.Context, token string) (identity, error) {
+// TokenReview could not be made (not cached): errThrottled when the
+// budget of the replica or of peer (an IP address) is spent. A token that
+// is not even shaped like a pod-bound ServiceAccount token for our
+// audience is refused without a review.
+func (a *tokenAuthenticator) authenticate(ctx context.Context, token, peer string) (identity, error) {
 	key := sha256.Sum256([]byte(token))
 	a.mu.Lock()
 	c, ok := a.cache[key]
@@ -72,6 +95,17 @@ func (a *tokenAuthenticator) authenticate(ctx context.Context, token string) (id
 	if ok && a.now().Before(c.expires) {
 		a.m.tokenReviews.WithLabelValues(tokenReviewCached).Inc()
 		return c.id, nil
+	}
+	if _, detail := a.precheck(token); detail != "" {
+		a.m.tokenReviews.WithLabelValues(tokenReviewShape).Inc()
+		return identity{reason: ReasonUnauthenticated, detail: detail}, nil
+	}
+	// The peer's bucket first: a flood from one address must not spend
+	// the replica's budget that other nodes' agents need.
+	now := a.now()
+	if (!a.lim.exempt(peer) && !a.peers.allow(peer, now)) || !a.limit.AllowN(now, 1) {
+		a.m.tokenReviews.WithLabelValues(tokenReviewThrottled).Inc()
+		return identity{}, errThrottled
 	}
 	// Concurrent hellos with the same token share one review. The review
 	// runs under its own deadline so one stream going away does not fail
@@ -137,5 +171,94 @@ func (a *tokenAuthenticator) review(ctx context.Context, token string) (identity
 	if len(nodes) != 1 || nodes[0] == "" {
 		return identity{reason: ReasonUnauthenticated, detail: "token is not bound to a pod on a node (no node-name claim)"}, nil
 	}
-	return identity{node: nodes[0]}, nil
+	// The apiserver verified the signature: the exp claim is now a fact.
+	exp, _ := a.precheck(token)
+	return identity{node: nodes[0], expires: exp}, nil
+}
+
+// jwtClaims are the claims precheck reads, before any signature check.
+type jwtClaims struct {
+	Exp *float64        `json:"exp"`
+	Aud json.RawMessage `json:"aud"`
+}
+
+// maxTokenBytes bounds a token worth reviewing; a pod-bound token is
+// about 1 KiB.
+const maxTokenBytes = 16 << 10
+
+// precheck reads the token's claims without verifying it and returns its
+// expiry, or why it cannot be a live pod-bound token for our audience
+// (detail non-empty). It spares the apiserver a review of junk; a token
+// that passes is still reviewed. An honest token always passes: the
+// kubelet's projected tokens are JWTs with exp and the requested audience.
+func (a *tokenAuthenticator) precheck(token string) (time.Time, string) {
+	parts := strings.Split(token, ".")
+	if len(token) > maxTokenBytes || len(parts) != 3 {
+		return time.Time{}, "token is not a JWT"
+	}
+	raw, err := base64.RawURLEncoding.DecodeString(parts[1])
+	if err != nil {
+		return time.Time{}, "token is not a JWT: payload is not base64url"
+	}
+	var c jwtClaims
+	if err := json.Unmarshal(raw, &c); err != nil {
+		return time.Time{}, "token is not a JWT: payload is not a JSON object"
+	}
+	if c.Exp == nil {
+		return time.Time{}, "token has no exp claim"
+	}
+	exp := time.Unix(int64(*c.Exp), 0)
+	if !a.now().Before(exp) {
+		return exp, "token expired at " + exp.UTC().Format(time.RFC3339)
+	}
+	var auds []string
+	var one string
+	if json.Unmarshal(c.Aud, &one) == nil {
+		auds = []string{one}
+	} else if json.Unmarshal(c.Aud, &auds) != nil {
+		return exp, "token has no aud claim"
+	}
+	if !slices.Contains(auds, a.audience) {
+		return exp, fmt.Sprintf("token audiences %v do not include %s", auds, a.audience)
+	}
+	return exp, ""
+}
+
+// peerLimiters holds one TokenReview bucket per peer address, at most
+// maxPeerLimiters of them: past that, buckets idle long enough to be full
+// again are dropped, and if none is, the whole map (a peer then starts
+// with a full bucket: the replica's budget still holds).
+type peerLimiters struct {
+	limit rate.Limit
+	burst int
+
+	mu sync.Mutex // guards m
+	m  map[string]*rate.Limiter
+}
+
+const maxPeerLimiters = 1 << 14
+
+func newPeerLimiters(limit rate.Limit, burst int) *peerLimiters {
+	return &peerLimiters{limit: limit, burst: burst, m: map[string]*rate.Limiter{}}
+}
+
+func (p *peerLimiters) allow(peer string, now time.Time) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	l, ok := p.m[peer]
+	if !ok {
+		if len(p.m) >= maxPeerLimiters {
+			for k, v := range p.m {
+				if v.TokensAt(now) >= float64(p.burst) {
+					delete(p.m, k)
+				}
+			}
+			if len(p.m) >= maxPeerLimiters {
+				clear(p.m)
+			}
+		}
+		l = rate.NewLimiter(p.limit, p.burst)
+		p.m[peer] = l
+	}
+	return l.AllowN(now, 1)
 }

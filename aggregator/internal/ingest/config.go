@@ -93,6 +93,10 @@ type Config struct {
 	// MaxConnectionAge, KeepaliveTime and KeepaliveTimeout go into
 	// ServerOptions.
 	MaxConnectionAge, KeepaliveTime, KeepaliveTimeout time.Duration
+
+	// Surface bounds what unauthenticated clients and one node's token
+	// can hold on this replica (see surface.go).
+	Surface SurfaceLimits
 }
 
 // DefaultConfig returns a Config with every default filled in and no TLS
@@ -123,6 +127,7 @@ func (c Config) withDefaults() Config {
 	if c.RateBurst == 0 {
 		c.RateBurst = DefaultRateBurst
 	}
+	c.Surface = c.Surface.withDefaults()
 	return c
 }
 
@@ -147,6 +152,9 @@ func (c Config) Validate() error {
 	}
 	if c.MaxPayloadBytes < 0 || c.RatePerNode < 0 || c.RateBurst < 0 {
 		errs = append(errs, errors.New("max payload bytes, rate per node and rate burst must not be negative"))
+	}
+	if err := c.Surface.validate(); err != nil {
+		errs = append(errs, err)
 	}
 	if c.DesiredInterval > 0 && c.RatePerNode*c.DesiredInterval.Seconds() < 1.5 {
 		errs = append(errs, fmt.Errorf("rate per node %.3g/s would reject agents reporting every %s", c.RatePerNode, c.DesiredInterval))
@@ -186,7 +194,7 @@ func ServerOptions(cfg Config) ([]grpc.ServerOption, error) {
 	cfg = cfg.withDefaults()
 	var tc *tls.Config
 	if cfg.GetCertificate != nil {
-		tc = &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: cfg.GetCertificate}
+		tc = &tls.Config{MinVersion: tls.VersionTLS13, GetCertificate: tlsutil.RefuseExpired(cfg.GetCertificate, time.Now)}
 	} else {
 		var err error
 		if tc, err = tlsutil.ServerConfig(cfg.TLSCertFile, cfg.TLSKeyFile); err != nil {
@@ -201,6 +209,10 @@ func ServerOptions(cfg Config) ([]grpc.ServerOption, error) {
 			MaxConnectionAge: cfg.MaxConnectionAge, MaxConnectionAgeGrace: 10 * time.Second,
 		}),
 		grpc.MaxRecvMsgSize(cfg.MaxPayloadBytes + envelopeSlack),
+		// An agent uses one stream per connection and a drain client one
+		// unary call at a time: a few streams per connection are plenty,
+		// and an HTTP/2 client opening more is refused by the transport.
+		grpc.MaxConcurrentStreams(cfg.Surface.MaxConcurrentStreams),
 		// One long-lived connection per agent, a few KiB every interval: at
 		// 5,000 agents grpc-go's 32 KiB per-connection read and write
 		// buffers would cost hundreds of MiB. No read buffer and a write

@@ -98,7 +98,7 @@ func startServer(t testing.TB, cfg Config, deps Deps) *testServer {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	ts.addr = ln.Addr().String()
-	go func() { _ = ts.grpc.Serve(ln) }()
+	go func() { _ = ts.grpc.Serve(ts.srv.Listener(ln)) }()
 	t.Cleanup(ts.grpc.Stop)
 	return ts
 }

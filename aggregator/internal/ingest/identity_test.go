@@ -123,7 +123,7 @@ func TestIdentityAgainstARealAPIServer(t *testing.T) {
 		{"expired token", "cp1", tokExpired, ReasonUnauthenticated, codes.Unauthenticated, "expired"},
 		{"token of a deleted pod", "cp1", tokDoomed, ReasonUnauthenticated, codes.Unauthenticated, "invalidated"},
 		{"token not bound to a pod", "cp1", unbound.Status.Token, ReasonUnauthenticated, codes.Unauthenticated, "no node-name claim"},
-		{"garbage token", "cp1", "not.a.token", ReasonUnauthenticated, codes.Unauthenticated, "invalid bearer token"},
+		{"garbage token (refused without a review)", "cp1", "not.a.token", ReasonUnauthenticated, codes.Unauthenticated, "not a JWT"},
 		{"no token at all", "cp1", "", ReasonUnauthenticated, codes.Unauthenticated, "no token"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -138,6 +138,21 @@ func TestIdentityAgainstARealAPIServer(t *testing.T) {
 		})
 	}
 
+	t.Run("the stream of a pod deleted later is closed at its next re-review", func(t *testing.T) {
+		_, err := cp.CreateNodeAndPod(ctx, "cp3", agentNS, "late-cp3", agentSA)
+		require.NoError(t, err)
+		tok := token(agentSA, "late-cp3", aud)
+		ts := startServer(t, Config{TokenReviewCacheTTL: time.Millisecond, Surface: SurfaceLimits{ReauthPeriod: 500 * time.Millisecond}},
+			Deps{TokenReviews: cp.Clientset().AuthenticationV1().TokenReviews()})
+		a, ack, err := connect(t, ts, keys["x"], "cp3", tok)
+		require.NoError(t, err)
+		require.True(t, ack.GetAccepted(), ack.GetRejectReason())
+		assert.True(t, a.send(a.next(nil)).GetAccepted())
+		require.NoError(t, cp.Clientset().CoreV1().Pods(agentNS).Delete(ctx, "late-cp3", metav1.DeleteOptions{GracePeriodSeconds: &zero}))
+		_, err = a.stream.Recv()
+		require.Error(t, err, "the stream ends once the pod is gone")
+		assert.Equal(t, 1.0, rejected(t, ts, ReasonRevoked))
+	})
 	t.Run("a reconnect storm is served from the cache", func(t *testing.T) {
 		reviewed := metricValue(t, ts.reg, "cozy_health_ingest_token_reviews_total", "result", "reviewed")
 		cached := metricValue(t, ts.reg, "cozy_health_ingest_token_reviews_total", "result", "cached")
@@ -149,8 +164,10 @@ func TestIdentityAgainstARealAPIServer(t *testing.T) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
+				// One stream per node: a newer stream of cp1 closes an
+				// older one's connection, maybe before its ack arrives.
 				_, ack, err := connect(t, ts, keys["cp1"], "cp1", tokCP1)
-				if err == nil && ack.GetAccepted() {
+				if (err == nil && ack.GetAccepted()) || status.Code(err) == codes.Unavailable {
 					mu.Lock()
 					ok++
 					mu.Unlock()
@@ -171,8 +188,10 @@ func TestIdentityAgainstARealAPIServer(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				_, ack, err := connect(t, ts, keys["cp1"], "cp1", fresh)
-				assert.NoError(t, err)
-				assert.True(t, ack.GetAccepted())
+				if status.Code(err) != codes.Unavailable { // replaced by a newer stream of cp1
+					assert.NoError(t, err)
+					assert.True(t, ack.GetAccepted())
+				}
 			}()
 		}
 		wg.Wait()

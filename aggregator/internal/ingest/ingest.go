@@ -82,6 +82,13 @@ type Server struct {
 	devKeys map[string]signing.DevKey
 	checker *verify.Checker
 	logs    *logLimiter
+	// conns, pending and nodes bound the surface (surface.go); baseCtx is
+	// the context of re-reviews, which outlive no stream but run outside
+	// any.
+	conns   *connTable
+	pending pendingTable
+	nodes   nodeStreams
+	baseCtx context.Context
 	// desired is the desired interval in nanoseconds.
 	desired atomic.Int64
 	// checks carries reports from streams to the checkers; stop ends them.
@@ -126,12 +133,13 @@ func New(cfg Config, deps Deps) (*Server, error) {
 		checker: verify.New(verify.Limits{
 			MaxPayloadBytes: cfg.MaxPayloadBytes, SkewWindow: cfg.SkewWindow, RatePerNode: cfg.RatePerNode, RateBurst: cfg.RateBurst,
 		}),
-		logs: newLogLimiter(10 * time.Second),
+		logs:  newLogLimiter(10 * time.Second),
+		conns: newConnTable(), baseCtx: context.Background(),
 	}
 	s.desired.Store(int64(cfg.DesiredInterval))
 	s.startCheckers(max(2, runtime.GOMAXPROCS(0)))
 	if deps.TokenReviews != nil {
-		s.auth, err = newTokenAuthenticator(deps.TokenReviews, cfg.TokenAudience, cfg.AgentServiceAccount, cfg.TokenReviewCacheTTL, deps.Now, m)
+		s.auth, err = newTokenAuthenticator(deps.TokenReviews, cfg.TokenAudience, cfg.AgentServiceAccount, cfg.TokenReviewCacheTTL, cfg.Surface, deps.Now, m)
 		if err != nil {
 			return nil, err
 		}
@@ -241,18 +249,31 @@ func (s *Server) Ingest(stream pb.IngestService_IngestServer) error {
 	if p, ok := peer.FromContext(ctx); ok {
 		peerAddr = p.Addr.String()
 	}
-	hello, rej := s.recvHello(stream)
+	var hello *pb.Hello
 	var sess *session
-	if rej == nil {
-		sess, rej = s.authenticate(ctx, hello, peerAddr)
+	var ls *liveStream
+	ip := peerHost(peerAddr)
+	rej := &rejection{reason: ReasonTooManyStreams, detail: "too many streams of this peer have not said hello", code: codes.ResourceExhausted}
+	if s.pending.enter(ip, s.cfg.Surface) {
+		s.m.pending.Inc()
+		hello, rej = s.recvHello(stream)
+		if rej == nil {
+			sess, ls, rej = s.authenticate(ctx, hello, peerAddr)
+		}
+		if rej == nil {
+			rej = s.admitStream(ls)
+		}
+		s.pending.leave(ip)
+		s.m.pending.Dec()
 	}
 	if rej != nil {
 		s.reject(rej.reason, hello.GetNodeName(), peerAddr, rej.detail, 0)
-		if rej.reason != ReasonNoHello {
+		if rej.reason != ReasonNoHello && hello != nil {
 			_ = stream.Send(s.ack(0, rej.reason))
 		}
 		return status.Error(rej.code, rej.reason+": "+rej.detail)
 	}
+	defer s.releaseStream(ls)
 	s.m.streams.Inc()
 	defer s.m.streams.Dec()
 	// The stream's fields are added per message, not with log.With: a
@@ -330,13 +351,14 @@ func (s *Server) recvHello(stream pb.IngestService_IngestServer) (*pb.Hello, *re
 }
 
 // authenticate binds the Hello's key to the node its token proves.
-func (s *Server) authenticate(ctx context.Context, h *pb.Hello, peerAddr string) (*session, *rejection) {
+// The token's stream is then its node's only one (admitStream).
+func (s *Server) authenticate(ctx context.Context, h *pb.Hello, peerAddr string) (*session, *liveStream, *rejection) {
 	malformed := func(detail string) *rejection {
 		return &rejection{reason: ReasonMalformed, detail: detail, code: codes.InvalidArgument}
 	}
 	for _, v := range [...]string{h.GetNodeName(), h.GetAgentInstanceId(), h.GetKeyId(), h.GetAgentVersion(), h.GetToken()} {
 		if !utf8.ValidString(v) {
-			return nil, malformed("hello has a string that is not UTF-8")
+			return nil, nil, malformed("hello has a string that is not UTF-8")
 		}
 	}
 	for _, f := range [...]struct {
@@ -353,47 +375,55 @@ func (s *Server) authenticate(ctx context.Context, h *pb.Hello, peerAddr string)
 	}
 	pub, err := signing.ParsePublicKey(h.GetPublicKey())
 	if err != nil {
-		return nil, malformed("hello: " + err.Error())
+		return nil, nil, malformed("hello: " + err.Error())
 	}
 	keyID := signing.KeyID(pub)
 	switch {
 	case h.GetKeyId() != keyID:
-		return nil, malformed(fmt.Sprintf("hello key id %q is not the id %s of its key", h.GetKeyId(), keyID))
+		return nil, nil, malformed(fmt.Sprintf("hello key id %q is not the id %s of its key", h.GetKeyId(), keyID))
 	case h.GetNodeName() == "":
-		return nil, malformed("hello has no node name")
+		return nil, nil, malformed("hello has no node name")
 	case h.GetAgentInstanceId() == "":
-		return nil, malformed("hello has no agent instance id")
+		return nil, nil, malformed("hello has no agent instance id")
 	}
 	var node string
+	var expires time.Time
 	switch {
 	case h.GetToken() != "" && s.auth != nil:
-		id, err := s.auth.authenticate(ctx, h.GetToken())
+		id, err := s.auth.authenticate(ctx, h.GetToken(), peerHost(peerAddr))
+		if errors.Is(err, errThrottled) {
+			return nil, nil, &rejection{reason: ReasonReviewThrottled, detail: err.Error(), code: codes.Unavailable}
+		}
 		if err != nil {
-			return nil, &rejection{reason: ReasonAuthUnavailable, detail: err.Error(), code: codes.Unavailable}
+			return nil, nil, &rejection{reason: ReasonAuthUnavailable, detail: err.Error(), code: codes.Unavailable}
 		}
 		switch id.reason {
 		case "":
 		case ReasonWrongServiceAccount:
-			return nil, &rejection{reason: id.reason, detail: id.detail, code: codes.PermissionDenied}
+			return nil, nil, &rejection{reason: id.reason, detail: id.detail, code: codes.PermissionDenied}
 		default:
-			return nil, &rejection{reason: id.reason, detail: id.detail, code: codes.Unauthenticated}
+			return nil, nil, &rejection{reason: id.reason, detail: id.detail, code: codes.Unauthenticated}
 		}
-		node = id.node
+		node, expires = id.node, id.expires
 	case h.GetToken() == "" && s.devKeys != nil:
 		dk, ok := s.devKeys[keyID]
 		if !ok {
-			return nil, &rejection{reason: ReasonUnknownKey, detail: "no token and key " + keyID + " is not a listed development key", code: codes.Unauthenticated}
+			return nil, nil, &rejection{reason: ReasonUnknownKey, detail: "no token and key " + keyID + " is not a listed development key", code: codes.Unauthenticated}
 		}
 		node = dk.Node
 	case h.GetToken() != "":
-		return nil, &rejection{reason: ReasonUnauthenticated, detail: "tokens cannot be checked: this replica has no TokenReview client", code: codes.Unauthenticated}
+		return nil, nil, &rejection{reason: ReasonUnauthenticated, detail: "tokens cannot be checked: this replica has no TokenReview client", code: codes.Unauthenticated}
 	default:
-		return nil, &rejection{reason: ReasonUnauthenticated, detail: "hello carries no token", code: codes.Unauthenticated}
+		return nil, nil, &rejection{reason: ReasonUnauthenticated, detail: "hello carries no token", code: codes.Unauthenticated}
 	}
 	if node != h.GetNodeName() {
-		return nil, &rejection{reason: ReasonNodeMismatch, detail: fmt.Sprintf("hello claims node %s, token is bound to %s", h.GetNodeName(), node), code: codes.PermissionDenied}
+		return nil, nil, &rejection{reason: ReasonNodeMismatch, detail: fmt.Sprintf("hello claims node %s, token is bound to %s", h.GetNodeName(), node), code: codes.PermissionDenied}
 	}
-	return &session{Session: verify.Session{Node: node, Key: pub, KeyID: keyID, Instance: h.GetAgentInstanceId()}, peer: peerAddr}, nil
+	ls := &liveStream{node: node, peer: peerAddr, expires: expires}
+	if s.auth != nil {
+		ls.token = h.GetToken()
+	}
+	return &session{Session: verify.Session{Node: node, Key: pub, KeyID: keyID, Instance: h.GetAgentInstanceId()}, peer: peerAddr}, ls, nil
 }
 
 // handleReport runs every check on one signed report and, if all pass, hands

@@ -298,7 +298,8 @@ func TestBadHellosCloseTheStream(t *testing.T) {
 	}{
 		{"no token, key not listed", stranger, "cp1", "", ReasonUnknownKey, codes.Unauthenticated},
 		{"listed key claiming another node", keys["cp1"], "cp2", "", ReasonNodeMismatch, codes.PermissionDenied},
-		{"token review unavailable", stranger, "cp1", "a.b.c", ReasonAuthUnavailable, codes.Unavailable},
+		{"token review unavailable", stranger, "cp1", fakeJWT(t, DefaultTokenAudience, time.Now().Add(time.Hour), "x"), ReasonAuthUnavailable, codes.Unavailable},
+		{"not a token", stranger, "cp1", "a.b.c", ReasonUnauthenticated, codes.Unauthenticated},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

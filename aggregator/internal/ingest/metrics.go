@@ -25,6 +25,9 @@ const (
 	ReasonWrongServiceAccount = verify.ReasonWrongServiceAccount
 	ReasonNoHello             = verify.ReasonNoHello
 	ReasonAuthUnavailable     = verify.ReasonAuthUnavailable
+	ReasonTooManyStreams      = verify.ReasonTooManyStreams
+	ReasonReviewThrottled     = verify.ReasonReviewThrottled
+	ReasonRevoked             = verify.ReasonRevoked
 )
 
 // Reasons lists every rejection reason; each is pre-initialised to 0.
@@ -35,6 +38,11 @@ const (
 	tokenReviewCached = "cached"
 	tokenReviewCalled = "reviewed"
 	tokenReviewError  = "error"
+	// tokenReviewThrottled: refused before any apiserver call (rate
+	// limit); tokenReviewShape: not a JWT for our audience, refused
+	// without one.
+	tokenReviewThrottled = "throttled"
+	tokenReviewShape     = "malformed"
 )
 
 // metrics of ingest. received counts SignedReport messages; each is then
@@ -47,6 +55,11 @@ type metrics struct {
 	rejected     *prometheus.CounterVec
 	streams      prometheus.Gauge
 	tokenReviews *prometheus.CounterVec
+	// pending counts streams that have not (yet) said a good hello;
+	// replaced counts authenticated streams closed for a newer one of
+	// the same node.
+	pending  prometheus.Gauge
+	replaced prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -69,17 +82,25 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}),
 		tokenReviews: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "cozy_health_ingest_token_reviews_total",
-			Help: "Agent token checks by result: cached (no apiserver call), reviewed (TokenReview called), error (TokenReview failed).",
+			Help: "Agent token checks by result: cached (no apiserver call), reviewed (TokenReview called), error (TokenReview failed), throttled (over the TokenReview rate), malformed (not a JWT for our audience: no call).",
 		}, []string{"result"}),
 	}
 	for _, r := range Reasons {
 		m.rejected.WithLabelValues(r)
 	}
-	for _, r := range []string{tokenReviewCached, tokenReviewCalled, tokenReviewError} {
+	m.pending = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "cozy_health_ingest_pending_streams",
+		Help: "Ingest streams open on this replica that have not been authenticated yet.",
+	})
+	m.replaced = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "cozy_health_ingest_streams_replaced_total",
+		Help: "Authenticated agent streams closed because a newer stream of the same node was authenticated.",
+	})
+	for _, r := range []string{tokenReviewCached, tokenReviewCalled, tokenReviewError, tokenReviewThrottled, tokenReviewShape} {
 		m.tokenReviews.WithLabelValues(r)
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.received, m.accepted, m.rejected, m.streams, m.tokenReviews} {
+		for _, c := range []prometheus.Collector{m.received, m.accepted, m.rejected, m.streams, m.tokenReviews, m.pending, m.replaced} {
 			if err := reg.Register(c); err != nil {
 				return nil, fmt.Errorf("register ingest metrics: %w", err)
 			}

@@ -90,8 +90,11 @@ func initial(now time.Time, p policy) (map[string][]byte, error) {
 //
 //   - no usable signing CA (first start, a damaged Secret): a new CA signs
 //     at once (a next CA already published takes over instead);
-//   - the signing CA in its last third (--tls-ca-validity / 3): a next CA
-//     is minted and published beside it in ca.crt;
+//   - the signing CA in its last third (--tls-ca-validity / 3), or without
+//     name constraints (minted by an older release): a next CA is minted
+//     and published beside it in ca.crt; every CA minted carries critical
+//     name constraints permitting only the serving names, and one whose
+//     constraints do not cover them (the names changed) is replaced at once;
 //   - the next CA published for --tls-ca-overlap and the CA ConfigMap
 //     holding that bundle (published reports it): the next CA signs from
 //     now on; the old one stays in the bundle until it expires, so agents
@@ -108,13 +111,24 @@ func maintain(now time.Time, p policy, data map[string][]byte, ann map[string]st
 	var pl plan
 	act := func(format string, a ...any) { pl.actions = append(pl.actions, fmt.Sprintf(format, a...)) }
 	mintCA := func() (*tlsutil.CA, error) {
-		return tlsutil.NewCAValid(caCommonName(now), now.Add(-tlsutil.Backdate), now.Add(p.caValidity))
+		return tlsutil.NewCAValid(caCommonName(now), now.Add(-tlsutil.Backdate), now.Add(p.caValidity), p.hosts...)
 	}
 
-	if st.signer == nil || !now.Before(st.signer.Cert().NotAfter) {
+	if st.signer == nil || !now.Before(st.signer.Cert().NotAfter) || !tlsutil.Permits(st.signer.Cert(), p.hosts) {
 		why := "no usable signing CA in the Secret"
-		if st.signer != nil {
+		switch {
+		case st.signer == nil:
+		case !tlsutil.Permits(st.signer.Cert(), p.hosts):
+			// The serving names changed (--tls-extra-sans): a CA whose name
+			// constraints do not cover them cannot sign them. New
+			// connections fail until agents read the new bundle (a minute
+			// or two); open streams go on.
+			why = "the serving names are outside the signing CA's name constraints"
+		default:
 			why = "the signing CA expired"
+		}
+		if st.next != nil && !tlsutil.Permits(st.next.Cert(), p.hosts) {
+			st.next = nil
 		}
 		if st.next != nil {
 			st.signer, st.next = st.next, nil
@@ -130,7 +144,9 @@ func maintain(now time.Time, p policy, data map[string][]byte, ann map[string]st
 		}
 		pl.caRotated = true
 	}
-	if st.next == nil && st.signer.Cert().NotAfter.Sub(now) < p.caValidity/3 {
+	// A CA minted before name constraints (an older release) is replaced
+	// the same gentle way as one in its last third.
+	if st.next == nil && (st.signer.Cert().NotAfter.Sub(now) < p.caValidity/3 || !tlsutil.Constrained(st.signer.Cert())) {
 		ca, err := mintCA()
 		if err != nil {
 			return plan{}, err

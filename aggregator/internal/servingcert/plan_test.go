@@ -2,6 +2,7 @@ package servingcert
 
 import (
 	"crypto/x509"
+	"crypto/x509/pkix"
 	"testing"
 	"time"
 
@@ -154,16 +155,71 @@ func TestCappedServingWaitsForTheSwitch(t *testing.T) {
 	assert.Equal(t, t0.Add(300*time.Hour), st.leaf.NotAfter)
 }
 
+// TestCANameConstraints: the CA the aggregator mints can vouch only for
+// the serving names; a certificate it signs for anything else does not
+// verify, and a CA of an older release (no constraints) is replaced with
+// the usual overlap.
+func TestCANameConstraints(t *testing.T) {
+	now := time.Now()
+	data, err := initial(now, testPolicy)
+	require.NoError(t, err)
+	st := decode(data, nil)
+	ca := st.signer.Cert()
+	assert.True(t, ca.PermittedDNSDomainsCritical)
+	assert.ElementsMatch(t, []string{"cozy-health-aggregator", "cozy-health-aggregator.cozy-health.svc"}, ca.PermittedDNSDomains)
+	pool := x509.NewCertPool()
+	pool.AddCert(ca)
+	verify := func(host string) error {
+		pemCert, _, err := st.signer.Issue(pkix.Name{CommonName: host}, []string{host}, x509.ExtKeyUsageServerAuth, time.Hour)
+		require.NoError(t, err)
+		c, err := tlsutil.ParseCertificates(pemCert)
+		require.NoError(t, err)
+		_, err = c[0].Verify(x509.VerifyOptions{Roots: pool, DNSName: host})
+		return err
+	}
+	require.NoError(t, verify("cozy-health-aggregator.cozy-health.svc"))
+	require.NoError(t, verify("127.0.0.1"))
+	var cie x509.CertificateInvalidError
+	require.ErrorAs(t, verify("kubernetes.default.svc"), &cie)
+	assert.Equal(t, x509.CANotAuthorizedForThisName, cie.Reason)
+	require.Error(t, verify("10.0.0.1"))
+
+	// An unconstrained CA (an older release's): a constrained next CA is
+	// published beside it, and signs after the overlap.
+	old, err := tlsutil.NewCAValid("old", now.Add(-time.Hour), now.Add(testPolicy.caValidity))
+	require.NoError(t, err)
+	oldKey, err := old.KeyPEM()
+	require.NoError(t, err)
+	cert, key, err := old.IssueValid(pkix.Name{CommonName: testPolicy.hosts[0]}, testPolicy.hosts, x509.ExtKeyUsageServerAuth, now.Add(-time.Hour), now.Add(testPolicy.certValidity))
+	require.NoError(t, err)
+	s := &secret{data: map[string][]byte{KeyCert: cert, KeyKey: key, KeyCA: old.CertPEM, KeyCAKey: oldKey}}
+	acts := s.step(t, now, never)
+	require.Len(t, acts, 1)
+	assert.Contains(t, acts[0], "next CA")
+	acts = s.step(t, now.Add(testPolicy.caOverlap), always)
+	assert.Contains(t, acts[0], "switched to CA")
+	assert.True(t, tlsutil.Constrained(s.state(t).signer.Cert()))
+}
+
 func TestSANChangeAndDamageReissue(t *testing.T) {
 	now := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
 	data, err := initial(now, testPolicy)
 	require.NoError(t, err)
+	// Names within the CA's constraints (one dropped, one under a
+	// permitted name): the same CA signs again.
 	p := testPolicy
-	p.hosts = append([]string{}, p.hosts...)
-	p.hosts = append(p.hosts, "cozy-health-aggregator-headless.cozy-health.svc")
+	p.hosts = []string{"cozy-health-aggregator", "x.cozy-health-aggregator.cozy-health.svc"}
 	pl, err := maintain(now, p, data, nil, never)
 	require.NoError(t, err)
 	assert.Equal(t, []string{"serving certificate issued (subject alternative names changed), valid until 2026-12-02T06:00:00Z"}, pl.actions)
+	// A name outside them: a new CA, constrained to the new names, at once.
+	p.hosts = append(append([]string{}, testPolicy.hosts...), "cozy-health-aggregator-headless.cozy-health.svc")
+	pl, err = maintain(now, p, data, nil, never)
+	require.NoError(t, err)
+	require.Len(t, pl.actions, 2)
+	assert.Contains(t, pl.actions[0], "outside the signing CA's name constraints")
+	st0 := decode(pl.data, pl.annotations)
+	assert.True(t, tlsutil.Permits(st0.signer.Cert(), p.hosts))
 
 	// A ca.key that no longer parses: a new CA signs; the old CA stays in
 	// the bundle (agents trust it) until it expires.

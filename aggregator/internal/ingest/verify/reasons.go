@@ -21,11 +21,21 @@ const (
 	// ReasonAuthUnavailable: the TokenReview itself failed (apiserver
 	// unreachable); the agent retries.
 	ReasonAuthUnavailable = "auth_unavailable"
+	// ReasonTooManyStreams: the peer holds too many connections or streams
+	// that have not said hello, or a second stream of one node arrived on
+	// the connection that already carries it.
+	ReasonTooManyStreams = "too_many_streams"
+	// ReasonReviewThrottled: the TokenReview budget (per replica or per
+	// peer) is spent; the agent retries.
+	ReasonReviewThrottled = "review_throttled"
+	// ReasonRevoked: an authenticated stream was closed because its token
+	// expired or no longer passes a TokenReview (the pod is gone).
+	ReasonRevoked = "revoked"
 )
 
 // Reasons lists every rejection reason; each is pre-initialised to 0.
 var Reasons = []string{
 	ReasonBadSignature, ReasonMissingSignature, ReasonUnknownKey, ReasonNodeMismatch, ReasonReplay, ReasonSkew,
 	ReasonOversized, ReasonMalformed, ReasonRateLimited, ReasonUnauthenticated, ReasonWrongServiceAccount,
-	ReasonNoHello, ReasonAuthUnavailable,
+	ReasonNoHello, ReasonAuthUnavailable, ReasonTooManyStreams, ReasonReviewThrottled, ReasonRevoked,
 }

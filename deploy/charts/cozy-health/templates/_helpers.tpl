@@ -100,3 +100,27 @@ it). tls.mode auto picks cert-manager when the cluster serves its API.
 
 {{/* The headless Service the agents dial: every replica, ready or warming. */}}
 {{- define "cozy-health.aggregatorIngest" -}}{{ include "cozy-health.aggregator" . }}-ingest{{- end }}
+
+{{/*
+"true" when the aggregator's NetworkPolicy is a CiliumNetworkPolicy
+(networkPolicy.cilium true, or auto and cilium.io/v2 served).
+*/}}
+{{- define "cozy-health.ciliumPolicy" -}}
+{{- $c := toString .Values.networkPolicy.cilium -}}
+{{- if or (eq $c "true") (and (eq $c "auto") (.Capabilities.APIVersions.Has "cilium.io/v2")) -}}true{{- else -}}false{{- end -}}
+{{- end -}}
+
+{{/*
+The agent's user: agent.runAsUser when set; else 0 while a source that only
+root can reach is enabled (kube-ovn's OVS/OVN sockets, root:root 0750; the
+fsync probe's host directory, created root-owned by the kubelet), and the
+non-root 65532 otherwise.
+*/}}
+{{- define "cozy-health.agentUser" -}}
+{{- $a := .Values.agent -}}
+{{- $s := $a.sources -}}
+{{- if ne (toString $a.runAsUser) "auto" -}}{{ $a.runAsUser }}
+{{- else if or $s.kubeOVN.ovsRunPath $s.kubeOVN.ovnRunPath $s.fsyncProbe.hostPath -}}0
+{{- else -}}65532
+{{- end -}}
+{{- end -}}

@@ -117,7 +117,7 @@ func run() error {
 		g.Stop()
 	}()
 	log.Info("listening", zap.String("addr", ln.Addr().String()))
-	if err := g.Serve(ln); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+	if err := g.Serve(srv.Listener(ln)); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
 		return fmt.Errorf("serve: %w", err)
 	}
 	return nil
