@@ -370,7 +370,7 @@ func (s *Server) authenticate(ctx context.Context, h *pb.Hello, peerAddr string)
 		{"agent version", h.GetAgentVersion(), report.MaxAgentVersion},
 	} {
 		if len(f.v) > f.max {
-			return nil, malformed(fmt.Sprintf("hello %s of %d bytes is over the %d byte limit", f.what, len(f.v), f.max))
+			return nil, nil, malformed(fmt.Sprintf("hello %s of %d bytes is over the %d byte limit", f.what, len(f.v), f.max))
 		}
 	}
 	pub, err := signing.ParsePublicKey(h.GetPublicKey())
