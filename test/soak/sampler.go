@@ -28,8 +28,8 @@ type Sample struct {
 	// series at value 1 on the replica whose cozy_health_leader is 1;
 	// NoAnswer when no leader's series answered.
 	Metric map[string]string
-	// Drain is each node's drain-check verdict from the first aggregator
-	// answering; NoAnswer when none did.
+	// Drain is each node's drain-check verdict from the leader, or the
+	// first other aggregator answering; NoAnswer when none did.
 	Drain map[string]string
 	// Leader is the aggregator whose metrics say it leads ("" if none).
 	Leader string
@@ -109,8 +109,20 @@ func (s *sampler) sample(ctx context.Context) Sample {
 		}
 		break
 	}
+	// The drain verdict is read from the leader first (the replica whose
+	// state writes the objects), then from any replica that answers: a
+	// replica restarted a moment ago holds no reports until the agents
+	// reconnect to it, and answers unknown meanwhile (docs/soak.md).
+	order := make([]lab.Aggregator, 0, len(state.Aggregators))
+	for _, a := range state.Aggregators {
+		if a.Name == out.Leader {
+			order = append([]lab.Aggregator{a}, order...)
+		} else {
+			order = append(order, a)
+		}
+	}
 	for _, n := range s.nodes {
-		for _, a := range state.Aggregators {
+		for _, a := range order {
 			v, err := s.drain(ctx, "http://"+a.HTTP, n)
 			if err == nil {
 				out.Drain[n] = v
