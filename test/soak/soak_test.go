@@ -34,7 +34,7 @@ func TestSoakShort(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	l, err := lab.Up(ctx, lab.Options{Dir: t.TempDir(), Nodes: 3, BinDir: bin, Log: t.Logf})
+	l, err := lab.Up(ctx, lab.Options{Dir: t.TempDir(), Nodes: Nodes, BinDir: bin, Log: t.Logf})
 	require.NoError(t, err)
 	t.Cleanup(func() { assert.NoError(t, l.Down()) })
 

@@ -29,6 +29,12 @@ const (
 	NoAnswer = "no-answer"
 )
 
+// Nodes is the lab's size the truths are written for: three nodes, each an
+// etcd voter and an ovn-central member, each LINSTOR resource on two of
+// them with the third as tie-breaker. With learners or more nodes some
+// truths would differ (draining a learner is safe while a voter is down).
+const Nodes = 3
+
 // Components are the platform Health objects the soak judges.
 var Components = []string{"etcd", "disk", "cilium", "kube-ovn", "linstor", "node"}
 

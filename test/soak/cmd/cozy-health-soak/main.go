@@ -26,7 +26,6 @@ func main() {
 func run() int {
 	minutes := flag.Float64("minutes", 20, "how long faults keep being scheduled")
 	seed := flag.Int64("seed", 1, "seed of the fault schedule")
-	nodes := flag.Int("nodes", 3, "simulated nodes")
 	dir := flag.String("dir", "", "directory for the lab (default: a new one under /tmp)")
 	only := flag.String("only", "", "comma-separated fault names to draw from (default: all)")
 	short := flag.Bool("short", false, "draw only the short variant's faults")
@@ -45,7 +44,7 @@ func run() int {
 		}
 		*dir = d
 	}
-	l, err := lab.Up(ctx, lab.Options{Dir: *dir, Nodes: *nodes, Log: logf})
+	l, err := lab.Up(ctx, lab.Options{Dir: *dir, Nodes: soak.Nodes, Log: logf})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "cozy-health-soak: lab:", err)
 		return 2
