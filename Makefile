@@ -82,6 +82,10 @@ lab: build testbin ## Start a 3-node local lab and leave it running (LAB_DIR=.la
 lab-node: build testbin nodebin ## A control plane with one real kubelet node, the chart installed on it with Helm, left running (root; LAB_DIR=.lab-node by default).
 	COZY_HEALTH_TESTBIN="$(TESTBIN)" COZY_HEALTH_NODEBIN="$(NODEBIN)" $(BIN)/cozy-health-lab up-node --chart-bin "$(CURDIR)/$(BIN)" --dir "$${LAB_DIR:-$(CURDIR)/.lab-node}"
 
+.PHONY: soak
+soak: build testbin ## Soak: a 3-node lab under a seeded fault schedule for SOAK_MINUTES (20), seconds of false green/red per fault (SOAK_SEED, SOAK_ARGS); fails on a false green or a bound missed.
+	COZY_HEALTH_TESTBIN="$(TESTBIN)" COZY_HEALTH_BIN="$(CURDIR)/$(BIN)" go run ./test/soak/cmd/cozy-health-soak --minutes "$${SOAK_MINUTES:-20}" --seed "$${SOAK_SEED:-1}" $${SOAK_ARGS:-}
+
 .PHONY: bench-agent
 bench-agent: build ## Measure agent RSS and CPU at a 5 s interval with every check enabled.
 	COZY_HEALTH_TESTBIN="$(TESTBIN)" COZY_HEALTH_BIN="$(CURDIR)/$(BIN)" go test -run '^$$' -bench . -benchtime 1x -timeout 20m ./test/bench/agent/

@@ -1,0 +1,370 @@
+package soak
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"syscall"
+	"time"
+
+	"github.com/cozystack/cozy-health/test/lab"
+)
+
+// Fault is one entry of the catalog: how to apply and repair it on the
+// nodes the schedule draws, what the truth is meanwhile, and its bound
+// class.
+type Fault struct {
+	Name string
+	// Targets is how many nodes the fault acts on: 1, 2, or 0 for a third
+	// of the nodes (rounded up); the leader kill acts on no node.
+	Targets int
+	Class   string
+	// Short marks the faults of the short variant (make test): quick to
+	// detect and to repair on a loaded machine.
+	Short  bool
+	Apply  func(ctx context.Context, e *env, nodes []string) error
+	Repair func(ctx context.Context, e *env, nodes []string) error
+	// Truth is the truth while the fault is on, given every node and the
+	// targets.
+	Truth func(all, nodes []string) Truth
+}
+
+// env is what faults act on.
+type env struct {
+	dir  string
+	logf func(format string, args ...any)
+}
+
+func (e *env) lab(ctx context.Context, node, fault, arg string) error {
+	msg, err := lab.Fault(ctx, e.dir, node, fault, arg)
+	if err != nil {
+		return fmt.Errorf("fault %s on %s: %w", fault, node, err)
+	}
+	e.logf("%s", msg)
+	return nil
+}
+
+// labFault applies the lab fault f on every target.
+func labFault(f, arg string) func(context.Context, *env, []string) error {
+	return func(ctx context.Context, e *env, nodes []string) error {
+		for _, n := range nodes {
+			if err := e.lab(ctx, n, f, arg); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+}
+
+// signalAgents sends sig to the agents of nodes (SIGKILL: killed; SIGSTOP:
+// frozen, its connection open and silent; SIGCONT: thawed).
+func signalAgents(sig syscall.Signal) func(context.Context, *env, []string) error {
+	return func(_ context.Context, e *env, nodes []string) error {
+		s, err := lab.LoadState(e.dir)
+		if err != nil {
+			return err
+		}
+		for _, name := range nodes {
+			n, err := s.Node(name)
+			if err != nil {
+				return err
+			}
+			if err := syscall.Kill(n.AgentPid, sig); err != nil {
+				return fmt.Errorf("signal %s to the agent of %s (pid %d): %w", sig, name, n.AgentPid, err)
+			}
+			e.logf("sent %s to the agent of %s (pid %d)", sig, name, n.AgentPid)
+			if sig == syscall.SIGKILL {
+				waitGone(n.AgentPid)
+			}
+		}
+		return nil
+	}
+}
+
+// waitGone waits (up to 5 s) until pid is reaped, so the lab's
+// agent-start sees it gone.
+func waitGone(pid int) {
+	for i := 0; i < 50; i++ {
+		if err := syscall.Kill(pid, 0); errors.Is(err, syscall.ESRCH) {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func others(all, nodes []string) []string {
+	var out []string
+	for _, a := range all {
+		hit := false
+		for _, n := range nodes {
+			hit = hit || a == n
+		}
+		if !hit {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+func drainOf(all []string, sets map[string]Set) map[string]Set {
+	out := map[string]Set{}
+	for _, n := range all {
+		if s, ok := sets[n]; ok {
+			out[n] = s
+		}
+	}
+	return out
+}
+
+// silentTruth is the truth while the agents of nodes are silent: their
+// entries go Unknown (HeartbeatMissed). etcd and ovn-central: with one of
+// three members unknown and two known healthy a quorum holds (Degraded);
+// with more unknown it hinges on them (Unknown, or Degraded). A
+// node-local component with an Unknown node reads Unknown or Degraded.
+// Draining a silent node is unknown (its own data is missing); draining
+// another may be blocked or unknown (quorum hinges on the silent ones),
+// never safe.
+func silentTruth(all, nodes []string) Truth {
+	t := Truth{Components: map[string]Set{}, Drain: map[string]Set{}}
+	for _, c := range Components {
+		t.Components[c] = Set{Unknown, Degraded}
+	}
+	for _, n := range nodes {
+		t.Drain[n] = Set{Undecide}
+	}
+	for _, n := range others(all, nodes) {
+		t.Drain[n] = Set{Undecide, Blocked}
+	}
+	return t
+}
+
+// Catalog is every fault the soak draws from, in a fixed order (the seed
+// permutes it).
+var Catalog = []Fault{
+	{
+		Name: "etcd-stop", Targets: 1, Class: ClassSource, Short: true,
+		Apply: labFault("etcd-stop", ""), Repair: labFault("etcd-start", ""),
+		// 2 of 3 voters healthy: quorum holds, Degraded. Draining another
+		// voter leaves 1 of 3: blocked. Draining the stopped one removes
+		// no healthy voter: safe (blocked is conservative, accepted).
+		Truth: func(all, nodes []string) Truth {
+			d := map[string]Set{nodes[0]: {Safe, Blocked}}
+			for _, o := range others(all, nodes) {
+				d[o] = Set{Blocked}
+			}
+			return Truth{Components: map[string]Set{"etcd": {Degraded}}, Drain: d}
+		},
+	},
+	{
+		Name: "etcd-quorum-lost", Targets: 2, Class: ClassSource,
+		Apply: labFault("etcd-stop", ""), Repair: labFault("etcd-start", ""),
+		// 1 of 3 voters: the loss is proven, Down; no drain is safe.
+		Truth: func(all, _ []string) Truth {
+			d := map[string]Set{}
+			for _, n := range all {
+				d[n] = Set{Blocked, Undecide}
+			}
+			return Truth{Components: map[string]Set{"etcd": {Down}}, Drain: d}
+		},
+	},
+	{
+		Name: "fsync-slow", Targets: 1, Class: ClassSource,
+		Apply: labFault("fsync-slow", ""), Repair: labFault("fsync-ok", ""),
+		// A slow member still votes: capacity, not failure. The drain
+		// rules do not read fsync latency: every verdict accepted
+		// except that none is judged here.
+		Truth: func(all, _ []string) Truth {
+			d := map[string]Set{}
+			for _, n := range all {
+				d[n] = Set{Safe, Blocked, Undecide}
+			}
+			return Truth{Components: map[string]Set{"etcd": {Degraded}}, Drain: d}
+		},
+	},
+	{
+		Name: "etcd-metrics-absent", Targets: 1, Class: ClassSource,
+		Apply: labFault("etcd-metrics-absent", ""), Repair: labFault("etcd-metrics-present", ""),
+		// The node's etcd entry is Unknown (MetricsEndpointUnreachable):
+		// no evidence about its fsync latency, never Healthy.
+		Truth: func(all, _ []string) Truth {
+			d := map[string]Set{}
+			for _, n := range all {
+				d[n] = Set{Safe, Blocked, Undecide}
+			}
+			return Truth{Components: map[string]Set{"etcd": {Unknown, Degraded}}, Drain: d}
+		},
+	},
+	{
+		Name: "talos-hang", Targets: 1, Class: ClassSource, Short: true,
+		Apply: labFault("talos-hang", ""), Repair: labFault("talos-ok", ""),
+		// A source hanging: the node's etcd entry Unknown (CheckTimeout);
+		// its member is unknown, 2 of 3 known healthy. The node component
+		// reads Talos too.
+		Truth: func(all, nodes []string) Truth {
+			d := map[string]Set{nodes[0]: {Undecide, Blocked}}
+			for _, o := range others(all, nodes) {
+				d[o] = Set{Undecide, Blocked}
+			}
+			return Truth{Components: map[string]Set{"etcd": {Unknown, Degraded}, "node": {Healthy, Unknown, Degraded}}, Drain: d}
+		},
+	},
+	{
+		Name: "cilium-fail", Targets: 1, Class: ClassSource, Short: true,
+		Apply: labFault("cilium-fail", ""), Repair: labFault("cilium-ok", ""),
+		Truth: func(_, _ []string) Truth {
+			return Truth{Components: map[string]Set{"cilium": {Degraded}}}
+		},
+	},
+	{
+		Name: "cilium-unreachable", Targets: 2, Class: ClassSource,
+		Apply: func(ctx context.Context, e *env, n []string) error {
+			return e.lab(ctx, n[0], "cilium-unreachable", n[1])
+		},
+		Repair: func(ctx context.Context, e *env, n []string) error {
+			return e.lab(ctx, n[0], "cilium-reachable", n[1])
+		},
+		Truth: func(_, _ []string) Truth {
+			return Truth{Components: map[string]Set{"cilium": {Degraded}}}
+		},
+	},
+	{
+		Name: "ovs-down", Targets: 1, Class: ClassSource,
+		Apply: labFault("ovs-down", ""), Repair: labFault("ovs-up", ""),
+		Truth: func(_, _ []string) Truth {
+			return Truth{Components: map[string]Set{"kube-ovn": {Degraded}}}
+		},
+	},
+	{
+		Name: "ovn-central-stop", Targets: 1, Class: ClassSource,
+		Apply: labFault("ovn-central-stop", ""), Repair: labFault("ovn-central-start", ""),
+		// NB and SB keep quorum with 2 of 3: Degraded. Draining another
+		// member's node leaves 1 of 3: blocked.
+		Truth: func(all, nodes []string) Truth {
+			d := map[string]Set{nodes[0]: {Safe, Blocked}}
+			for _, o := range others(all, nodes) {
+				d[o] = Set{Blocked}
+			}
+			return Truth{Components: map[string]Set{"kube-ovn": {Degraded}}, Drain: d}
+		},
+	},
+	{
+		Name: "ovn-nb-quorum-lost", Targets: 2, Class: ClassSource,
+		Apply: labFault("ovn-nb-stop", ""), Repair: labFault("ovn-nb-start", ""),
+		Truth: func(all, _ []string) Truth {
+			d := map[string]Set{}
+			for _, n := range all {
+				d[n] = Set{Blocked, Undecide}
+			}
+			return Truth{Components: map[string]Set{"kube-ovn": {Down}}, Drain: d}
+		},
+	},
+	{
+		Name: "ovn-sb-leave", Targets: 1, Class: ClassSource,
+		Apply: labFault("ovn-sb-leave", ""), Repair: labFault("ovn-sb-rejoin", ""),
+		// The member that left is Down (MemberLeftCluster); the others
+		// keep the SB database served.
+		Truth: func(all, nodes []string) Truth {
+			d := map[string]Set{nodes[0]: {Safe, Blocked}}
+			for _, o := range others(all, nodes) {
+				d[o] = Set{Safe, Blocked}
+			}
+			return Truth{Components: map[string]Set{"kube-ovn": {Degraded}}, Drain: d}
+		},
+	},
+	{
+		Name: "ovn-nb-freeze", Targets: 1, Class: ClassSource,
+		Apply: labFault("ovn-nb-freeze", ""), Repair: labFault("ovn-nb-thaw", ""),
+		// A source hanging: the frozen NB member is Unknown (StatusTimeout).
+		Truth: func(all, nodes []string) Truth {
+			d := map[string]Set{nodes[0]: {Undecide, Blocked}}
+			for _, o := range others(all, nodes) {
+				d[o] = Set{Undecide, Blocked}
+			}
+			return Truth{Components: map[string]Set{"kube-ovn": {Unknown, Degraded}}, Drain: d}
+		},
+	},
+	{
+		Name: "linstor-offline", Targets: 1, Class: ClassSource,
+		Apply: labFault("linstor-offline", ""), Repair: labFault("linstor-online", ""),
+		// The controller lost the satellite; DRBD on it may still
+		// replicate (OFFLINE is the controller's view, not the disk
+		// state), so whether draining a node that shares a resource with
+		// it is safe is not something the truth knows: not judged.
+		Truth: func(all, _ []string) Truth {
+			d := map[string]Set{}
+			for _, o := range all {
+				d[o] = Set{Safe, Blocked, Undecide}
+			}
+			return Truth{Components: map[string]Set{"linstor": {Degraded}}, Drain: d}
+		},
+	},
+	{
+		Name: "drbd-outdated", Targets: 1, Class: ClassSource, Short: true,
+		// The node's replica of the resource it leads (pvc-lab-i on
+		// node-i and node-i+1) goes Outdated: the other diskful replica
+		// is the last UpToDate one, its node blocked.
+		Apply: func(ctx context.Context, e *env, n []string) error {
+			return e.lab(ctx, n[0], "drbd-outdated", resourceOf(n[0]))
+		},
+		Repair: func(ctx context.Context, e *env, n []string) error {
+			return e.lab(ctx, n[0], "drbd-uptodate", resourceOf(n[0]))
+		},
+		Truth: func(all, nodes []string) Truth {
+			d := map[string]Set{}
+			for _, o := range others(all, nodes) {
+				d[o] = Set{Safe, Blocked, Undecide}
+			}
+			d[partnerOf(all, nodes[0])] = Set{Blocked}
+			return Truth{Components: map[string]Set{"linstor": {Degraded}}, Drain: d}
+		},
+	},
+	{
+		Name: "agent-stop", Targets: 1, Class: ClassSilent,
+		Apply: labFault("agent-stop", ""), Repair: labFault("agent-start", ""),
+		Truth: silentTruth,
+	},
+	{
+		Name: "agent-kill", Targets: 1, Class: ClassSilent, Short: true,
+		Apply: signalAgents(syscall.SIGKILL), Repair: labFault("agent-start", ""),
+		Truth: silentTruth,
+	},
+	{
+		Name: "node-silent", Targets: 1, Class: ClassSilent, Short: true,
+		Apply: signalAgents(syscall.SIGSTOP), Repair: signalAgents(syscall.SIGCONT),
+		Truth: silentTruth,
+	},
+	{
+		// A third of the nodes cut off from the aggregators at once,
+		// approximated by freezing their agents (no network namespaces
+		// here): the aggregators see what a partition shows them.
+		Name: "third-silent", Targets: 0, Class: ClassSilent,
+		Apply: signalAgents(syscall.SIGSTOP), Repair: signalAgents(syscall.SIGCONT),
+		Truth: silentTruth,
+	},
+	{
+		Name: "leader-kill", Targets: -1, Class: ClassLeader, Short: true,
+		Apply: func(ctx context.Context, e *env, _ []string) error { return e.lab(ctx, "", "leader-kill", "") },
+		Repair: func(ctx context.Context, e *env, _ []string) error {
+			return e.lab(ctx, "", "aggregator-start", "")
+		},
+		Truth: func(_, _ []string) Truth { return Baseline },
+	},
+}
+
+// resourceOf is the LINSTOR resource node-i leads in the lab (pvc-lab-i).
+func resourceOf(node string) string {
+	var i int
+	_, _ = fmt.Sscanf(node, "node-%d", &i)
+	return fmt.Sprintf("pvc-lab-%d", i)
+}
+
+// partnerOf is the node holding the other diskful replica of node's
+// resource: the next node in the ring.
+func partnerOf(all []string, node string) string {
+	for i, n := range all {
+		if n == node {
+			return all[(i+1)%len(all)]
+		}
+	}
+	return ""
+}

@@ -1,0 +1,186 @@
+package soak
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/cozystack/cozy-health/pkg/client/clientset/versioned"
+	"github.com/cozystack/cozy-health/test/lab"
+)
+
+// Sample is one second's reading.
+type Sample struct {
+	At time.Time
+	// Health is each component's overall as its Health object says it,
+	// Unknown past freshUntil, NoAnswer when the object or the list is
+	// missing.
+	Health map[string]string
+	// Metric is each component's cozy_health_component_status{status}
+	// series at value 1 on the replica whose cozy_health_leader is 1;
+	// NoAnswer when no leader's series answered.
+	Metric map[string]string
+	// Drain is each node's drain-check verdict from the leader, or the
+	// first other aggregator answering; NoAnswer when none did.
+	Drain map[string]string
+	// Leader is the aggregator whose metrics say it leads ("" if none).
+	Leader string
+}
+
+// sampler reads the lab.
+type sampler struct {
+	dir   string
+	cs    versioned.Interface
+	http  *http.Client
+	nodes []string
+}
+
+func newSampler(dir string, nodes []string) (*sampler, error) {
+	s, err := lab.LoadState(dir)
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", s.Kubeconfig)
+	if err != nil {
+		return nil, fmt.Errorf("soak: load kubeconfig: %w", err)
+	}
+	cfg.Timeout = 2 * time.Second
+	cs, err := versioned.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("soak: health client: %w", err)
+	}
+	return &sampler{dir: dir, cs: cs, nodes: nodes, http: &http.Client{Timeout: 800 * time.Millisecond}}, nil
+}
+
+// sample takes one reading.
+func (s *sampler) sample(ctx context.Context) Sample {
+	now := time.Now()
+	out := Sample{At: now, Health: map[string]string{}, Metric: map[string]string{}, Drain: map[string]string{}}
+	for _, c := range Components {
+		out.Health[c], out.Metric[c] = NoAnswer, NoAnswer
+	}
+	for _, n := range s.nodes {
+		out.Drain[n] = NoAnswer
+	}
+	list, err := s.cs.HealthV1alpha1().Healths(lab.PlatformNamespace).List(ctx, metav1.ListOptions{})
+	if err == nil {
+		for _, h := range list.Items {
+			if _, ok := out.Health[h.Name]; !ok {
+				continue
+			}
+			st := string(h.Status.Overall)
+			if st == "" || h.Status.FreshUntil == nil || time.Now().After(h.Status.FreshUntil.Time) {
+				st = Unknown
+			}
+			out.Health[h.Name] = st
+		}
+	}
+	state, err := lab.LoadState(s.dir)
+	if err != nil {
+		return out
+	}
+	for _, a := range state.Aggregators {
+		fams, err := s.metrics(ctx, "http://"+a.Metrics+"/metrics")
+		if err != nil || !isLeader(fams) {
+			continue
+		}
+		out.Leader = a.Name
+		if mf, ok := fams["cozy_health_component_status"]; ok {
+			for _, m := range mf.GetMetric() {
+				l := map[string]string{}
+				for _, lp := range m.GetLabel() {
+					l[lp.GetName()] = lp.GetValue()
+				}
+				if l["namespace"] != lab.PlatformNamespace || m.GetGauge().GetValue() != 1 {
+					continue
+				}
+				if _, ok := out.Metric[l["component"]]; ok {
+					out.Metric[l["component"]] = l["status"]
+				}
+			}
+		}
+		break
+	}
+	// The drain verdict is read from the leader first (the replica whose
+	// state writes the objects), then from any replica that answers: a
+	// replica restarted a moment ago holds no reports until the agents
+	// reconnect to it, and answers unknown meanwhile (docs/soak.md).
+	order := make([]lab.Aggregator, 0, len(state.Aggregators))
+	for _, a := range state.Aggregators {
+		if a.Name == out.Leader {
+			order = append([]lab.Aggregator{a}, order...)
+		} else {
+			order = append(order, a)
+		}
+	}
+	for _, n := range s.nodes {
+		for _, a := range order {
+			v, err := s.drain(ctx, "http://"+a.HTTP, n)
+			if err == nil {
+				out.Drain[n] = v
+				break
+			}
+		}
+	}
+	return out
+}
+
+func isLeader(fams map[string]*dto.MetricFamily) bool {
+	mf, ok := fams["cozy_health_leader"]
+	if !ok {
+		return false
+	}
+	for _, m := range mf.GetMetric() {
+		if m.GetGauge().GetValue() == 1 {
+			return true
+		}
+	}
+	return false
+}
+
+func (s *sampler) metrics(ctx context.Context, url string) (map[string]*dto.MetricFamily, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := s.http.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("%s: %s", url, resp.Status)
+	}
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	return parser.TextToMetricFamilies(resp.Body)
+}
+
+func (s *sampler) drain(ctx context.Context, base, node string) (string, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/v1/drain-check?node="+node, nil)
+	if err != nil {
+		return "", err
+	}
+	resp, err := s.http.Do(req)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return "", fmt.Errorf("drain-check %s: %s", node, resp.Status)
+	}
+	var a struct {
+		Verdict string `json:"verdict"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&a); err != nil {
+		return "", fmt.Errorf("drain-check %s: %w", node, err)
+	}
+	return a.Verdict, nil
+}

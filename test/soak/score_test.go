@@ -1,0 +1,120 @@
+package soak
+
+import (
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+var labNodes = []string{"node-1", "node-2", "node-3"}
+
+func sampleAt(at time.Time, health map[string]string, drain map[string]string) Sample {
+	s := Sample{At: at, Health: map[string]string{}, Metric: map[string]string{}, Drain: map[string]string{}}
+	for _, c := range Components {
+		s.Health[c], s.Metric[c] = Healthy, Healthy
+	}
+	for _, n := range labNodes {
+		s.Drain[n] = Safe
+	}
+	for c, v := range health {
+		s.Health[c], s.Metric[c] = v, v
+	}
+	for n, v := range drain {
+		s.Drain[n] = v
+	}
+	return s
+}
+
+// etcd-stop on node-2: Healthy inside the window is the old truth; past
+// it, a false green; Degraded with node-1 and node-3 blocked is the truth.
+func TestJudgeFalseGreenOnlyPastTheWindow(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	truth := Catalog[0].Truth(labNodes, []string{"node-2"})
+	p := newPhase(truth, Baseline, t0, 30*time.Second)
+
+	j := p.record(sampleAt(t0.Add(5*time.Second), nil, nil))
+	assert.Empty(t, j.greens, "Healthy inside the detection window is the previous truth")
+	assert.False(t, j.atTruth)
+
+	j = p.record(sampleAt(t0.Add(31*time.Second), nil, nil))
+	assert.Len(t, j.greens, 4, "past the window: Health etcd, series etcd, and drain of node-1 and node-3 read green")
+	assert.InDelta(t, 3, p.falseGreen, 0.01, "seconds since the previous sample, capped at 3")
+
+	j = p.record(sampleAt(t0.Add(32*time.Second), map[string]string{"etcd": Degraded}, map[string]string{"node-1": Blocked, "node-3": Blocked}))
+	assert.Empty(t, j.greens)
+	assert.True(t, j.atTruth)
+	assert.Equal(t, 32*time.Second, p.timeToTruth())
+	assert.False(t, p.met(), "32 s is past the 30 s bound")
+}
+
+// After the repair, Down lingering inside the window is accepted when the
+// fault's truth was Down; past it, a false red. Unknown is neither.
+func TestJudgeFalseRedAndUnknown(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	quorum := Catalog[1].Truth(labNodes, []string{"node-1", "node-2"})
+	p := newPhase(Baseline, quorum, t0, 60*time.Second)
+	all := map[string]string{"node-1": Blocked, "node-2": Blocked, "node-3": Blocked}
+
+	j := p.record(sampleAt(t0.Add(10*time.Second), map[string]string{"etcd": Down}, all))
+	assert.Empty(t, j.reds, "inside the window the fault's truth is accepted")
+	j = p.record(sampleAt(t0.Add(61*time.Second), map[string]string{"etcd": Down}, all))
+	assert.Len(t, j.reds, 5, "etcd Down twice (object, series) and three blocked drains")
+	j = p.record(sampleAt(t0.Add(62*time.Second), map[string]string{"etcd": Unknown}, nil))
+	assert.Empty(t, j.reds)
+	assert.Empty(t, j.greens)
+	assert.False(t, j.atTruth, "Unknown while the truth is Healthy keeps the truth unread")
+	assert.InDelta(t, 1+3+1, p.wrong, 0.01, "every sample off the truth: 1 s, 3 s (capped), 1 s")
+}
+
+// A failed read is neither green nor red and never the truth.
+func TestJudgeNoAnswer(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	p := newPhase(Baseline, Baseline, t0, time.Second)
+	j := p.record(sampleAt(t0.Add(5*time.Second), map[string]string{"disk": NoAnswer}, map[string]string{"node-1": NoAnswer}))
+	assert.Empty(t, j.greens)
+	assert.Empty(t, j.reds)
+	assert.False(t, j.atTruth)
+}
+
+// The schedule is a function of the seed: the same seed draws the same
+// steps; every eligible fault comes once before any repeats.
+func TestScheduleDeterministicAndCovering(t *testing.T) {
+	a := Schedule(7, labNodes, len(Catalog)+3, Options{})
+	b := Schedule(7, labNodes, len(Catalog)+3, Options{})
+	require.Len(t, a, len(Catalog)+3)
+	names := func(s []Step) []string {
+		var out []string
+		for _, x := range s {
+			out = append(out, x.Name()+x.Dwell.String())
+		}
+		return out
+	}
+	assert.Equal(t, names(a), names(b))
+	assert.False(t, reflect.DeepEqual(names(a), names(Schedule(8, labNodes, len(Catalog)+3, Options{}))))
+	seen := map[string]bool{}
+	for _, s := range a[:len(Catalog)] {
+		seen[s.Fault.Name] = true
+	}
+	assert.Len(t, seen, len(Catalog), "every fault before any repeats")
+	for _, s := range Schedule(7, labNodes, 20, Options{Short: true}) {
+		assert.True(t, s.Fault.Short, s.Fault.Name)
+	}
+}
+
+// No truth accepts Healthy for the component a fault acts on, nor safe
+// for a node whose drain the fault makes unsafe: the catalog cannot hide
+// a false green behind a permissive set.
+func TestCatalogTruthsNeverAcceptGreenForTheFaultedComponent(t *testing.T) {
+	for _, f := range Catalog {
+		tr := f.Truth(labNodes, []string{"node-1", "node-2"})
+		for c, s := range tr.Components {
+			if f.Name == "talos-hang" && c == "node" {
+				continue
+			}
+			assert.False(t, s.Has(Healthy), "%s: %s accepts Healthy", f.Name, c)
+		}
+	}
+}

@@ -1,0 +1,349 @@
+package soak
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"math/rand"
+	"sort"
+	"strings"
+	"sync"
+	"text/tabwriter"
+	"time"
+
+	"github.com/cozystack/cozy-health/test/lab"
+)
+
+// Options configure Run.
+type Options struct {
+	// Duration is how long faults keep being scheduled; the fault running
+	// when it ends is repaired and measured.
+	Duration time.Duration
+	// Seed makes the schedule: which faults, in which order, on which
+	// nodes, held how long.
+	Seed int64
+	// Short draws only the faults marked Short (the make test variant).
+	Short bool
+	// Only, when not empty, draws only these faults (by name).
+	Only []string
+	// Dwell is how long a phase is held once its truth is read (default
+	// drawn from 5-15 s by the seed).
+	Dwell time.Duration
+	// Log receives progress lines.
+	Log func(format string, args ...any)
+}
+
+// Step is one drawn entry of the schedule.
+type Step struct {
+	Fault *Fault
+	Nodes []string
+	Dwell time.Duration
+}
+
+// Name is the fault and its targets, as the table prints it.
+func (s Step) Name() string {
+	if len(s.Nodes) == 0 {
+		return s.Fault.Name
+	}
+	return s.Fault.Name + " " + strings.Join(s.Nodes, ",")
+}
+
+// Schedule draws n steps from the catalog with seed: the eligible faults
+// in a seeded permutation, again and again (so every fault comes before
+// any repeats), each on seeded targets and with a seeded dwell.
+func Schedule(seed int64, nodes []string, n int, o Options) []Step {
+	r := rand.New(rand.NewSource(seed))
+	var eligible []*Fault
+	for i := range Catalog {
+		f := &Catalog[i]
+		if o.Short && !f.Short {
+			continue
+		}
+		if len(o.Only) > 0 && !contains(o.Only, f.Name) {
+			continue
+		}
+		if f.Targets > len(nodes) || (f.Targets >= 2 && len(nodes) < 3) {
+			continue
+		}
+		eligible = append(eligible, f)
+	}
+	var out []Step
+	for len(out) < n && len(eligible) > 0 {
+		for _, i := range r.Perm(len(eligible)) {
+			f := eligible[i]
+			k := f.Targets
+			if k == 0 {
+				k = (len(nodes) + 2) / 3
+			}
+			var targets []string
+			if k > 0 {
+				// Quorum faults act on voting members (the first three).
+				pool := nodes
+				if strings.HasPrefix(f.Name, "etcd") || strings.HasPrefix(f.Name, "ovn") {
+					pool = nodes[:min(3, len(nodes))]
+				}
+				for _, j := range r.Perm(len(pool))[:k] {
+					targets = append(targets, pool[j])
+				}
+				sort.Strings(targets)
+			}
+			dwell := o.Dwell
+			if dwell == 0 {
+				dwell = time.Duration(5+r.Intn(11)) * time.Second
+			}
+			out = append(out, Step{Fault: f, Nodes: targets, Dwell: dwell})
+			if len(out) == n {
+				break
+			}
+		}
+	}
+	return out
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// Row is one fault's result.
+type Row struct {
+	Step               string
+	Class              string
+	Fault, Recovery    *phase
+	ApplyErr, RepairEr error
+}
+
+// Report is a whole run's result.
+type Report struct {
+	Seed     int64
+	Started  time.Time
+	Duration time.Duration
+	Warmup   *phase
+	Rows     []Row
+	Samples  int
+}
+
+// Run starts no lab: it drives the lab in dir (started by lab.Up) under
+// the schedule for o.Duration and returns the report.
+func Run(ctx context.Context, dir string, o Options) (*Report, error) {
+	if o.Log == nil {
+		o.Log = func(string, ...any) {}
+	}
+	st, err := lab.LoadState(dir)
+	if err != nil {
+		return nil, err
+	}
+	nodes := make([]string, 0, len(st.Nodes))
+	for _, n := range st.Nodes {
+		nodes = append(nodes, n.Name)
+	}
+	smp, err := newSampler(dir, nodes)
+	if err != nil {
+		return nil, err
+	}
+	rep := &Report{Seed: o.Seed, Started: time.Now()}
+	e := &env{dir: dir, logf: o.Log}
+
+	var mu sync.Mutex
+	var cur *phase
+	sctx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(time.Second)
+		defer tick.Stop()
+		for {
+			select {
+			case <-sctx.Done():
+				return
+			case <-tick.C:
+			}
+			s := smp.sample(sctx)
+			if sctx.Err() != nil {
+				return
+			}
+			mu.Lock()
+			if cur != nil {
+				j := cur.record(s)
+				for _, g := range j.greens {
+					o.Log("FALSE GREEN: %s", g)
+				}
+			}
+			rep.Samples++
+			mu.Unlock()
+		}
+	}()
+	defer func() { stop(); <-done }()
+
+	set := func(p *phase) {
+		mu.Lock()
+		cur = p
+		mu.Unlock()
+	}
+	// hold waits until p's truth was read and dwell passed, or its bound
+	// plus dwell passed.
+	hold := func(p *phase, dwell time.Duration) error {
+		for {
+			mu.Lock()
+			reached := p.reachedAt
+			mu.Unlock()
+			now := time.Now()
+			if (!reached.IsZero() && now.Sub(reached) >= dwell) || now.After(p.windowEnd.Add(dwell)) {
+				return nil
+			}
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(200 * time.Millisecond):
+			}
+		}
+	}
+
+	o.Log("warm-up: waiting for the baseline (every object Healthy, every node safe to drain)")
+	rep.Warmup = newPhase(Baseline, Baseline, time.Now(), Bounds[ClassRecover]*2)
+	set(rep.Warmup)
+	if err := hold(rep.Warmup, 3*time.Second); err != nil {
+		return rep, err
+	}
+	if !rep.Warmup.met() {
+		return rep, fmt.Errorf("soak: the lab did not reach its baseline within %s", rep.Warmup.bound)
+	}
+	deadline := time.Now().Add(o.Duration)
+	for _, step := range Schedule(o.Seed, nodes, 10000, o) {
+		if time.Now().After(deadline) {
+			break
+		}
+		row := Row{Step: step.Name(), Class: step.Fault.Class}
+		truth := step.Fault.Truth(nodes, step.Nodes)
+		o.Log("fault %s (bound %s, dwell %s)", row.Step, Bounds[step.Fault.Class], step.Dwell)
+		fp := newPhase(truth, Baseline, time.Now(), Bounds[step.Fault.Class])
+		set(fp)
+		row.Fault = fp
+		if err := step.Fault.Apply(ctx, e, step.Nodes); err != nil {
+			row.ApplyErr = err
+			o.Log("apply %s: %v", row.Step, err)
+		}
+		mu.Lock()
+		fp.windowEnd = time.Now().Add(fp.bound)
+		mu.Unlock()
+		if err := hold(fp, step.Dwell); err != nil {
+			return rep, err
+		}
+		rp := newPhase(Baseline, truth, time.Now(), Bounds[ClassRecover])
+		set(rp)
+		row.Recovery = rp
+		if err := step.Fault.Repair(ctx, e, step.Nodes); err != nil {
+			row.RepairEr = err
+			o.Log("repair %s: %v", row.Step, err)
+		}
+		mu.Lock()
+		rp.windowEnd = time.Now().Add(rp.bound)
+		mu.Unlock()
+		if err := hold(rp, 5*time.Second); err != nil {
+			return rep, err
+		}
+		mu.Lock()
+		rep.Rows = append(rep.Rows, row)
+		mu.Unlock()
+		o.Log("%s: truth after %s, baseline again after %s, false green %.0fs, false red %.0fs",
+			row.Step, fmtTTT(fp), fmtTTT(rp), fp.falseGreen+rp.falseGreen, fp.falseRed+rp.falseRed)
+		for _, p := range []*phase{fp, rp} {
+			if !p.met() {
+				o.Log("  bound %s missed; last read off the truth: %s", p.bound, p.lastOff)
+			}
+		}
+	}
+	stop()
+	<-done
+	rep.Duration = time.Since(rep.Started)
+	return rep, nil
+}
+
+func fmtTTT(p *phase) string {
+	t := p.timeToTruth()
+	if t < 0 {
+		return "never"
+	}
+	return fmt.Sprintf("%.1fs", t.Seconds())
+}
+
+// Failures lists why the run fails: a false-green second, a bound missed,
+// or a fault that could not be applied or repaired. Empty: it passed.
+func (r *Report) Failures() []string {
+	var out []string
+	for _, row := range r.Rows {
+		for _, p := range []struct {
+			what string
+			p    *phase
+		}{{"fault", row.Fault}, {"recovery", row.Recovery}} {
+			if p.p.falseGreen > 0 {
+				out = append(out, fmt.Sprintf("%s (%s): %.0fs false green: %s", row.Step, p.what, p.p.falseGreen, detail(p.p.greens)))
+			}
+			if !p.p.met() {
+				out = append(out, fmt.Sprintf("%s (%s): truth not read within %s (%s; last read off the truth: %s)", row.Step, p.what, p.p.bound, fmtTTT(p.p), p.p.lastOff))
+			}
+		}
+		if row.ApplyErr != nil {
+			out = append(out, fmt.Sprintf("%s: apply: %v", row.Step, row.ApplyErr))
+		}
+		if row.RepairEr != nil {
+			out = append(out, fmt.Sprintf("%s: repair: %v", row.Step, row.RepairEr))
+		}
+	}
+	return out
+}
+
+func detail(m map[string]float64) string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	parts := make([]string, 0, len(keys))
+	for _, k := range keys {
+		parts = append(parts, fmt.Sprintf("%s for %.0fs", k, m[k]))
+	}
+	return strings.Join(parts, "; ")
+}
+
+// Print writes the per-fault table and the totals.
+func (r *Report) Print(w io.Writer) {
+	fmt.Fprintf(w, "soak: seed %d, %d faults, %d samples over %s\n\n", r.Seed, len(r.Rows), r.Samples, r.Duration.Round(time.Second))
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "FAULT\tCLASS\tFALSE-GREEN\tFALSE-RED\tOFF-TRUTH\tTO-TRUTH\tBOUND\tTO-BASELINE\tBOUND\tOK")
+	var fg, fr, off float64
+	for _, row := range r.Rows {
+		f, rc := row.Fault, row.Recovery
+		ok := "ok"
+		if f.falseGreen+rc.falseGreen > 0 || !f.met() || !rc.met() || row.ApplyErr != nil || row.RepairEr != nil {
+			ok = "FAIL"
+		}
+		fg += f.falseGreen + rc.falseGreen
+		fr += f.falseRed + rc.falseRed
+		off += f.wrong + rc.wrong
+		fmt.Fprintf(tw, "%s\t%s\t%.0fs\t%.0fs\t%.0fs\t%s\t%s\t%s\t%s\t%s\n", row.Step, row.Class,
+			f.falseGreen+rc.falseGreen, f.falseRed+rc.falseRed, f.wrong+rc.wrong,
+			fmtTTT(f), f.bound, fmtTTT(rc), rc.bound, ok)
+	}
+	fmt.Fprintf(tw, "TOTAL\t\t%.0fs\t%.0fs\t%.0fs\t\t\t\t\t\n", fg, fr, off)
+	_ = tw.Flush()
+	for _, row := range r.Rows {
+		for _, p := range []*phase{row.Fault, row.Recovery} {
+			if len(p.reds) > 0 {
+				fmt.Fprintf(w, "false red in %s: %s\n", row.Step, detail(p.reds))
+			}
+		}
+	}
+	if fails := r.Failures(); len(fails) > 0 {
+		fmt.Fprintln(w, "\nFAILED:")
+		for _, f := range fails {
+			fmt.Fprintln(w, "  "+f)
+		}
+	} else {
+		fmt.Fprintln(w, "\nPASS: no false-green second, every bound met")
+	}
+}
