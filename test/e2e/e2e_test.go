@@ -280,8 +280,9 @@ func TestFaultMatrix(t *testing.T) {
 	t.Run("etcd metrics endpoint absent on a control-plane node: Unknown naming the patch", func(t *testing.T) {
 		fault(t, "node-1", "etcd-metrics-absent", "")
 		defer func() { fault(t, "node-1", "etcd-metrics-present", ""); healthy(t) }()
-		wait(t, "etcd node-1 Unknown MetricsEndpointUnreachable", boundFault, lab.All(
+		wait(t, "etcd node-1 Unknown MetricsEndpointUnreachable, etcd Unknown (a member's fsync latency is not known)", boundFault, lab.All(
 			lab.NodeEntryIs("etcd", "node-1", healthv1alpha1.StatusUnknown, "MetricsEndpointUnreachable"),
+			lab.ComponentIs("etcd", healthv1alpha1.StatusUnknown, ""),
 			func(hs map[string]*healthv1alpha1.Health, _ time.Time) (bool, string) {
 				for _, c := range hs["etcd"].Status.Conditions {
 					if c.Type == "FsyncLatency" && c.Status == healthv1alpha1.ConditionUnknown && strings.Contains(c.Message, "listen-metrics-urls") {

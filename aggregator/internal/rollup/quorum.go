@@ -202,9 +202,7 @@ func worstOtherEtcdCheck(nodes []quorum.Node, snap state.Snapshot) report.Status
 			if o.Check == report.CheckEtcdAlarms && o.Reason == quorum.ReasonAlarmNOSPACE {
 				continue
 			}
-			if o.Status == report.StatusDegraded || o.Status == report.StatusDown {
-				worst = report.Worse(worst, o.Status)
-			}
+			worst = report.Worse(worst, o.Status)
 		}
 	}
 	return worst

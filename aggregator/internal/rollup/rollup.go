@@ -66,6 +66,9 @@ const (
 	ReasonQuorumLost      = "QuorumLost"
 	ReasonNoVotingMembers = "NoVotingMembers"
 	ReasonCheckDegraded   = "CheckDegraded"
+	// ReasonCheckUnknown: etcd's quorum is healthy but a member's other
+	// check (fsync latency, alarms) could not be read.
+	ReasonCheckUnknown    = "CheckUnknown"
 	ReasonNodesHealthy    = "AllNodesHealthy"
 	ReasonNodesNotHealthy = "NodesNotHealthy"
 	// ReasonAllNodesDown: a node-local component is Down on every node
@@ -327,8 +330,16 @@ func computeComponent(comp string, names []string, facts []*reportFacts, raft []
 		effect, reason, conds := etcdQuorum(raft, reject)
 		cs.Conditions = append(cs.Conditions, conds...)
 		cs.Overall, cs.Reason = effect, reason
-		if worstOtherEtcdCheck(raft, snap).Rank() >= report.StatusDegraded.Rank() && effect.Rank() < report.StatusDegraded.Rank() {
+		// The member's other checks (fsync latency, alarms) combine worst
+		// wins below the projection: a Degraded or Down one makes etcd at
+		// most Degraded (it still serves, with less margin); an Unknown one
+		// keeps a Healthy projection from reading Healthy, as one Unknown
+		// node keeps a node-local component from it: that fact is missing.
+		switch other := worstOtherEtcdCheck(raft, snap); {
+		case other.Rank() >= report.StatusDegraded.Rank() && effect.Rank() < report.StatusDegraded.Rank():
 			cs.Overall, cs.Reason = report.StatusDegraded, ReasonCheckDegraded
+		case other == report.StatusUnknown && effect == report.StatusHealthy:
+			cs.Overall, cs.Reason = report.StatusUnknown, ReasonCheckUnknown
 		}
 	default:
 		cs.Overall, cs.Reason = nodesProjection(cs.Nodes)

@@ -233,6 +233,13 @@ func cases() []goldenCase {
 			node("cp-2", time.Second, member(H, false), membership(3, 0), ob(report.ComponentEtcd, report.CheckFsyncLatency, U, report.ReasonCheckTimeout)),
 			node("cp-3", time.Second, member(H, false), membership(3, 0)),
 		)},
+		// The soak's false green: node-3's etcd metrics endpoint gone, its
+		// fsync latency unknown; the quorum is intact, etcd is not Healthy.
+		{name: "etcd-other-check-unknown", components: etcdOnly, snap: snap(
+			node("cp-1", time.Second, member(H, false), membership(3, 0), ob(report.ComponentEtcd, report.CheckFsyncLatency, H, "WALFsyncFast")),
+			node("cp-2", time.Second, member(H, false), membership(3, 0), ob(report.ComponentEtcd, report.CheckFsyncLatency, H, "WALFsyncFast")),
+			node("cp-3", time.Second, member(H, false), membership(3, 0), ob(report.ComponentEtcd, report.CheckFsyncLatency, U, "MetricsEndpointUnreachable")),
+		)},
 		// Quorum with 1, 3 and 5 members, learners and Unknowns.
 		{name: "quorum-1-healthy", components: etcdOnly, snap: etcdNodes([]report.Status{H}, none, none, 1)},
 		{name: "quorum-1-down", components: etcdOnly, snap: etcdNodes([]report.Status{D}, none, none, 1)},
