@@ -47,6 +47,10 @@ nodebin: testbin ## Build (once, cached outside the repo) kubelet, kube-proxy, k
 test: testbin nodebin promtool build image ## Run every test: unit, integration on a real kube-apiserver + etcd, e2e on a real kubelet node (with the images `make image` ships), alert rules.
 	COZY_HEALTH_TESTBIN="$(TESTBIN)" COZY_HEALTH_NODEBIN="$(NODEBIN)" COZY_HEALTH_PROMTOOL="$(PROMTOOL)" COZY_HEALTH_BIN="$(CURDIR)/$(BIN)" COZY_HEALTH_IMAGES="$(CURDIR)/$(BIN)/images" go test $(GO_TEST_FLAGS) ./...
 
+.PHONY: alerts-timing
+alerts-timing: testbin build ## Measure every alert of the fault matrix on Debian's prometheus + alertmanager with the shipped rules, `for` and intervals (~25 min; not in make test).
+	COZY_HEALTH_TESTBIN="$(TESTBIN)" COZY_HEALTH_BIN="$(CURDIR)/$(BIN)" go test -tags alerttiming -count=1 -timeout 60m -v -run 'TestAlertTiming$$' ./test/monitoring/
+
 .PHONY: test-unit
 test-unit: ## The inner loop: every test that needs no apiserver, etcd, kubelet node or built binary (go test -short).
 	COZY_HEALTH_TESTBIN=/nonexistent/test-unit-starts-no-control-plane COZY_HEALTH_BIN=/nonexistent/test-unit-runs-no-built-binary go test -short $(GO_TEST_FLAGS) ./...

@@ -1,0 +1,489 @@
+package monitoring
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/prometheus/common/model"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/dynamic"
+	"sigs.k8s.io/yaml"
+
+	"github.com/cozystack/cozy-health/deploy/render"
+	"github.com/cozystack/cozy-health/test/harness"
+	"github.com/cozystack/cozy-health/test/lab"
+)
+
+// debianInstall is the one command that provides the real evaluators.
+const debianInstall = "apt-get update; apt-get install -y --no-install-recommends prometheus prometheus-alertmanager"
+
+// evalConfig says how Prometheus evaluates the shipped rules.
+type evalConfig struct {
+	// forDivisor divides every rule's `for` (1: the shipped durations).
+	forDivisor int
+	// interval, when set, replaces the rule group's interval (the
+	// evaluation interval); otherwise the shipped one stays.
+	interval time.Duration
+	// scrape is the scrape interval of the aggregators.
+	scrape time.Duration
+	// fireTimeout bounds the wait for every alert to fire (and to resolve).
+	fireTimeout time.Duration
+}
+
+// alertWatch is one alert of the fault matrix: the fault that makes it
+// fire, the repair that resolves it, the labels that pick it out, and
+// what was observed.
+type alertWatch struct {
+	alert, fault, repair string
+	labels               map[string]string
+	forDur               time.Duration
+	faultAt, repairAt    time.Time
+	// Observed: first firing in Prometheus's /api/v1/alerts and first
+	// present in Alertmanager's /api/v2/alerts after the fault; gone from
+	// each after the repair.
+	promFiring, amFiring, promResolved, amResolved time.Duration
+}
+
+// alertResult is one alert's measured times.
+type alertResult struct {
+	Alert, Fault, Repair                           string
+	For, Eval, Scrape                              time.Duration
+	PromFiring, AMFiring, PromResolved, AMResolved time.Duration
+}
+
+// TestAlertEvaluation runs Debian's prometheus and prometheus-alertmanager
+// against the lab: Prometheus scrapes the three aggregator replicas every
+// second (honor_labels, as the chart's ServiceMonitor) and evaluates the
+// rules the chart renders as its PrometheusRule (the VMRule's spec is the
+// same), with the evaluation interval set to 1 s and every `for` divided
+// by 30 (2m -> 4s, 5m -> 10s, 10m -> 20s, 15m -> 30s) so the test stays
+// short; it sends to an Alertmanager on loopback. For every alert in the
+// lab's fault matrix it injects the fault, waits until the alert fires in
+// Prometheus and reaches Alertmanager, repairs, and waits until it is gone
+// from both; it logs the table of times. An alert never fires before its
+// (scaled) `for` has passed since the fault. `make alerts-timing` runs the
+// same with the shipped `for` and interval (TestAlertTiming).
+func TestAlertEvaluation(t *testing.T) {
+	harness.SkipShort(t)
+	res := runAlertEval(t, evalConfig{forDivisor: 30, interval: time.Second, scrape: time.Second, fireTimeout: 3 * time.Minute})
+	logAlertTable(t, res)
+}
+
+// evaluators returns the paths of Debian's prometheus and alertmanager;
+// the test fails with the install command when they are absent.
+func evaluators(t *testing.T) (prom, am string) {
+	t.Helper()
+	prom, err := exec.LookPath("prometheus")
+	require.NoError(t, err, "Debian's prometheus is not installed: %s", debianInstall)
+	am, err = exec.LookPath("prometheus-alertmanager")
+	require.NoError(t, err, "Debian's prometheus-alertmanager is not installed: %s", debianInstall)
+	return prom, am
+}
+
+// renderedRules renders the chart for a cluster serving
+// monitoring.coreos.com/v1 and returns its PrometheusRule's spec; it
+// checks that the VMRule rendered for VictoriaMetrics carries the same.
+func renderedRules(t *testing.T) map[string]any {
+	t.Helper()
+	spec := func(api, kind string) map[string]any {
+		rel, err := render.Render(render.Options{APIVersions: []string{api}})
+		require.NoError(t, err)
+		for _, m := range rel.Manifests {
+			if m.Kind != kind {
+				continue
+			}
+			var obj map[string]any
+			require.NoError(t, yaml.Unmarshal([]byte(m.Content), &obj))
+			s, ok := obj["spec"].(map[string]any)
+			require.True(t, ok, "%s without spec", kind)
+			return s
+		}
+		t.Fatalf("the chart rendered no %s for a cluster serving %s", kind, api)
+		return nil
+	}
+	prom := spec("monitoring.coreos.com/v1", "PrometheusRule")
+	vm := spec("operator.victoriametrics.com/v1beta1", "VMRule")
+	require.True(t, reflect.DeepEqual(prom, vm), "the PrometheusRule and the VMRule carry different rules")
+	return prom
+}
+
+// evalRules writes the rendered rules, with `for` divided and the group
+// interval replaced as c says; it returns the file and each alert's `for`.
+func evalRules(t *testing.T, dir string, c evalConfig) (string, map[string]time.Duration, time.Duration) {
+	t.Helper()
+	spec := renderedRules(t)
+	forOf := map[string]time.Duration{}
+	var eval time.Duration
+	groups, _ := spec["groups"].([]any)
+	require.NotEmpty(t, groups)
+	for _, g := range groups {
+		gm := g.(map[string]any)
+		if c.interval > 0 {
+			gm["interval"] = model.Duration(c.interval).String()
+		}
+		iv, err := model.ParseDuration(fmt.Sprint(gm["interval"]))
+		require.NoError(t, err, "group interval")
+		eval = time.Duration(iv)
+		rules, _ := gm["rules"].([]any)
+		for _, r := range rules {
+			rm := r.(map[string]any)
+			name, _ := rm["alert"].(string)
+			if f, ok := rm["for"].(string); ok {
+				d, err := model.ParseDuration(f)
+				require.NoError(t, err)
+				scaled := time.Duration(d) / time.Duration(c.forDivisor)
+				rm["for"] = model.Duration(scaled).String()
+				forOf[name] = scaled
+			}
+		}
+	}
+	b, err := yaml.Marshal(spec)
+	require.NoError(t, err)
+	f := filepath.Join(dir, "rules.yaml")
+	require.NoError(t, os.WriteFile(f, b, 0o644))
+	return f, forOf, eval
+}
+
+// startEvaluator starts a process with its output in dir/name.log; it is
+// stopped (by its pid) when the test ends.
+func startEvaluator(t *testing.T, dir, name, bin string, args ...string) {
+	t.Helper()
+	logf, err := os.Create(filepath.Join(dir, name+".log"))
+	require.NoError(t, err)
+	cmd := exec.Command(bin, args...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	require.NoError(t, cmd.Start(), "start %s", name)
+	t.Logf("started %s (pid %d): %s %s", name, cmd.Process.Pid, bin, strings.Join(args, " "))
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		done := make(chan struct{})
+		go func() { _ = cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			_ = cmd.Process.Kill()
+			<-done
+		}
+		_ = logf.Close()
+		if t.Failed() {
+			b, _ := os.ReadFile(logf.Name())
+			if len(b) > 4000 {
+				b = b[len(b)-4000:]
+			}
+			t.Logf("%s log (tail):\n%s", name, b)
+		}
+	})
+}
+
+// promAlerts is Prometheus's /api/v1/alerts.
+func promAlerts(ctx context.Context, addr string) ([]struct {
+	Labels map[string]string `json:"labels"`
+	State  string            `json:"state"`
+}, error) {
+	body, code, err := get(ctx, "http://"+addr+"/api/v1/alerts")
+	if err != nil {
+		return nil, err
+	}
+	if code != http.StatusOK {
+		return nil, fmt.Errorf("prometheus /api/v1/alerts: %d %s", code, body)
+	}
+	var r struct {
+		Data struct {
+			Alerts []struct {
+				Labels map[string]string `json:"labels"`
+				State  string            `json:"state"`
+			} `json:"alerts"`
+		} `json:"data"`
+	}
+	if err := json.Unmarshal([]byte(body), &r); err != nil {
+		return nil, fmt.Errorf("prometheus /api/v1/alerts: %w", err)
+	}
+	return r.Data.Alerts, nil
+}
+
+// amAlerts is Alertmanager's /api/v2/alerts (the active ones: a resolved
+// alert leaves it).
+func amAlerts(ctx context.Context, addr string) ([]map[string]string, error) {
+	body, code, err := get(ctx, "http://"+addr+"/api/v2/alerts")
+	if err != nil {
+		return nil, err
+	}
+	if code != http.StatusOK {
+		return nil, fmt.Errorf("alertmanager /api/v2/alerts: %d %s", code, body)
+	}
+	var r []struct {
+		Labels map[string]string `json:"labels"`
+	}
+	if err := json.Unmarshal([]byte(body), &r); err != nil {
+		return nil, fmt.Errorf("alertmanager /api/v2/alerts: %w", err)
+	}
+	out := make([]map[string]string, 0, len(r))
+	for _, a := range r {
+		out = append(out, a.Labels)
+	}
+	return out, nil
+}
+
+func (w *alertWatch) matches(ls map[string]string) bool {
+	if ls["alertname"] != w.alert {
+		return false
+	}
+	for k, v := range w.labels {
+		if ls[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
+// observe polls Prometheus and Alertmanager until every watch in ws is
+// firing in both (resolved false) or gone from both (resolved true).
+func observe(ctx context.Context, t *testing.T, promAddr, amAddr string, ws []*alertWatch, resolved bool, timeout time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		pa, err := promAlerts(ctx, promAddr)
+		require.NoError(t, err)
+		aa, err := amAlerts(ctx, amAddr)
+		require.NoError(t, err)
+		now := time.Now()
+		done := true
+		for _, w := range ws {
+			inProm, firing, inAM := false, false, false
+			for _, a := range pa {
+				if w.matches(a.Labels) {
+					inProm = true
+					firing = firing || a.State == "firing"
+				}
+			}
+			for _, ls := range aa {
+				inAM = inAM || w.matches(ls)
+			}
+			if !resolved {
+				if firing && w.promFiring == 0 {
+					w.promFiring = now.Sub(w.faultAt)
+				}
+				if inAM && w.amFiring == 0 {
+					w.amFiring = now.Sub(w.faultAt)
+				}
+				done = done && w.promFiring > 0 && w.amFiring > 0
+			} else {
+				if !inProm && w.promResolved == 0 {
+					w.promResolved = now.Sub(w.repairAt)
+				}
+				if !inAM && w.amResolved == 0 {
+					w.amResolved = now.Sub(w.repairAt)
+				}
+				done = done && w.promResolved > 0 && w.amResolved > 0
+			}
+		}
+		if done {
+			return
+		}
+		if now.After(deadline) {
+			for _, w := range ws {
+				t.Errorf("%s (%s / %s): firing after %v (Alertmanager %v), resolved after %v (Alertmanager %v); Prometheus's alerts %v; Alertmanager's %v",
+					w.alert, w.fault, w.repair, w.promFiring, w.amFiring, w.promResolved, w.amResolved, pa, aa)
+			}
+			t.FailNow()
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// runAlertEval starts the lab, Alertmanager and Prometheus, and measures
+// every alert of the fault matrix as c says.
+func runAlertEval(t *testing.T, c evalConfig) []alertResult {
+	promBin, amBin := evaluators(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute+4*c.fireTimeout)
+	defer cancel()
+	dir := t.TempDir()
+	rulesFile, forOf, eval := evalRules(t, dir, c)
+
+	l, err := lab.Up(ctx, lab.Options{
+		Dir: filepath.Join(dir, "lab"), Nodes: 3, BinDir: binDir(t), LeaseDuration: 6 * time.Second,
+		Log: func(f string, a ...any) { t.Logf(f, a...) },
+	})
+	require.NoError(t, err)
+	t.Cleanup(func() { assert.NoError(t, l.Down()) })
+	st := l.State
+	_, err = l.WaitFor(ctx, nil, "all Healthy", 2*time.Minute, lab.AllHealthy([]string{"etcd", "disk", "cilium", "kube-ovn", "linstor", "node"}))
+	require.NoError(t, err)
+
+	amAddr, err := harness.FreeAddr()
+	require.NoError(t, err)
+	promAddr, err := harness.FreeAddr()
+	require.NoError(t, err)
+	amConf := filepath.Join(dir, "alertmanager.yml")
+	require.NoError(t, os.WriteFile(amConf, []byte("route:\n  receiver: none\n  group_wait: 0s\n  group_interval: 1s\nreceivers:\n  - name: none\n"), 0o644))
+	startEvaluator(t, dir, "alertmanager", amBin, "--config.file="+amConf, "--storage.path="+filepath.Join(dir, "am-data"),
+		"--web.listen-address="+amAddr, "--cluster.listen-address=")
+	var targets []string
+	for _, a := range st.Aggregators {
+		targets = append(targets, fmt.Sprintf("%q", a.Metrics))
+	}
+	promConf := filepath.Join(dir, "prometheus.yml")
+	sc := model.Duration(c.scrape).String()
+	require.NoError(t, os.WriteFile(promConf, []byte(fmt.Sprintf(`global:
+  scrape_interval: %[1]s
+  scrape_timeout: %[1]s
+  evaluation_interval: %[2]s
+rule_files: [%[3]q]
+alerting:
+  alertmanagers:
+    - static_configs: [{targets: [%[4]q]}]
+scrape_configs:
+  - job_name: cozy-health-aggregator
+    honor_labels: true
+    static_configs: [{targets: [%[5]s]}]
+`, sc, model.Duration(eval).String(), rulesFile, amAddr, strings.Join(targets, ", "))), 0o644))
+	startEvaluator(t, dir, "prometheus", promBin, "--config.file="+promConf, "--storage.tsdb.path="+filepath.Join(dir, "prom-data"),
+		"--web.listen-address="+promAddr, "--rules.alert.resend-delay=1s")
+
+	// Prometheus has scraped every replica, and nothing fires or waits:
+	// the lab is healthy.
+	require.Eventually(t, func() bool {
+		body, code, err := get(ctx, "http://"+promAddr+"/api/v1/query?query=count(up%3D%3D1)")
+		if err != nil || code != http.StatusOK || !strings.Contains(body, fmt.Sprintf(`"%d"]`, len(st.Aggregators))) {
+			return false
+		}
+		pa, err := promAlerts(ctx, promAddr)
+		return err == nil && len(pa) == 0
+	}, 2*time.Minute+4*eval, 250*time.Millisecond, "Prometheus scraping every aggregator with no alert pending or firing")
+	t.Logf("Prometheus scrapes %d aggregators every %s and evaluates the chart's rules every %s (for divided by %d); nothing pending",
+		len(st.Aggregators), c.scrape, eval, c.forDivisor)
+
+	ws := []*alertWatch{
+		{alert: "CozyHealthEtcdFsyncSlow", fault: "node-1 fsync-slow", repair: "node-1 fsync-ok", labels: map[string]string{"node": "node-1"}},
+		{alert: "CozyHealthComponentDegraded", fault: "node-1 fsync-slow", repair: "node-1 fsync-ok", labels: map[string]string{"component": "etcd"}},
+		{alert: "CozyHealthDRBDReplicaNotUpToDate", fault: "node-2 drbd-outdated pvc-lab-1", repair: "node-2 drbd-uptodate pvc-lab-1", labels: map[string]string{"node": "node-2", "resource": "pvc-lab-1"}},
+		{alert: "CozyHealthComponentDown", fault: "node-2,node-3 ovn-nb-stop", repair: "node-2,node-3 ovn-nb-start", labels: map[string]string{"component": "kube-ovn"}},
+		{alert: "CozyHealthNodeHeartbeatMissed", fault: "node-3 agent-stop", repair: "node-3 agent-start", labels: map[string]string{"node": "node-3"}},
+		{alert: "CozyHealthComponentUnknown", fault: "node-3 agent-stop", repair: "node-3 agent-start"},
+		{alert: "CozyHealthBackupsStale", fault: "CNPG backup 50 h old", repair: "CNPG backup succeeded now", labels: map[string]string{"namespace": staleTenant, "resource": staleCluster}},
+	}
+	byFault := func(f string) []*alertWatch {
+		var out []*alertWatch
+		for _, w := range ws {
+			if w.fault == f {
+				out = append(out, w)
+			}
+		}
+		return out
+	}
+	apply := func(spec string, mark func(*alertWatch, time.Time), of string) {
+		f := strings.Fields(spec)
+		at := time.Now()
+		for _, w := range byFault(of) {
+			mark(w, at)
+		}
+		for _, node := range strings.Split(f[0], ",") {
+			arg := ""
+			if len(f) > 2 {
+				arg = f[2]
+			}
+			msg, err := lab.Fault(ctx, st.Dir, node, f[1], arg)
+			require.NoError(t, err)
+			t.Logf("%s on %s: %s", f[1], node, msg)
+		}
+	}
+	setFault := func(w *alertWatch, at time.Time) { w.faultAt = at }
+	setRepair := func(w *alertWatch, at time.Time) { w.repairAt = at }
+	for _, w := range ws {
+		w.forDur = forOf[w.alert]
+	}
+
+	// Every fault at once (as the scrape cross-check injects them).
+	for _, spec := range []string{"node-1 fsync-slow", "node-2 drbd-outdated pvc-lab-1", "node-2,node-3 ovn-nb-stop", "node-3 agent-stop"} {
+		apply(spec, setFault, spec)
+	}
+	for _, w := range byFault("CNPG backup 50 h old") {
+		w.faultAt = time.Now()
+	}
+	require.NoError(t, createStaleBackup(ctx, labRestConfig(t, st)))
+	observe(ctx, t, promAddr, amAddr, ws, false, c.fireTimeout)
+
+	// Every repair at once.
+	for _, p := range [][2]string{{"node-1 fsync-ok", "node-1 fsync-slow"}, {"node-2 drbd-uptodate pvc-lab-1", "node-2 drbd-outdated pvc-lab-1"},
+		{"node-2,node-3 ovn-nb-start", "node-2,node-3 ovn-nb-stop"}, {"node-3 agent-start", "node-3 agent-stop"}} {
+		apply(p[0], setRepair, p[1])
+	}
+	for _, w := range byFault("CNPG backup 50 h old") {
+		w.repairAt = time.Now()
+	}
+	require.NoError(t, freshenBackup(ctx, t, st))
+	observe(ctx, t, promAddr, amAddr, ws, true, c.fireTimeout)
+
+	// The watchdog: every aggregator killed, then started again.
+	nw := &alertWatch{alert: "CozyHealthNotPublishing", fault: "every aggregator SIGKILLed", repair: "aggregator-start", labels: map[string]string{"cause": "NoAggregatorScraped"}, forDur: forOf["CozyHealthNotPublishing"]}
+	cur, err := lab.LoadState(st.Dir)
+	require.NoError(t, err)
+	nw.faultAt = time.Now()
+	for _, a := range cur.Aggregators {
+		if a.Pid > 0 {
+			_ = syscall.Kill(a.Pid, syscall.SIGKILL)
+		}
+	}
+	observe(ctx, t, promAddr, amAddr, []*alertWatch{nw}, false, c.fireTimeout)
+	nw.repairAt = time.Now()
+	msg, err := lab.Fault(ctx, st.Dir, "", "aggregator-start", "")
+	require.NoError(t, err)
+	t.Logf("aggregator-start: %s", msg)
+	observe(ctx, t, promAddr, amAddr, []*alertWatch{nw}, true, c.fireTimeout)
+	ws = append(ws, nw)
+
+	var out []alertResult
+	for _, w := range ws {
+		// An alert cannot fire before its expression has held for `for`,
+		// and its expression cannot hold before the fault.
+		assert.GreaterOrEqual(t, w.promFiring, w.forDur, "%s fired %v after %s, before its for %v", w.alert, w.promFiring, w.fault, w.forDur)
+		out = append(out, alertResult{Alert: w.alert, Fault: w.fault, Repair: w.repair, For: w.forDur, Eval: eval, Scrape: c.scrape,
+			PromFiring: w.promFiring, AMFiring: w.amFiring, PromResolved: w.promResolved, AMResolved: w.amResolved})
+	}
+	return out
+}
+
+// freshenBackup moves the stale Cluster's lastSuccessfulBackup to now, as
+// CNPG's operator does after a backup succeeds.
+func freshenBackup(ctx context.Context, t *testing.T, st *lab.State) error {
+	dyn, err := dynamic.NewForConfig(labRestConfig(t, st))
+	if err != nil {
+		return err
+	}
+	ri := dyn.Resource(cnpgClusters).Namespace(staleTenant)
+	u, err := ri.Get(ctx, staleCluster, metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("get Cluster: %w", err)
+	}
+	now := time.Now().UTC().Format(time.RFC3339)
+	status, _ := u.Object["status"].(map[string]any)
+	status["lastSuccessfulBackup"] = now
+	if _, err := ri.UpdateStatus(ctx, u, metav1.UpdateOptions{}); err != nil {
+		return fmt.Errorf("Cluster status: %w", err)
+	}
+	return nil
+}
+
+func logAlertTable(t *testing.T, res []alertResult) {
+	t.Helper()
+	var b strings.Builder
+	b.WriteString("| Alert | Fault (repair) | for | eval / scrape | fault → firing (Prometheus / Alertmanager) | repair → resolved (Prometheus / Alertmanager) |\n|---|---|---|---|---|---|\n")
+	s := func(d time.Duration) string { return fmt.Sprintf("%.1f s", d.Seconds()) }
+	for _, r := range res {
+		fmt.Fprintf(&b, "| %s | %s (%s) | %s | %s / %s | %s / %s | %s / %s |\n", r.Alert, r.Fault, r.Repair, model.Duration(r.For), model.Duration(r.Eval), model.Duration(r.Scrape),
+			s(r.PromFiring), s(r.AMFiring), s(r.PromResolved), s(r.AMResolved))
+	}
+	t.Logf("measured alert times:\n%s", b.String())
+}
