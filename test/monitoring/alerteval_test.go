@@ -40,6 +40,9 @@ type evalConfig struct {
 	scrape time.Duration
 	// fireTimeout bounds the wait for every alert to fire (and to resolve).
 	fireTimeout time.Duration
+	// vmDelay, when set, replaces victoria-metrics's -search.latencyOffset
+	// and vmalert's -rule.evalDelay (30 s each by default).
+	vmDelay time.Duration
 }
 
 // evaluator is one rule evaluator on the lab, with its own Alertmanager:
@@ -75,9 +78,9 @@ type alertResult struct {
 
 // TestAlertEvaluation evaluates the rules the chart ships on the real
 // evaluators, against the lab: Debian's prometheus, and VictoriaMetrics's
-// vmalert over victoria-metrics single (built by hack/vmalert.sh, with
-// their default 30 s -search.latencyOffset and -rule.evalDelay, as
-// Cozystack runs them), each with its own Debian prometheus-alertmanager.
+// vmalert over victoria-metrics single (built by hack/vmalert.sh; their
+// -search.latencyOffset and -rule.evalDelay, 30 s each by default, cut to
+// 1 s here), each with its own Debian prometheus-alertmanager.
 // Both scrape the three aggregator replicas every second (honor_labels, as
 // the chart's ServiceMonitor and VMServiceScrape) and evaluate the rules
 // the chart renders as its PrometheusRule (the VMRule's spec is the same)
@@ -91,7 +94,7 @@ type alertResult struct {
 // (TestAlertTiming).
 func TestAlertEvaluation(t *testing.T) {
 	harness.SkipShort(t)
-	res := runAlertEval(t, evalConfig{forDivisor: 30, interval: time.Second, scrape: time.Second, fireTimeout: 3 * time.Minute})
+	res := runAlertEval(t, evalConfig{forDivisor: 30, interval: time.Second, scrape: time.Second, fireTimeout: 3 * time.Minute, vmDelay: time.Second})
 	logAlertTable(t, res)
 }
 
@@ -396,15 +399,20 @@ scrape_configs:
 		"--web.listen-address="+prom.alerts, "--rules.alert.resend-delay=1s")
 
 	// vmalert over victoria-metrics single, with their default delays
-	// (-search.latencyOffset and -rule.evalDelay, 30 s each), as
-	// Cozystack's VictoriaMetrics runs them.
+	// (-search.latencyOffset and -rule.evalDelay, 30 s each) as
+	// Cozystack's VictoriaMetrics runs them, unless c.vmDelay says.
 	vm := &evaluator{name: "vmalert", am: startAM("alertmanager-vmalert"), alerts: addr(), query: addr()}
 	vmConf := filepath.Join(dir, "vm-scrape.yml")
 	require.NoError(t, os.WriteFile(vmConf, []byte(scrapeConf), 0o644))
-	startEvaluator(t, dir, "victoria-metrics", filepath.Join(vmDir, "victoria-metrics"), "-storageDataPath="+filepath.Join(dir, "vm-data"),
-		"-httpListenAddr="+vm.query, "-promscrape.config="+vmConf, "-retentionPeriod=1d")
-	startEvaluator(t, dir, "vmalert", filepath.Join(vmDir, "vmalert"), "-rule="+rulesFile, "-datasource.url=http://"+vm.query,
-		"-notifier.url=http://"+vm.am, "-httpListenAddr="+vm.alerts, "-evaluationInterval="+model.Duration(eval).String())
+	vmArgs := []string{"-storageDataPath=" + filepath.Join(dir, "vm-data"), "-httpListenAddr=" + vm.query, "-promscrape.config=" + vmConf, "-retentionPeriod=1d"}
+	vmalertArgs := []string{"-rule=" + rulesFile, "-datasource.url=http://" + vm.query, "-notifier.url=http://" + vm.am,
+		"-httpListenAddr=" + vm.alerts, "-evaluationInterval=" + model.Duration(eval).String()}
+	if c.vmDelay > 0 {
+		vmArgs = append(vmArgs, "-search.latencyOffset="+c.vmDelay.String())
+		vmalertArgs = append(vmalertArgs, "-rule.evalDelay="+c.vmDelay.String())
+	}
+	startEvaluator(t, dir, "victoria-metrics", filepath.Join(vmDir, "victoria-metrics"), vmArgs...)
+	startEvaluator(t, dir, "vmalert", filepath.Join(vmDir, "vmalert"), vmalertArgs...)
 	evs := []*evaluator{prom, vm}
 
 	// Each evaluator has scraped every replica, and nothing fires or

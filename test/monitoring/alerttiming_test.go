@@ -9,7 +9,8 @@ import (
 
 // TestAlertTiming is TestAlertEvaluation with the rules exactly as the
 // chart ships them (every `for` and the group's 30 s evaluation interval)
-// and the chart's 30 s scrape interval: the times the README's alerts
+// and the chart's 30 s scrape interval, and vmalert and victoria-metrics
+// with their default 30 s delays: the times the README's alerts
 // table shows. It runs about 20 minutes: `make alerts-timing` (build tag
 // alerttiming), not `make test`.
 func TestAlertTiming(t *testing.T) {
