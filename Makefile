@@ -14,6 +14,8 @@ TESTBIN = $(shell bash hack/testbin.sh)
 NODEBIN = $(shell bash hack/nodebin.sh)
 # promtool for the alert rules' unit tests (built once, cached).
 PROMTOOL = $(shell bash hack/promtool.sh)
+# vmalert and victoria-metrics single for the alert evaluation test (built once, cached).
+VMALERT = $(shell bash hack/vmalert.sh)
 
 .PHONY: help
 help: ## Show this help.
@@ -39,13 +41,21 @@ testbin: ## Build (once, cached outside the repo) kube-apiserver, kubectl and et
 promtool: ## Build (once, cached outside the repo) Prometheus's promtool for the alert rules' tests.
 	@bash hack/promtool.sh
 
+.PHONY: vmalert
+vmalert: ## Build (once, cached outside the repo) VictoriaMetrics's vmalert and victoria-metrics single for the alert evaluation test.
+	@bash hack/vmalert.sh
+
 .PHONY: nodebin
 nodebin: testbin ## Build (once, cached outside the repo) kubelet, kube-proxy, kube-controller-manager, kube-scheduler v1.37.2 and CoreDNS for the test node.
 	@bash hack/nodebin.sh
 
 .PHONY: test
-test: testbin nodebin promtool build image ## Run every test: unit, integration on a real kube-apiserver + etcd, e2e on a real kubelet node (with the images `make image` ships), alert rules.
-	COZY_HEALTH_TESTBIN="$(TESTBIN)" COZY_HEALTH_NODEBIN="$(NODEBIN)" COZY_HEALTH_PROMTOOL="$(PROMTOOL)" COZY_HEALTH_BIN="$(CURDIR)/$(BIN)" COZY_HEALTH_IMAGES="$(CURDIR)/$(BIN)/images" go test $(GO_TEST_FLAGS) ./...
+test: testbin nodebin promtool vmalert build image ## Run every test: unit, integration on a real kube-apiserver + etcd, e2e on a real kubelet node (with the images `make image` ships), alert rules.
+	COZY_HEALTH_TESTBIN="$(TESTBIN)" COZY_HEALTH_NODEBIN="$(NODEBIN)" COZY_HEALTH_PROMTOOL="$(PROMTOOL)" COZY_HEALTH_VMALERT="$(VMALERT)" COZY_HEALTH_BIN="$(CURDIR)/$(BIN)" COZY_HEALTH_IMAGES="$(CURDIR)/$(BIN)/images" go test $(GO_TEST_FLAGS) ./...
+
+.PHONY: alerts-timing
+alerts-timing: testbin vmalert build ## Measure every alert of the fault matrix on Debian's prometheus and on vmalert + victoria-metrics, with the shipped rules, `for` and intervals (~25 min; not in make test).
+	COZY_HEALTH_TESTBIN="$(TESTBIN)" COZY_HEALTH_VMALERT="$(VMALERT)" COZY_HEALTH_BIN="$(CURDIR)/$(BIN)" go test -tags alerttiming -count=1 -timeout 60m -v -run 'TestAlertTiming$$' ./test/monitoring/
 
 .PHONY: test-unit
 test-unit: ## The inner loop: every test that needs no apiserver, etcd, kubelet node or built binary (go test -short).

@@ -2,7 +2,11 @@
 // monitoring stack (deploy/charts/cozy-health/files): the alert rules
 // (promtool check rules and promtool test rules, built from the Go module
 // proxy by hack/promtool.sh), the Grafana dashboard (every panel query
-// parses as PromQL and as MetricsQL), and that every series and label the
+// parses as PromQL and as MetricsQL), that every series and label the
 // rules and the dashboard read exists in a real scrape of the lab's
-// aggregators and agents.
+// aggregators and agents, and that the rules the chart renders fire and
+// resolve on the real evaluators (Debian's prometheus and
+// prometheus-alertmanager; vmalert and victoria-metrics single, built by
+// hack/vmalert.sh) for every fault of the lab's fault matrix, with the
+// time from fault to firing and from repair to resolved measured.
 package monitoring
