@@ -106,27 +106,16 @@ func DefaultConfig() Config {
 }
 
 func (c Config) withDefaults() Config {
-	def := func(d *time.Duration, v time.Duration) {
-		if *d == 0 {
-			*d = v
-		}
-	}
-	def(&c.DesiredInterval, DefaultDesiredInterval)
-	def(&c.SkewWindow, DefaultSkewWindow)
-	def(&c.TokenReviewCacheTTL, DefaultTokenReviewCacheTTL)
-	def(&c.HelloTimeout, DefaultHelloTimeout)
-	def(&c.MaxConnectionAge, DefaultMaxConnectionAge)
-	def(&c.KeepaliveTime, DefaultKeepaliveTime)
-	def(&c.KeepaliveTimeout, DefaultKeepaliveTimeout)
-	if c.MaxPayloadBytes == 0 {
-		c.MaxPayloadBytes = DefaultMaxPayloadBytes
-	}
-	if c.RatePerNode == 0 {
-		c.RatePerNode = DefaultRatePerNode
-	}
-	if c.RateBurst == 0 {
-		c.RateBurst = DefaultRateBurst
-	}
+	orDefault(&c.DesiredInterval, DefaultDesiredInterval)
+	orDefault(&c.SkewWindow, DefaultSkewWindow)
+	orDefault(&c.TokenReviewCacheTTL, DefaultTokenReviewCacheTTL)
+	orDefault(&c.HelloTimeout, DefaultHelloTimeout)
+	orDefault(&c.MaxConnectionAge, DefaultMaxConnectionAge)
+	orDefault(&c.KeepaliveTime, DefaultKeepaliveTime)
+	orDefault(&c.KeepaliveTimeout, DefaultKeepaliveTimeout)
+	orDefault(&c.MaxPayloadBytes, DefaultMaxPayloadBytes)
+	orDefault(&c.RatePerNode, DefaultRatePerNode)
+	orDefault(&c.RateBurst, DefaultRateBurst)
 	c.Surface = c.Surface.withDefaults()
 	return c
 }
@@ -229,4 +218,13 @@ func ServerOptions(cfg Config) ([]grpc.ServerOption, error) {
 		// would compress nothing. Size 0 tells agents not to fill it.
 		grpc.HeaderTableSize(0),
 	}, nil
+}
+
+// orDefault sets *v to d when it holds its type's zero value: a field the
+// caller left unset takes the default.
+func orDefault[T comparable](v *T, d T) {
+	var zero T
+	if *v == zero {
+		*v = d
+	}
 }

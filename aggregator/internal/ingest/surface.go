@@ -89,25 +89,14 @@ func (l SurfaceLimits) withDefaults() SurfaceLimits {
 	if l.MaxConcurrentStreams == 0 {
 		l.MaxConcurrentStreams = DefaultMaxConcurrentStreams
 	}
-	defInt := func(v *int, d int) {
-		if *v == 0 {
-			*v = d
-		}
-	}
-	defInt(&l.MaxConnsPerPeer, DefaultMaxConnsPerPeer)
-	defInt(&l.MaxPendingPerPeer, DefaultMaxPendingPerPeer)
-	defInt(&l.MaxPending, DefaultMaxPending)
-	defInt(&l.TokenReviewBurst, DefaultTokenReviewBurst)
-	defInt(&l.PeerTokenReviewBurst, DefaultPeerTokenReviewBurst)
-	if l.TokenReviewsPerSecond == 0 {
-		l.TokenReviewsPerSecond = DefaultTokenReviewsPerSecond
-	}
-	if l.PeerTokenReviewsPerSecond == 0 {
-		l.PeerTokenReviewsPerSecond = DefaultPeerTokenReviewsPerSecond
-	}
-	if l.ReauthPeriod == 0 {
-		l.ReauthPeriod = DefaultReauthPeriod
-	}
+	orDefault(&l.MaxConnsPerPeer, DefaultMaxConnsPerPeer)
+	orDefault(&l.MaxPendingPerPeer, DefaultMaxPendingPerPeer)
+	orDefault(&l.MaxPending, DefaultMaxPending)
+	orDefault(&l.TokenReviewBurst, DefaultTokenReviewBurst)
+	orDefault(&l.PeerTokenReviewBurst, DefaultPeerTokenReviewBurst)
+	orDefault(&l.TokenReviewsPerSecond, DefaultTokenReviewsPerSecond)
+	orDefault(&l.PeerTokenReviewsPerSecond, DefaultPeerTokenReviewsPerSecond)
+	orDefault(&l.ReauthPeriod, DefaultReauthPeriod)
 	return l
 }
 
