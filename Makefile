@@ -49,8 +49,12 @@ vmalert: ## Build (once, cached outside the repo) VictoriaMetrics's vmalert and 
 nodebin: testbin ## Build (once, cached outside the repo) kubelet, kube-proxy, kube-controller-manager, kube-scheduler v1.37.2 and CoreDNS for the test node.
 	@bash hack/nodebin.sh
 
+.PHONY: testdeps
+testdeps: ## Install (as root, with apt; fast when already there) the Debian packages make test runs, or fail naming the command.
+	@bash hack/testdeps.sh
+
 .PHONY: test
-test: testbin nodebin promtool vmalert build image ## Run every test: unit, integration on a real kube-apiserver + etcd, e2e on a real kubelet node (with the images `make image` ships), alert rules.
+test: testdeps testbin nodebin promtool vmalert build image ## Run every test: unit, integration on a real kube-apiserver + etcd, e2e on a real kubelet node (with the images `make image` ships), alert rules.
 	COZY_HEALTH_TESTBIN="$(TESTBIN)" COZY_HEALTH_NODEBIN="$(NODEBIN)" COZY_HEALTH_PROMTOOL="$(PROMTOOL)" COZY_HEALTH_VMALERT="$(VMALERT)" COZY_HEALTH_BIN="$(CURDIR)/$(BIN)" COZY_HEALTH_IMAGES="$(CURDIR)/$(BIN)/images" go test $(GO_TEST_FLAGS) ./...
 
 .PHONY: alerts-timing
