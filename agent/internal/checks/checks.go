@@ -17,7 +17,6 @@ import (
 	"github.com/cozystack/cozy-health/agent/internal/checks/etcdalarms"
 	"github.com/cozystack/cozy-health/agent/internal/checks/etcdmember"
 	"github.com/cozystack/cozy-health/agent/internal/checks/etcdmembership"
-	"github.com/cozystack/cozy-health/agent/internal/checks/etcdmetrics"
 	"github.com/cozystack/cozy-health/agent/internal/checks/fsynclatency"
 	"github.com/cozystack/cozy-health/agent/internal/checks/fsyncprobe"
 	"github.com/cozystack/cozy-health/agent/internal/checks/kubeovn"
@@ -26,7 +25,8 @@ import (
 	"github.com/cozystack/cozy-health/agent/internal/checks/ovs"
 	"github.com/cozystack/cozy-health/agent/internal/checks/talosservices"
 	"github.com/cozystack/cozy-health/agent/internal/config"
-	"github.com/cozystack/cozy-health/agent/internal/noderole"
+	"github.com/cozystack/cozy-health/agent/internal/sources/etcdmetrics"
+	"github.com/cozystack/cozy-health/agent/internal/sources/noderole"
 	"github.com/cozystack/cozy-health/talos"
 )
 

@@ -16,7 +16,7 @@ import (
 	"github.com/cozystack/cozy-health/agent/internal/checks/etcdalarms"
 	"github.com/cozystack/cozy-health/agent/internal/checks/etcdmember"
 	"github.com/cozystack/cozy-health/agent/internal/checks/etcdmembership"
-	"github.com/cozystack/cozy-health/agent/internal/checks/etcdmetrics"
+	"github.com/cozystack/cozy-health/agent/internal/sources/etcdmetrics"
 	"github.com/cozystack/cozy-health/pkg/report"
 	"github.com/cozystack/cozy-health/test/harness"
 	talossrc "github.com/cozystack/cozy-health/test/sources/talos"

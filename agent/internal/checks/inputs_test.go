@@ -17,9 +17,9 @@ import (
 	"github.com/cozystack/cozy-health/agent/internal/checks"
 	"github.com/cozystack/cozy-health/agent/internal/checks/cilium"
 	"github.com/cozystack/cozy-health/agent/internal/checks/linstor"
-	"github.com/cozystack/cozy-health/agent/internal/checks/talosservices"
 	"github.com/cozystack/cozy-health/agent/internal/config"
 	"github.com/cozystack/cozy-health/agent/internal/runner"
+	agenttalos "github.com/cozystack/cozy-health/agent/internal/sources/talos"
 	"github.com/cozystack/cozy-health/pkg/report"
 	"github.com/cozystack/cozy-health/test/harness"
 	ciliumsrc "github.com/cozystack/cozy-health/test/sources/cilium"
@@ -108,7 +108,7 @@ func TestMissingInputsRecoverWithoutRestart(t *testing.T) {
 		o, ok := obs[c]
 		require.True(t, ok, "%s is reported, not left out", c)
 		assert.Equal(t, report.StatusUnknown, o.Status, c)
-		assert.Equal(t, talosservices.ReasonTalosAPIAccessMissing, o.Reason, c)
+		assert.Equal(t, agenttalos.ReasonTalosAPIAccessMissing, o.Reason, c)
 		assert.True(t, strings.HasPrefix(o.Message, "no talosconfig at "+s.TalosConfig+": apply talos/manifests/talos-api-access-patch.yaml"), "%s: %q", c, o.Message)
 	}
 	for _, c := range []string{report.CheckFsyncLatency, report.CheckFsyncProbe} {
@@ -176,7 +176,7 @@ func errorsTotal(t *testing.T, reg *prometheus.Registry, check, reason string) f
 func TestInputMessagesFitAHealthEntry(t *testing.T) {
 	for _, m := range []struct{ what, path, fix string }{
 		{"LINSTOR client certificate", "/etc/linstor/client/tls.crt", linstor.InputFix},
-		{"talosconfig", config.DefaultTalosConfig, talosservices.InputFix},
+		{"talosconfig", config.DefaultTalosConfig, agenttalos.InputFix},
 		{"Cilium agent socket", "/var/run/cilium/cilium.sock", cilium.InputFix},
 	} {
 		err := check.Input(m.what, m.path, m.fix, os.ErrNotExist)

@@ -10,10 +10,9 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/api/machine"
 
 	"github.com/cozystack/cozy-health/agent/internal/check"
-	"github.com/cozystack/cozy-health/agent/internal/checks/talosservices"
-	"github.com/cozystack/cozy-health/agent/internal/noderole"
+	"github.com/cozystack/cozy-health/agent/internal/sources/noderole"
+	"github.com/cozystack/cozy-health/agent/internal/sources/talos"
 	"github.com/cozystack/cozy-health/pkg/report"
-	"github.com/cozystack/cozy-health/talos"
 )
 
 // Check is the etcd-alarms check.
@@ -28,7 +27,7 @@ var _ check.Check = (*Check)(nil)
 func New(c *talos.Client) *Check { return &Check{talos: c} }
 
 // WithRoles sets where the node's role is read when the Talos API cannot
-// be asked (see talosservices.RequireEtcd); nil knows nothing.
+// be asked (see talos.RequireEtcd); nil knows nothing.
 func (c *Check) WithRoles(r *noderole.Reader) *Check {
 	c.roles = r
 	return c
@@ -42,12 +41,12 @@ func (*Check) Component() string { return report.ComponentEtcd }
 
 // Run implements check.Check.
 func (c *Check) Run(ctx context.Context) ([]report.Observation, error) {
-	if _, err := talosservices.RequireEtcd(ctx, c.talos, c.roles); err != nil {
+	if _, err := talos.RequireEtcd(ctx, c.talos, c.roles); err != nil {
 		return nil, err
 	}
 	alarms, err := c.talos.EtcdAlarmList(ctx)
 	if err != nil {
-		return nil, talosservices.LearnerNotApplicable(err, "cluster's alarms")
+		return nil, talos.LearnerNotApplicable(err, "cluster's alarms")
 	}
 	return []report.Observation{Judge(alarms)}, nil
 }

@@ -34,11 +34,10 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/api/machine"
 
 	"github.com/cozystack/cozy-health/agent/internal/check"
-	"github.com/cozystack/cozy-health/agent/internal/checks/etcdmetrics"
-	"github.com/cozystack/cozy-health/agent/internal/checks/talosservices"
-	"github.com/cozystack/cozy-health/agent/internal/noderole"
+	"github.com/cozystack/cozy-health/agent/internal/sources/etcdmetrics"
+	"github.com/cozystack/cozy-health/agent/internal/sources/noderole"
+	"github.com/cozystack/cozy-health/agent/internal/sources/talos"
 	"github.com/cozystack/cozy-health/pkg/report"
-	"github.com/cozystack/cozy-health/talos"
 )
 
 // Thresholds configure the check.
@@ -108,7 +107,7 @@ func ReadQuota(ctx context.Context, m *etcdmetrics.Reader, configured int64) Quo
 }
 
 // WithRoles sets where the node's role is read when the Talos API cannot
-// be asked (see talosservices.RequireEtcd); nil knows nothing.
+// be asked (see talos.RequireEtcd); nil knows nothing.
 func (c *Check) WithRoles(r *noderole.Reader) *Check {
 	c.roles = r
 	return c
@@ -122,12 +121,12 @@ func (*Check) Component() string { return report.ComponentEtcd }
 
 // Run implements check.Check.
 func (c *Check) Run(ctx context.Context) ([]report.Observation, error) {
-	svc, err := talosservices.RequireEtcd(ctx, c.talos, c.roles)
+	svc, err := talos.RequireEtcd(ctx, c.talos, c.roles)
 	if err != nil {
 		return nil, err
 	}
-	if st, reason := talosservices.ServiceStatus(svc); st == report.StatusDown {
-		return []report.Observation{{Status: st, Reason: "Etcd" + reason, Message: talosservices.Describe(svc)}}, nil
+	if st, reason := talos.ServiceStatus(svc); st == report.StatusDown {
+		return []report.Observation{{Status: st, Reason: "Etcd" + reason, Message: talos.Describe(svc)}}, nil
 	}
 	st, err := c.talos.EtcdStatus(ctx)
 	if err != nil {
@@ -170,8 +169,8 @@ func Judge(svc *machine.ServiceInfo, st *machine.EtcdMemberStatus, alarms []*mac
 		}
 	}
 	ratio := float64(st.GetDbSize()) / float64(q.Bytes)
-	svcStatus, svcReason := talosservices.ServiceStatus(svc)
-	if st.GetIsLearner() && talosservices.LearnerUnsupported(svc.GetHealth().GetLastMessage()) {
+	svcStatus, svcReason := talos.ServiceStatus(svc)
+	if st.GetIsLearner() && talos.LearnerUnsupported(svc.GetHealth().GetLastMessage()) {
 		// Talos' etcd health probe is a quorum read, which etcd refuses to
 		// learners: until Talos promotes it, the member's own status is the
 		// fact to judge.
@@ -186,7 +185,7 @@ func Judge(svc *machine.ServiceInfo, st *machine.EtcdMemberStatus, alarms []*mac
 		o.Message = fmt.Sprintf("member %s knows no leader", id)
 	case svcStatus == report.StatusDegraded || svcStatus == report.StatusDown:
 		o.Status, o.Reason = report.StatusDown, "Etcd"+svcReason
-		o.Message = fmt.Sprintf("member %s: %s", id, talosservices.Describe(svc))
+		o.Message = fmt.Sprintf("member %s: %s", id, talos.Describe(svc))
 	case len(st.GetErrors()) > 0:
 		o.Status, o.Reason = report.StatusDegraded, "MemberErrors"
 		o.Message = fmt.Sprintf("member %s reports errors: %s", id, strings.Join(st.GetErrors(), "; "))

@@ -11,7 +11,7 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/api/machine"
 	"github.com/stretchr/testify/assert"
 
-	"github.com/cozystack/cozy-health/agent/internal/checks/etcdmetrics"
+	"github.com/cozystack/cozy-health/agent/internal/sources/etcdmetrics"
 	"github.com/cozystack/cozy-health/pkg/report"
 )
 

@@ -24,12 +24,11 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/cozystack/cozy-health/agent/internal/check"
-	"github.com/cozystack/cozy-health/agent/internal/checks/etcdmetrics"
 	"github.com/cozystack/cozy-health/agent/internal/checks/httpsource"
-	"github.com/cozystack/cozy-health/agent/internal/checks/talosservices"
-	"github.com/cozystack/cozy-health/agent/internal/noderole"
+	"github.com/cozystack/cozy-health/agent/internal/sources/etcdmetrics"
+	"github.com/cozystack/cozy-health/agent/internal/sources/noderole"
+	"github.com/cozystack/cozy-health/agent/internal/sources/talos"
 	"github.com/cozystack/cozy-health/pkg/report"
-	"github.com/cozystack/cozy-health/talos"
 )
 
 // Metric names read from etcd.
@@ -85,7 +84,7 @@ func New(m *etcdmetrics.Reader, tc *talos.Client, th Thresholds) *Check {
 }
 
 // WithRoles sets where the node's role is read when the Talos API cannot
-// be asked (see talosservices.RequireEtcd); nil knows nothing.
+// be asked (see talos.RequireEtcd); nil knows nothing.
 func (c *Check) WithRoles(r *noderole.Reader) *Check {
 	c.roles = r
 	return c
@@ -124,7 +123,7 @@ func (c *Check) Run(ctx context.Context) ([]report.Observation, error) {
 // absent judges a metrics URL where nothing listens: not applicable where
 // Talos says there is no etcd, Unknown where etcd runs.
 func (c *Check) absent(ctx context.Context, cause error) ([]report.Observation, error) {
-	svc, err := talosservices.RequireEtcd(ctx, c.talos, c.roles)
+	svc, err := talos.RequireEtcd(ctx, c.talos, c.roles)
 	if errors.Is(err, check.ErrNotApplicable) {
 		return nil, check.NotApplicable(fmt.Sprintf("no etcd metrics at %s (%v) and %v", c.url, cause, err))
 	}
@@ -133,13 +132,13 @@ func (c *Check) absent(ctx context.Context, cause error) ([]report.Observation, 
 	}
 	if svc.GetState() != "Running" {
 		return []report.Observation{{Status: report.StatusUnknown, Reason: ReasonEtcdNotRunning,
-			Message: fmt.Sprintf("no etcd metrics at %s: %s", c.url, talosservices.Describe(svc))}}, nil
+			Message: fmt.Sprintf("no etcd metrics at %s: %s", c.url, talos.Describe(svc))}}, nil
 	}
 	// The fix first: consumers see the message cut at 256 characters.
 	return []report.Observation{{Status: report.StatusUnknown, Reason: ReasonMetricsEndpointUnreachable,
 		Message: fmt.Sprintf("nothing answers at %s though etcd runs here (Talos service %s): set %s on control-plane nodes (talos/manifests/etcd-metrics-patch.yaml); "+
 			"WAL fsync and backend commit latency unknown until then (%v)",
-			c.url, talosservices.Describe(svc), MetricsPatch, cause)}}, nil
+			c.url, talos.Describe(svc), MetricsPatch, cause)}}, nil
 }
 
 func (c *Check) judge(wal, commit Histogram) report.Observation {

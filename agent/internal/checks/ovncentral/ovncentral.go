@@ -24,7 +24,7 @@ import (
 	"time"
 
 	"github.com/cozystack/cozy-health/agent/internal/check"
-	"github.com/cozystack/cozy-health/agent/internal/ovsrpc"
+	"github.com/cozystack/cozy-health/agent/internal/sources/ovsrpc"
 	"github.com/cozystack/cozy-health/pkg/report"
 )
 
