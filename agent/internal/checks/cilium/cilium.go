@@ -9,15 +9,13 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"net"
-	"net/http"
 	"os"
 	"sort"
 	"strings"
 	"syscall"
 
 	"github.com/cozystack/cozy-health/agent/internal/check"
-	"github.com/cozystack/cozy-health/agent/internal/checks/httpsource"
+	"github.com/cozystack/cozy-health/agent/internal/sources/unixhttp"
 	"github.com/cozystack/cozy-health/pkg/report"
 )
 
@@ -69,23 +67,14 @@ const InputFix = "mount hostPath /var/run/cilium (the Cilium agent's run directo
 // Check is the cilium-health check.
 type Check struct {
 	socket string
-	client *http.Client
+	client *unixhttp.Client
 }
 
 var _ check.Check = (*Check)(nil)
 
 // New returns the check talking to socket.
 func New(socket string) *Check {
-	d := &net.Dialer{}
-	return &Check{
-		socket: socket,
-		client: &http.Client{Transport: &http.Transport{
-			DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-				return d.DialContext(ctx, "unix", socket)
-			},
-			DisableKeepAlives: true,
-		}},
-	}
+	return &Check{socket: socket, client: unixhttp.New(socket)}
 }
 
 // Name implements check.Check.
@@ -102,7 +91,7 @@ func (c *Check) Run(ctx context.Context) ([]report.Observation, error) {
 	if _, err := os.Stat(c.socket); err != nil {
 		return nil, check.Input("Cilium agent socket", c.socket, InputFix, err)
 	}
-	body, err := httpsource.Get(ctx, c.client, HealthzURL, nil)
+	body, err := c.client.Get(ctx, HealthzURL)
 	if errors.Is(err, fs.ErrPermission) {
 		return nil, check.Input("Cilium agent socket", c.socket, InputFix, err)
 	}

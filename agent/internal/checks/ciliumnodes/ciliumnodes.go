@@ -18,15 +18,13 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"net"
-	"net/http"
 	"os"
 	"sort"
 	"strings"
 	"syscall"
 
 	"github.com/cozystack/cozy-health/agent/internal/check"
-	"github.com/cozystack/cozy-health/agent/internal/checks/httpsource"
+	"github.com/cozystack/cozy-health/agent/internal/sources/unixhttp"
 	"github.com/cozystack/cozy-health/pkg/report"
 )
 
@@ -91,20 +89,14 @@ type HealthStatusResponse struct {
 // Check is the cilium-node-connectivity check.
 type Check struct {
 	socket, node string
-	client       *http.Client
+	client       *unixhttp.Client
 }
 
 var _ check.Check = (*Check)(nil)
 
 // New returns the check reading socket for node.
 func New(socket, node string) *Check {
-	d := &net.Dialer{}
-	return &Check{socket: socket, node: node, client: &http.Client{Transport: &http.Transport{
-		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			return d.DialContext(ctx, "unix", socket)
-		},
-		DisableKeepAlives: true,
-	}}}
+	return &Check{socket: socket, node: node, client: unixhttp.New(socket)}
 }
 
 // Name implements check.Check.
@@ -121,7 +113,7 @@ func (c *Check) Run(ctx context.Context) ([]report.Observation, error) {
 	if _, err := os.Stat(c.socket); errors.Is(err, fs.ErrNotExist) {
 		return nil, check.NotApplicable(fmt.Sprintf("cilium-health socket %s does not exist (health checking disabled, or no Cilium here)", c.socket))
 	}
-	body, err := httpsource.Get(ctx, c.client, StatusURL, nil)
+	body, err := c.client.Get(ctx, StatusURL)
 	if errors.Is(err, syscall.ECONNREFUSED) {
 		return []report.Observation{{Status: report.StatusUnknown, Reason: ReasonHealthAPINotListening,
 			Message: fmt.Sprintf("cilium-health socket %s exists but nothing accepts connections: node-to-node connectivity unknown: %v", c.socket, err)}}, nil
