@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/cozystack/cozy-health/agent/internal/app"
 	"github.com/cozystack/cozy-health/pkg/report"
 	"github.com/cozystack/cozy-health/test/harness"
 	ciliumsrc "github.com/cozystack/cozy-health/test/sources/cilium"
@@ -241,7 +242,7 @@ func TestMissingOptionalInputsDoNotStopTheAgent(t *testing.T) {
 		"--cilium-socket", filepath.Join(missing, "cilium.sock"),
 	)
 	out, code, _ := runOnceJSON(t, args)
-	assert.Equal(t, exitUnknown, code, "%+v", out)
+	assert.Equal(t, app.ExitUnknown, code, "%+v", out)
 	byCheck := map[string][]string{}
 	for _, o := range out.Observations {
 		byCheck[o.Check] = append(byCheck[o.Check], o.Status+"/"+o.Reason+": "+o.Message)

@@ -1,11 +1,15 @@
-// Package checks lists every node-local check in one table and builds them
-// from the agent's configuration. Adding a check is one line here plus its
-// package under checks/.
+// Package checks lists every node-local check in one table. Each check's
+// package owns its flags and how it is built (its Plugin, the way
+// node_exporter's collectors declare their flags beside themselves); the
+// node-local sources several checks share are opened once by
+// agent/internal/sources. Adding a check is its package under checks/, its
+// test, one line in Table and its row in agent/README.md.
 package checks
 
 import (
+	"errors"
+	"flag"
 	"fmt"
-	"regexp"
 
 	"go.uber.org/zap"
 
@@ -24,117 +28,115 @@ import (
 	"github.com/cozystack/cozy-health/agent/internal/checks/ovncentral"
 	"github.com/cozystack/cozy-health/agent/internal/checks/ovs"
 	"github.com/cozystack/cozy-health/agent/internal/checks/talosservices"
-	"github.com/cozystack/cozy-health/agent/internal/config"
-	"github.com/cozystack/cozy-health/agent/internal/sources/etcdmetrics"
-	"github.com/cozystack/cozy-health/agent/internal/sources/noderole"
-	"github.com/cozystack/cozy-health/talos"
+	"github.com/cozystack/cozy-health/agent/internal/sources"
 )
 
-// deps are the shared clients checks are built from.
-type deps struct {
-	cfg     config.Config
-	talos   *talos.Client
-	linstor *linstor.Client
-	// etcdMetrics is one scrape of etcd's metrics per interval, shared by
-	// etcd-member (the quota) and fsync-latency (the histograms).
-	etcdMetrics *etcdmetrics.Reader
-	// roles reads this node's control-plane role from its Node object,
-	// for the etcd checks when Talos cannot be asked; nil when disabled.
-	roles   *noderole.Reader
-	devices *regexp.Regexp
+// Plugin is one check as the agent wires it. A check package exports one
+// (conventionally named Plugin, in its plugin.go); a check with flags also
+// implements FlagPlugin.
+type Plugin interface {
+	// Build builds the check from the node's shared sources, once per
+	// agent, after the flags are parsed and validated.
+	Build(src *sources.Set) (check.Check, error)
 }
 
-// table is every check the agent runs, in report order. A nil client or an
-// empty source makes a check not applicable at run time, never absent here.
-var table = []func(d deps) check.Check{
-	func(d deps) check.Check { return talosservices.New(d.talos) },
-	func(d deps) check.Check {
-		return etcdmember.New(d.talos, d.etcdMetrics, etcdmember.Thresholds{QuotaBytes: d.cfg.Thresholds.EtcdDBQuotaBytes, DegradedRatio: d.cfg.Thresholds.EtcdDBDegradedRatio}).WithRoles(d.roles)
-	},
-	func(d deps) check.Check { return etcdmembership.New(d.talos).WithRoles(d.roles) },
-	func(d deps) check.Check { return etcdalarms.New(d.talos).WithRoles(d.roles) },
-	func(d deps) check.Check {
-		t := d.cfg.Thresholds
-		return fsynclatency.New(d.etcdMetrics, d.talos, fsynclatency.Thresholds{
-			WALFsyncDegraded: t.WALFsyncDegraded, WALFsyncDown: t.WALFsyncDown,
-			BackendCommitDegraded: t.BackendCommitDegraded, BackendCommitDown: t.BackendCommitDown,
-		}).WithRoles(d.roles)
-	},
-	func(d deps) check.Check {
-		s := d.cfg.Sources
-		return fsyncprobe.New(fsyncprobe.Config{Dir: s.FsyncProbeDir, Samples: s.FsyncProbeSamples, Window: s.FsyncProbeWindow,
-			DegradedP99: d.cfg.Thresholds.FsyncProbeDegraded, DownP99: d.cfg.Thresholds.FsyncProbeDown})
-	},
-	func(d deps) check.Check {
-		return diskstats.New(diskstats.Config{ProcRoot: d.cfg.Sources.ProcRoot, Devices: d.devices,
-			Degraded: d.cfg.Thresholds.DiskLatencyDegraded, Down: d.cfg.Thresholds.DiskLatencyDown})
-	},
-	func(d deps) check.Check { return cilium.New(d.cfg.Sources.CiliumSocket) },
-	func(d deps) check.Check { return ciliumnodes.New(d.cfg.Sources.CiliumHealthSocket, d.cfg.NodeName) },
-	func(d deps) check.Check {
-		return kubeovn.New(d.cfg.Sources.KubeOVNPingerURL, d.cfg.NodeName, kubeovn.Thresholds{
-			PingLossDegraded: d.cfg.Thresholds.PingLossDegraded, PingLossDown: d.cfg.Thresholds.PingLossDown})
-	},
-	func(d deps) check.Check {
-		s := d.cfg.Sources
-		return ovs.New(ovs.Config{DBSocket: s.OVSDBSocket, ControllerPidfile: s.OVNControllerPidfile})
-	},
-	func(d deps) check.Check {
-		s := d.cfg.Sources
-		return ovncentral.New(ovncentral.Config{NBCtl: s.OVNNBCtl, SBCtl: s.OVNSBCtl, DBDir: s.OVNDBDir})
-	},
-	func(d deps) check.Check { return linstor.NewSatellite(d.linstor, d.cfg.NodeName) },
-	func(d deps) check.Check {
-		return drbd.New(d.linstor, d.cfg.Sources.DrbdsetupPath, d.cfg.NodeName).WithProcRoot(d.cfg.Sources.ProcRoot)
-	},
+// FlagPlugin is a Plugin with flags of its own.
+type FlagPlugin interface {
+	Plugin
+	// RegisterFlags binds the check's flags, with their defaults, to fs.
+	RegisterFlags(fs *flag.FlagSet)
 }
 
-// Set is the built checks and what they hold open.
+// Validator is a Plugin that rejects flag values it cannot run with.
+type Validator interface {
+	Validate() error
+}
+
+// Table is every check the agent runs, in report order: one line each. A
+// source that is absent or unconfigured makes a check not applicable at run
+// time, never absent here.
+func Table() []Plugin {
+	return []Plugin{
+		talosservices.Plugin{},
+		&etcdmember.Plugin{},
+		etcdmembership.Plugin{},
+		etcdalarms.Plugin{},
+		&fsynclatency.Plugin{},
+		&fsyncprobe.Plugin{},
+		&diskstats.Plugin{},
+		&cilium.Plugin{},
+		&ciliumnodes.Plugin{},
+		&kubeovn.Plugin{},
+		&ovs.Plugin{},
+		&ovncentral.Plugin{},
+		linstorSatellite{},
+		&drbd.Plugin{},
+	}
+}
+
+// linstorSatellite wires the linstor-satellite check, whose package keeps
+// its own constructor (its controller part is moving to the aggregator).
+type linstorSatellite struct{}
+
+func (linstorSatellite) Build(src *sources.Set) (check.Check, error) {
+	return linstor.NewSatellite(src.Linstor, src.Node), nil
+}
+
+// Config is the flags of every check in Table and of the shared sources.
+type Config struct {
+	Sources sources.Config
+	plugins []Plugin
+}
+
+// NewConfig returns a Config of Table's checks; RegisterFlags sets its
+// defaults.
+func NewConfig() *Config { return &Config{plugins: Table()} }
+
+// RegisterFlags binds the sources' and every check's flags to fs.
+func (c *Config) RegisterFlags(fs *flag.FlagSet) {
+	c.Sources.RegisterFlags(fs)
+	for _, p := range c.plugins {
+		if fp, ok := p.(FlagPlugin); ok {
+			fp.RegisterFlags(fs)
+		}
+	}
+}
+
+// Validate rejects values the sources or a check cannot run with.
+func (c *Config) Validate() error {
+	errs := []error{c.Sources.Validate()}
+	for _, p := range c.plugins {
+		if v, ok := p.(Validator); ok {
+			errs = append(errs, v.Validate())
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Set is the built checks and the sources they share.
 type Set struct {
-	Checks []check.Check
-	talos  *talos.Client
+	Checks  []check.Check
+	sources *sources.Set
 }
 
-// Close releases the checks' clients.
-func (s *Set) Close() error {
-	if s.talos != nil {
-		return s.talos.Close()
-	}
-	return nil
-}
+// Close releases the shared sources.
+func (s *Set) Close() error { return s.sources.Close() }
 
-// Build builds every check in the table from a validated configuration.
-func Build(cfg config.Config, log *zap.Logger) (*Set, error) {
-	d := deps{cfg: cfg, etcdMetrics: etcdmetrics.New(cfg.Sources.EtcdMetricsURL, etcdmetrics.DefaultShareFor)}
-	var err error
-	if d.devices, err = regexp.Compile(cfg.Sources.DiskstatsDevices); err != nil {
-		return nil, fmt.Errorf("compile --diskstats-devices: %w", err)
+// Build opens the shared sources and builds every check of a validated
+// configuration for node.
+func (c *Config) Build(node string, log *zap.Logger) (*Set, error) {
+	src, err := sources.Open(c.Sources, node, log)
+	if err != nil {
+		return nil, err
 	}
-	if cfg.Sources.TalosConfig != "" {
-		if d.talos, err = talos.New(talos.Config{ConfigFile: cfg.Sources.TalosConfig, Endpoints: cfg.Sources.TalosEndpoints, Node: cfg.Sources.TalosNode}, log); err != nil {
-			return nil, err
+	s := &Set{sources: src}
+	for _, p := range c.plugins {
+		ck, err := p.Build(src)
+		if err != nil {
+			_ = src.Close()
+			return nil, fmt.Errorf("build check: %w", err)
 		}
-	}
-	if s := cfg.Sources; s.KubeAPITokenFile != "" {
-		server := s.KubeAPIServer
-		if server == "" {
-			server = noderole.ServerFromEnv()
-		}
-		if server != "" {
-			if d.roles, err = noderole.New(noderole.Config{Server: server, TokenFile: s.KubeAPITokenFile, CAFile: s.KubeAPICAFile, NodeName: cfg.NodeName}); err != nil {
-				return nil, err
-			}
-		}
-	}
-	if cfg.Sources.LinstorURL != "" {
-		if d.linstor, err = linstor.NewClient(linstor.ClientConfig{URL: cfg.Sources.LinstorURL, CAFile: cfg.Sources.LinstorCAFile,
-			CertFile: cfg.Sources.LinstorCertFile, KeyFile: cfg.Sources.LinstorKeyFile}); err != nil {
-			return nil, err
-		}
-	}
-	s := &Set{talos: d.talos}
-	for _, mk := range table {
-		s.Checks = append(s.Checks, mk(d))
+		s.Checks = append(s.Checks, ck)
 	}
 	return s, nil
 }

@@ -2,6 +2,7 @@ package checks_test
 
 import (
 	"context"
+	"flag"
 	"os"
 	"path/filepath"
 	"strings"
@@ -17,7 +18,6 @@ import (
 	"github.com/cozystack/cozy-health/agent/internal/checks"
 	"github.com/cozystack/cozy-health/agent/internal/checks/cilium"
 	"github.com/cozystack/cozy-health/agent/internal/checks/linstor"
-	"github.com/cozystack/cozy-health/agent/internal/config"
 	"github.com/cozystack/cozy-health/agent/internal/runner"
 	agenttalos "github.com/cozystack/cozy-health/agent/internal/sources/talos"
 	"github.com/cozystack/cozy-health/pkg/report"
@@ -60,20 +60,20 @@ func TestMissingInputsRecoverWithoutRestart(t *testing.T) {
 	probe := filepath.Join(dir, "probe")
 	require.NoError(t, os.Mkdir(probe, 0o700))
 
-	cfg := config.Default()
-	cfg.NodeName = "node-0"
-	s := &cfg.Sources
-	s.TalosConfig = filepath.Join(talosDir, "config")
-	s.EtcdMetricsURL = cluster.Members[0].MetricsURL
-	s.FsyncProbeDir = probe
-	s.ProcRoot, s.DrbdsetupPath = "", ""
-	s.CiliumSocket = filepath.Join(sockDir, "cilium.sock")
-	s.LinstorURL = ls.URL
-	s.LinstorCAFile, s.LinstorCertFile, s.LinstorKeyFile = filepath.Join(linstorDir, "ca.crt"), filepath.Join(linstorDir, "tls.crt"), filepath.Join(linstorDir, "tls.key")
-	cfg.Thresholds.FsyncProbeDegraded, cfg.Thresholds.FsyncProbeDown = 30*time.Second, time.Minute
+	talosconfig, ciliumSocket := filepath.Join(talosDir, "config"), filepath.Join(sockDir, "cilium.sock")
+	linstorCA, linstorCert, linstorKey := filepath.Join(linstorDir, "ca.crt"), filepath.Join(linstorDir, "tls.crt"), filepath.Join(linstorDir, "tls.key")
+	cfg := checks.NewConfig()
+	fs := flag.NewFlagSet("test", flag.ContinueOnError)
+	cfg.RegisterFlags(fs)
+	require.NoError(t, fs.Parse([]string{
+		"--talosconfig", talosconfig, "--etcd-metrics-url", cluster.Members[0].MetricsURL, "--fsync-probe-dir", probe,
+		"--proc-root=", "--drbdsetup=", "--cilium-socket", ciliumSocket,
+		"--linstor-url", ls.URL, "--linstor-ca-file", linstorCA, "--linstor-client-cert-file", linstorCert, "--linstor-client-key-file", linstorKey,
+		"--fsync-probe-p99-degraded=30s", "--fsync-probe-p99-down=1m",
+	}))
 	require.NoError(t, cfg.Validate())
 
-	set, err := checks.Build(cfg, zaptest.NewLogger(t))
+	set, err := cfg.Build("node-0", zaptest.NewLogger(t))
 	require.NoError(t, err, "a missing optional input never stops the agent")
 	t.Cleanup(func() { _ = set.Close() })
 	reg := prometheus.NewRegistry()
@@ -89,11 +89,11 @@ func TestMissingInputsRecoverWithoutRestart(t *testing.T) {
 
 	obs := collect()
 	for c, want := range map[string]string{
-		report.CheckTalosServices:    "talosconfig " + s.TalosConfig + " not found: mount Secret cozy-health-agent-talos-secrets",
-		report.CheckCiliumHealth:     "Cilium agent socket " + s.CiliumSocket + " not found: mount hostPath /var/run/cilium",
-		report.CheckLinstorSatellite: "LINSTOR CA " + s.LinstorCAFile + " not found: " + linstor.InputFix,
+		report.CheckTalosServices:    "talosconfig " + talosconfig + " not found: mount Secret cozy-health-agent-talos-secrets",
+		report.CheckCiliumHealth:     "Cilium agent socket " + ciliumSocket + " not found: mount hostPath /var/run/cilium",
+		report.CheckLinstorSatellite: "LINSTOR CA " + linstorCA + " not found: " + linstor.InputFix,
 		// No drbdsetup on this node: without LINSTOR nothing is known.
-		report.CheckDRBDResource: "LINSTOR CA " + s.LinstorCAFile + " not found",
+		report.CheckDRBDResource: "LINSTOR CA " + linstorCA + " not found",
 	} {
 		o, ok := obs[c]
 		require.True(t, ok, "%s is reported, not left out: %v", c, obs)
@@ -109,7 +109,7 @@ func TestMissingInputsRecoverWithoutRestart(t *testing.T) {
 		require.True(t, ok, "%s is reported, not left out", c)
 		assert.Equal(t, report.StatusUnknown, o.Status, c)
 		assert.Equal(t, agenttalos.ReasonTalosAPIAccessMissing, o.Reason, c)
-		assert.True(t, strings.HasPrefix(o.Message, "no talosconfig at "+s.TalosConfig+": apply talos/manifests/talos-api-access-patch.yaml"), "%s: %q", c, o.Message)
+		assert.True(t, strings.HasPrefix(o.Message, "no talosconfig at "+talosconfig+": apply talos/manifests/talos-api-access-patch.yaml"), "%s: %q", c, o.Message)
 	}
 	for _, c := range []string{report.CheckFsyncLatency, report.CheckFsyncProbe} {
 		assert.Equal(t, report.StatusHealthy, obs[c].Status, "%s keeps reporting: %+v", c, obs[c])
@@ -118,11 +118,11 @@ func TestMissingInputsRecoverWithoutRestart(t *testing.T) {
 
 	// The kubelet mounts the Secrets (they were created meanwhile) and the
 	// Cilium agent comes up.
-	talosconfig, err := talosPKI.Talosconfig([]string{talosAddr}, talosPKI.ClientCertPEM, talosPKI.ClientKeyPEM)
+	talosconfigPEM, err := talosPKI.Talosconfig([]string{talosAddr}, talosPKI.ClientCertPEM, talosPKI.ClientKeyPEM)
 	require.NoError(t, err)
-	require.NoError(t, volume.Write(talosDir, map[string][]byte{"config": talosconfig}))
+	require.NoError(t, volume.Write(talosDir, map[string][]byte{"config": talosconfigPEM}))
 	require.NoError(t, volume.Write(linstorDir, map[string][]byte{"ca.crt": linstorPKI.CAPEM, "tls.crt": linstorPKI.ClientCertPEM, "tls.key": linstorPKI.ClientKeyPEM}))
-	cil, err := ciliumsrc.Start(s.CiliumSocket)
+	cil, err := ciliumsrc.Start(ciliumSocket)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = cil.Close() })
 
@@ -141,7 +141,7 @@ func TestMissingInputsRecoverWithoutRestart(t *testing.T) {
 	o := collect()[report.CheckLinstorSatellite]
 	assert.Equal(t, report.StatusUnknown, o.Status)
 	assert.Equal(t, report.ReasonInputUnreadable, o.Reason)
-	assert.Contains(t, o.Message, "LINSTOR client certificate "+s.LinstorCertFile+" unreadable (tls: private key does not match public key)")
+	assert.Contains(t, o.Message, "LINSTOR client certificate "+linstorCert+" unreadable (tls: private key does not match public key)")
 	crt, key, err := linstorPKI.IssueClient([]string{"linstor-client"}, time.Hour)
 	require.NoError(t, err)
 	require.NoError(t, volume.Write(linstorDir, map[string][]byte{"ca.crt": linstorPKI.CAPEM, "tls.crt": crt, "tls.key": key}))
@@ -176,7 +176,7 @@ func errorsTotal(t *testing.T, reg *prometheus.Registry, check, reason string) f
 func TestInputMessagesFitAHealthEntry(t *testing.T) {
 	for _, m := range []struct{ what, path, fix string }{
 		{"LINSTOR client certificate", "/etc/linstor/client/tls.crt", linstor.InputFix},
-		{"talosconfig", config.DefaultTalosConfig, agenttalos.InputFix},
+		{"talosconfig", agenttalos.DefaultConfigFile, agenttalos.InputFix},
 		{"Cilium agent socket", "/var/run/cilium/cilium.sock", cilium.InputFix},
 	} {
 		err := check.Input(m.what, m.path, m.fix, os.ErrNotExist)

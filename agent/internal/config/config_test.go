@@ -8,6 +8,9 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/cozystack/cozy-health/agent/internal/check"
+	"github.com/cozystack/cozy-health/agent/internal/sources/talos"
 )
 
 func parse(t *testing.T, args ...string) (Config, error) {
@@ -28,9 +31,9 @@ func TestDefaultsAreValid(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, 5*time.Second, c.Interval)
 	assert.Equal(t, 2*time.Second, c.CheckDeadline)
-	assert.Equal(t, DefaultTalosConfig, c.Sources.TalosConfig)
+	assert.Equal(t, talos.DefaultConfigFile, c.Checks.Sources.Talos.ConfigFile)
 	assert.Equal(t, DefaultTokenFile, c.Uplink.TokenFile)
-	assert.Equal(t, "http://127.0.0.1:2381/metrics", c.Sources.EtcdMetricsURL)
+	assert.Equal(t, "http://127.0.0.1:2381/metrics", c.Checks.Sources.EtcdMetricsURL)
 }
 
 func TestNodeNameFromEnv(t *testing.T) {
@@ -42,7 +45,7 @@ func TestAggregatorList(t *testing.T) {
 	c, err := parse(t, "--node-name", "n", "--aggregator", "a:1,b:2", "--aggregator", "c:3", "--talos-endpoints", "10.0.0.1")
 	require.NoError(t, err)
 	assert.Equal(t, []string{"a:1", "b:2", "c:3"}, c.Uplink.Aggregators)
-	assert.Equal(t, []string{"10.0.0.1"}, c.Sources.TalosEndpoints)
+	assert.Equal(t, check.ListFlag{"10.0.0.1"}, c.Checks.Sources.Talos.Endpoints)
 }
 
 func TestValidateRejects(t *testing.T) {

@@ -9,10 +9,12 @@ package talos
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"strings"
 
 	"github.com/siderolabs/talos/pkg/machinery/api/machine"
+	"go.uber.org/zap"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -175,4 +177,34 @@ func accessMissing(err error) string {
 		return fmt.Sprintf("the Talos API refuses the agent's credentials (%v)", err)
 	}
 	return ""
+}
+
+// DefaultConfigFile is where the Talos ServiceAccount secret is mounted.
+const DefaultConfigFile = "/var/run/secrets/talos.dev/config"
+
+// Flags are the Talos API's flags.
+type Flags struct {
+	// ConfigFile is the talosconfig file (--talosconfig); "" disables the
+	// Talos checks.
+	ConfigFile string
+	// Endpoints override the talosconfig's endpoints (--talos-endpoints).
+	Endpoints check.ListFlag
+	// Node is sent as the "node" metadata so the endpoint proxies to this
+	// node; "" asks the endpoint itself (--talos-node).
+	Node string
+}
+
+// RegisterFlags binds the flags, with their defaults, to fs.
+func (f *Flags) RegisterFlags(fs *flag.FlagSet) {
+	fs.StringVar(&f.ConfigFile, "talosconfig", DefaultConfigFile, "talosconfig file (re-read when it changes); empty disables the Talos checks")
+	fs.Var(&f.Endpoints, "talos-endpoints", "override the talosconfig endpoints (repeatable or comma list)")
+	fs.StringVar(&f.Node, "talos-node", "", "Talos node (IP) the endpoint proxies requests to; empty asks the endpoint itself")
+}
+
+// Open returns the client, or nil when no talosconfig is configured.
+func (f *Flags) Open(log *zap.Logger) (*Client, error) {
+	if f.ConfigFile == "" {
+		return nil, nil
+	}
+	return talosapi.New(talosapi.Config{ConfigFile: f.ConfigFile, Endpoints: f.Endpoints, Node: f.Node}, log)
 }

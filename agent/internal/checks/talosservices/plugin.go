@@ -1,0 +1,12 @@
+package talosservices
+
+import (
+	"github.com/cozystack/cozy-health/agent/internal/check"
+	"github.com/cozystack/cozy-health/agent/internal/sources"
+)
+
+// Plugin wires the check (checks.Plugin); it reads the shared Talos client.
+type Plugin struct{}
+
+// Build implements checks.Plugin.
+func (Plugin) Build(src *sources.Set) (check.Check, error) { return New(src.Talos), nil }
