@@ -24,9 +24,10 @@ type Check interface {
 	// Component is the component its observations belong to (Component*).
 	Component() string
 	// Run reads the source once. It must honour ctx; the runner abandons a
-	// check at its deadline whether or not it returns. Observations may leave
-	// Component, Check and ResourceRef empty: the runner fills them with the
-	// check's component, name and the node.
+	// check at its deadline whether or not it returns. Its observations are
+	// whole as returned (Stamp: its name, component and a reason; the
+	// runner rejects others as CheckFailed); ResourceRef may be left nil
+	// for an observation about the node itself, which the runner names.
 	Run(ctx context.Context) ([]report.Observation, error)
 }
 
@@ -66,4 +67,25 @@ func Input(what, path, fix string, err error) error {
 		return &InputError{Reason: report.ReasonInputMissing, Message: fmt.Sprintf("%s %s not found: %s", what, path, fix), Err: err}
 	}
 	return &InputError{Reason: report.ReasonInputUnreadable, Message: fmt.Sprintf("%s %s unreadable (%v): %s", what, path, err, fix), Err: err}
+}
+
+// Stamp completes observations with what the check itself says of them:
+// its name and component, and a Reason (the status) where it gave none. A
+// check returns what Stamp returns, so its observations are whole as it
+// returns them; the runner only adds the node itself as ResourceRef where
+// an observation names no resource (it is the report's node).
+func Stamp(c Check, obs ...report.Observation) []report.Observation {
+	for i := range obs {
+		o := &obs[i]
+		if o.Component == "" {
+			o.Component = c.Component()
+		}
+		if o.Check == "" {
+			o.Check = c.Name()
+		}
+		if o.Reason == "" {
+			o.Reason = o.Status.String()
+		}
+	}
+	return obs
 }

@@ -7,6 +7,7 @@
 package checks
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
@@ -29,6 +30,7 @@ import (
 	"github.com/cozystack/cozy-health/agent/internal/checks/ovs"
 	"github.com/cozystack/cozy-health/agent/internal/checks/talosservices"
 	"github.com/cozystack/cozy-health/agent/internal/sources"
+	"github.com/cozystack/cozy-health/pkg/report"
 )
 
 // Plugin is one check as the agent wires it. A check package exports one
@@ -75,11 +77,20 @@ func Table() []Plugin {
 }
 
 // linstorSatellite wires the linstor-satellite check, whose package keeps
-// its own constructor (its controller part is moving to the aggregator).
+// its own constructor (its controller part is moving to the aggregator);
+// until then its observations are completed (check.Stamp) here.
 type linstorSatellite struct{}
 
 func (linstorSatellite) Build(src *sources.Set) (check.Check, error) {
-	return linstor.NewSatellite(src.Linstor, src.Node), nil
+	return stamped{linstor.NewSatellite(src.Linstor, src.Node)}, nil
+}
+
+// stamped completes a check's observations with check.Stamp.
+type stamped struct{ check.Check }
+
+func (s stamped) Run(ctx context.Context) ([]report.Observation, error) {
+	obs, err := s.Check.Run(ctx)
+	return check.Stamp(s.Check, obs...), err
 }
 
 // Config is the flags of every check in Table and of the shared sources.

@@ -240,35 +240,38 @@ func (r *Runner) runOne(ctx context.Context, i int, c check.Check) outcome {
 	if prev := r.inputGap[i].Swap(nil); prev != nil {
 		log.Info("check input available again", zap.String("was", *prev))
 	}
-	r.metrics.applicable.WithLabelValues(name).Set(1)
-	r.metrics.lastSuccess.WithLabelValues(name).SetToCurrentTime()
 	obs := res.obs
 	for j := range obs {
-		r.fill(c, &obs[j])
+		if err := r.complete(c, &obs[j]); err != nil {
+			r.metrics.errors.WithLabelValues(name, report.ReasonCheckFailed).Inc()
+			log.Error("check returned an incomplete observation; reporting the check Unknown", zap.Error(err))
+			return outcome{obs: []report.Observation{r.unknown(c, report.ReasonCheckFailed, err.Error())}}
+		}
 	}
+	r.metrics.applicable.WithLabelValues(name).Set(1)
+	r.metrics.lastSuccess.WithLabelValues(name).SetToCurrentTime()
 	return outcome{obs: obs}
 }
 
-// fill completes an observation with the check's defaults.
-func (r *Runner) fill(c check.Check, o *report.Observation) {
-	if o.Component == "" {
-		o.Component = c.Component()
-	}
-	if o.Check == "" {
-		o.Check = c.Name()
+// complete checks that an observation is whole as the check returned it
+// (check.Stamp: its name, component and a reason) and adds what only the
+// report knows: the node itself as ResourceRef where the observation names
+// no other resource.
+func (r *Runner) complete(c check.Check, o *report.Observation) error {
+	if o.Check != c.Name() || o.Component != c.Component() || o.Reason == "" {
+		return fmt.Errorf("check %s returned an incomplete observation (check %q, component %q, reason %q): want check %q, component %q and a reason (check.Stamp)",
+			c.Name(), o.Check, o.Component, o.Reason, c.Name(), c.Component())
 	}
 	if o.ResourceRef == nil {
 		o.ResourceRef = &report.ResourceRef{Kind: report.KindNode, Name: r.cfg.NodeName}
 	}
-	if o.Reason == "" {
-		o.Reason = o.Status.String()
-	}
+	return nil
 }
 
+// unknown is the runner's own observation of a check that gave none.
 func (r *Runner) unknown(c check.Check, reason, msg string) report.Observation {
-	o := report.Observation{Status: report.StatusUnknown, Reason: reason, Message: msg}
-	r.fill(c, &o)
-	return o
+	return report.Observation{Component: c.Component(), Check: c.Name(), Status: report.StatusUnknown, Reason: reason, Message: msg,
+		ResourceRef: &report.ResourceRef{Kind: report.KindNode, Name: r.cfg.NodeName}}
 }
 
 // Run collects a report every interval and hands it to publish until ctx is

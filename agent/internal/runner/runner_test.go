@@ -20,10 +20,12 @@ import (
 
 // fn is a check built from a function, to exercise the runner's own duties
 // (deadlines, panics, errors); the sources themselves are tested in each
-// check's package against real-protocol servers.
+// check's package against real-protocol servers. Its observations are
+// completed with check.Stamp, as every check's are, unless raw.
 type fn struct {
 	name string
 	run  func(ctx context.Context) ([]report.Observation, error)
+	raw  bool
 }
 
 var _ check.Check = (*fn)(nil)
@@ -31,7 +33,41 @@ var _ check.Check = (*fn)(nil)
 func (f *fn) Name() string      { return f.name }
 func (f *fn) Component() string { return report.ComponentNode }
 func (f *fn) Run(ctx context.Context) ([]report.Observation, error) {
-	return f.run(ctx)
+	obs, err := f.run(ctx)
+	if f.raw {
+		return obs, err
+	}
+	return check.Stamp(f, obs...), err
+}
+
+// TestIncompleteObservationIsRejected: the runner does not complete what a
+// check can say itself (its name, component, reason): an observation
+// without them, or claiming another check's name, reads Unknown
+// CheckFailed naming what is missing, and is counted; the node is added as
+// ResourceRef to a whole one.
+func TestIncompleteObservationIsRejected(t *testing.T) {
+	bare := &fn{name: "bare", raw: true, run: func(context.Context) ([]report.Observation, error) {
+		return []report.Observation{{Status: report.StatusHealthy, Reason: "Fine"}}, nil
+	}}
+	other := &fn{name: "other", raw: true, run: func(context.Context) ([]report.Observation, error) {
+		return []report.Observation{{Component: report.ComponentNode, Check: "bare", Status: report.StatusHealthy, Reason: "Fine"}}, nil
+	}}
+	noReason := &fn{name: "no-reason", raw: true, run: func(context.Context) ([]report.Observation, error) {
+		return []report.Observation{{Component: report.ComponentNode, Check: "no-reason", Status: report.StatusHealthy}}, nil
+	}}
+	r, _ := newRunner(t, time.Second, 4, bare, other, noReason, healthy("whole"))
+	obs := byCheck(r.Collect(context.Background(), 5*time.Second))
+	for _, name := range []string{"bare", "other", "no-reason"} {
+		o := obs[name]
+		assert.Equal(t, report.StatusUnknown, o.Status, name)
+		assert.Equal(t, report.ReasonCheckFailed, o.Reason, name)
+		assert.Contains(t, o.Message, "incomplete observation", name)
+		assert.Equal(t, report.ComponentNode, o.Component, name)
+		assert.Equal(t, 1.0, testutil.ToFloat64(r.metrics.errors.WithLabelValues(name, report.ReasonCheckFailed)), name)
+	}
+	whole := obs["whole"]
+	assert.Equal(t, report.StatusHealthy, whole.Status)
+	assert.Equal(t, &report.ResourceRef{Kind: report.KindNode, Name: "node-0"}, whole.ResourceRef)
 }
 
 func healthy(name string) *fn {

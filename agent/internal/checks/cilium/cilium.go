@@ -96,8 +96,8 @@ func (c *Check) Run(ctx context.Context) ([]report.Observation, error) {
 		return nil, check.Input("Cilium agent socket", c.socket, InputFix, err)
 	}
 	if errors.Is(err, syscall.ECONNREFUSED) {
-		return []report.Observation{{Status: report.StatusDown, Reason: "AgentNotListening",
-			Message: fmt.Sprintf("cilium socket %s exists but nothing accepts connections: %v", c.socket, err)}}, nil
+		return check.Stamp(c, report.Observation{Status: report.StatusDown, Reason: "AgentNotListening",
+			Message: fmt.Sprintf("cilium socket %s exists but nothing accepts connections: %v", c.socket, err)}), nil
 	}
 	if err != nil {
 		return nil, fmt.Errorf("read cilium healthz: %w", err)
@@ -106,7 +106,7 @@ func (c *Check) Run(ctx context.Context) ([]report.Observation, error) {
 	if err != nil {
 		return nil, err
 	}
-	return []report.Observation{Judge(sr)}, nil
+	return check.Stamp(c, Judge(sr)), nil
 }
 
 // Parse decodes a StatusResponse; one without a "cilium" state is rejected.

@@ -115,8 +115,8 @@ func (c *Check) Run(ctx context.Context) ([]report.Observation, error) {
 	}
 	body, err := c.client.Get(ctx, StatusURL)
 	if errors.Is(err, syscall.ECONNREFUSED) {
-		return []report.Observation{{Status: report.StatusUnknown, Reason: ReasonHealthAPINotListening,
-			Message: fmt.Sprintf("cilium-health socket %s exists but nothing accepts connections: node-to-node connectivity unknown: %v", c.socket, err)}}, nil
+		return check.Stamp(c, report.Observation{Status: report.StatusUnknown, Reason: ReasonHealthAPINotListening,
+			Message: fmt.Sprintf("cilium-health socket %s exists but nothing accepts connections: node-to-node connectivity unknown: %v", c.socket, err)}), nil
 	}
 	if err != nil {
 		return nil, fmt.Errorf("read cilium-health status: %w", err)
@@ -125,7 +125,7 @@ func (c *Check) Run(ctx context.Context) ([]report.Observation, error) {
 	if err != nil {
 		return nil, err
 	}
-	return Judge(st, c.node), nil
+	return check.Stamp(c, Judge(st, c.node)...), nil
 }
 
 // Parse decodes a HealthStatusResponse.

@@ -77,7 +77,7 @@ func (c *Check) Run(_ context.Context) ([]report.Observation, error) {
 	}
 	c.prev = cur
 	sort.Slice(out, func(i, j int) bool { return out[i].ResourceRef.Name < out[j].ResourceRef.Name })
-	return out, nil
+	return check.Stamp(c, out...), nil
 }
 
 // Read parses <procRoot>/diskstats.

@@ -120,7 +120,7 @@ func (c *Check) Run(ctx context.Context) ([]report.Observation, error) {
 			return nil, err
 		}
 	}
-	return Judge(c.node, view, local, linstorOn), nil
+	return check.Stamp(c, Judge(c.node, view, local, linstorOn)...), nil
 }
 
 // rank orders disk states from good to bad for picking a resource's worst

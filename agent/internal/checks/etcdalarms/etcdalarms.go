@@ -9,46 +9,23 @@ import (
 
 	"github.com/siderolabs/talos/pkg/machinery/api/machine"
 
-	"github.com/cozystack/cozy-health/agent/internal/check"
-	"github.com/cozystack/cozy-health/agent/internal/sources/noderole"
 	"github.com/cozystack/cozy-health/agent/internal/sources/talos"
 	"github.com/cozystack/cozy-health/pkg/report"
 )
 
-// Check is the etcd-alarms check.
-type Check struct {
-	talos *talos.Client
-	roles *noderole.Reader
-}
-
-var _ check.Check = (*Check)(nil)
+// Check is the etcd-alarms check: the shared etcd skeleton reading
+// EtcdAlarmList.
+type Check = talos.EtcdCheck
 
 // New returns the check.
-func New(c *talos.Client) *Check { return &Check{talos: c} }
-
-// WithRoles sets where the node's role is read when the Talos API cannot
-// be asked (see talos.RequireEtcd); nil knows nothing.
-func (c *Check) WithRoles(r *noderole.Reader) *Check {
-	c.roles = r
-	return c
-}
-
-// Name implements check.Check.
-func (*Check) Name() string { return report.CheckEtcdAlarms }
-
-// Component implements check.Check.
-func (*Check) Component() string { return report.ComponentEtcd }
-
-// Run implements check.Check.
-func (c *Check) Run(ctx context.Context) ([]report.Observation, error) {
-	if _, err := talos.RequireEtcd(ctx, c.talos, c.roles); err != nil {
-		return nil, err
-	}
-	alarms, err := c.talos.EtcdAlarmList(ctx)
-	if err != nil {
-		return nil, talos.LearnerNotApplicable(err, "cluster's alarms")
-	}
-	return []report.Observation{Judge(alarms)}, nil
+func New(c *talos.Client) *Check {
+	return talos.NewEtcdCheck(report.CheckEtcdAlarms, c, func(ctx context.Context, c *talos.Client, _ *machine.ServiceInfo) (report.Observation, error) {
+		alarms, err := c.EtcdAlarmList(ctx)
+		if err != nil {
+			return report.Observation{}, talos.LearnerNotApplicable(err, "cluster's alarms")
+		}
+		return Judge(alarms), nil
+	})
 }
 
 // Judge turns an alarm list into the etcd-alarms observation. Any active

@@ -33,9 +33,7 @@ import (
 
 	"github.com/siderolabs/talos/pkg/machinery/api/machine"
 
-	"github.com/cozystack/cozy-health/agent/internal/check"
 	"github.com/cozystack/cozy-health/agent/internal/sources/etcdmetrics"
-	"github.com/cozystack/cozy-health/agent/internal/sources/noderole"
 	"github.com/cozystack/cozy-health/agent/internal/sources/talos"
 	"github.com/cozystack/cozy-health/pkg/report"
 )
@@ -66,20 +64,16 @@ func ConfiguredQuota(bytes int64, why string) Quota {
 	return Quota{Bytes: bytes, Source: "configured --etcd-db-quota-bytes; " + why}
 }
 
-// Check is the etcd-member check.
-type Check struct {
-	talos   *talos.Client
-	metrics *etcdmetrics.Reader
-	roles   *noderole.Reader
-	th      Thresholds
-}
-
-var _ check.Check = (*Check)(nil)
+// Check is the etcd-member check: the shared etcd skeleton reading the
+// etcd service, EtcdStatus, the alarms and the quota.
+type Check = talos.EtcdCheck
 
 // New returns the check; m (may be nil) reads etcd's quota from its
 // metrics, shared with the fsync-latency check.
 func New(c *talos.Client, m *etcdmetrics.Reader, th Thresholds) *Check {
-	return &Check{talos: c, metrics: m, th: th}
+	return talos.NewEtcdCheck(report.CheckEtcdMember, c, func(ctx context.Context, c *talos.Client, svc *machine.ServiceInfo) (report.Observation, error) {
+		return read(ctx, c, svc, m, th)
+	})
 }
 
 // ReadQuota reads etcd's quota gauge through m within at most half of ctx's
@@ -106,43 +100,25 @@ func ReadQuota(ctx context.Context, m *etcdmetrics.Reader, configured int64) Quo
 	return Quota{Bytes: q, FromEtcd: true, Source: etcdmetrics.QuotaMetric}
 }
 
-// WithRoles sets where the node's role is read when the Talos API cannot
-// be asked (see talos.RequireEtcd); nil knows nothing.
-func (c *Check) WithRoles(r *noderole.Reader) *Check {
-	c.roles = r
-	return c
-}
-
-// Name implements check.Check.
-func (*Check) Name() string { return report.CheckEtcdMember }
-
-// Component implements check.Check.
-func (*Check) Component() string { return report.ComponentEtcd }
-
-// Run implements check.Check.
-func (c *Check) Run(ctx context.Context) ([]report.Observation, error) {
-	svc, err := talos.RequireEtcd(ctx, c.talos, c.roles)
-	if err != nil {
-		return nil, err
-	}
+// read judges the member once RequireEtcd found its service.
+func read(ctx context.Context, c *talos.Client, svc *machine.ServiceInfo, m *etcdmetrics.Reader, th Thresholds) (report.Observation, error) {
 	if st, reason := talos.ServiceStatus(svc); st == report.StatusDown {
-		return []report.Observation{{Status: st, Reason: "Etcd" + reason, Message: talos.Describe(svc)}}, nil
+		return report.Observation{Status: st, Reason: "Etcd" + reason, Message: talos.Describe(svc)}, nil
 	}
-	st, err := c.talos.EtcdStatus(ctx)
+	st, err := c.EtcdStatus(ctx)
 	if err != nil {
-		return nil, err
+		return report.Observation{}, err
 	}
 	var alarms []*machine.EtcdMemberAlarm
 	if st.GetLeader() != 0 && !st.GetIsLearner() {
 		// The alarm list goes through raft: without a leader it fails, and
 		// "no leader" is already the verdict. A learner does not serve it;
 		// the voting members' etcd-alarms observations carry the alarms.
-		if alarms, err = c.talos.EtcdAlarmList(ctx); err != nil {
-			return nil, err
+		if alarms, err = c.EtcdAlarmList(ctx); err != nil {
+			return report.Observation{}, err
 		}
 	}
-	q := ReadQuota(ctx, c.metrics, c.th.QuotaBytes)
-	return []report.Observation{Judge(svc, st, alarms, q, c.th.DegradedRatio)}, nil
+	return Judge(svc, st, alarms, ReadQuota(ctx, m, th.QuotaBytes), th.DegradedRatio), nil
 }
 
 // Judge turns the facts into the etcd-member observation (the statuses are

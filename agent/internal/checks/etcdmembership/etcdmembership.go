@@ -10,46 +10,23 @@ import (
 
 	"github.com/siderolabs/talos/pkg/machinery/api/machine"
 
-	"github.com/cozystack/cozy-health/agent/internal/check"
-	"github.com/cozystack/cozy-health/agent/internal/sources/noderole"
 	"github.com/cozystack/cozy-health/agent/internal/sources/talos"
 	"github.com/cozystack/cozy-health/pkg/report"
 )
 
-// Check is the etcd-membership check.
-type Check struct {
-	talos *talos.Client
-	roles *noderole.Reader
-}
-
-var _ check.Check = (*Check)(nil)
+// Check is the etcd-membership check: the shared etcd skeleton reading
+// EtcdMemberList.
+type Check = talos.EtcdCheck
 
 // New returns the check.
-func New(c *talos.Client) *Check { return &Check{talos: c} }
-
-// WithRoles sets where the node's role is read when the Talos API cannot
-// be asked (see talos.RequireEtcd); nil knows nothing.
-func (c *Check) WithRoles(r *noderole.Reader) *Check {
-	c.roles = r
-	return c
-}
-
-// Name implements check.Check.
-func (*Check) Name() string { return report.CheckEtcdMembership }
-
-// Component implements check.Check.
-func (*Check) Component() string { return report.ComponentEtcd }
-
-// Run implements check.Check.
-func (c *Check) Run(ctx context.Context) ([]report.Observation, error) {
-	if _, err := talos.RequireEtcd(ctx, c.talos, c.roles); err != nil {
-		return nil, err
-	}
-	members, err := c.talos.EtcdMemberList(ctx)
-	if err != nil {
-		return nil, talos.LearnerNotApplicable(err, "member list")
-	}
-	return []report.Observation{Judge(members)}, nil
+func New(c *talos.Client) *Check {
+	return talos.NewEtcdCheck(report.CheckEtcdMembership, c, func(ctx context.Context, c *talos.Client, _ *machine.ServiceInfo) (report.Observation, error) {
+		members, err := c.EtcdMemberList(ctx)
+		if err != nil {
+			return report.Observation{}, talos.LearnerNotApplicable(err, "member list")
+		}
+		return Judge(members), nil
+	})
 }
 
 // Judge turns a member list into the etcd-membership observation.

@@ -117,7 +117,7 @@ func (c *Check) Run(ctx context.Context) ([]report.Observation, error) {
 	wal := hs[WALFsyncMetric].Sub(c.prev[WALFsyncMetric])
 	commit := hs[BackendCommitMetric].Sub(c.prev[BackendCommitMetric])
 	c.prev = hs
-	return []report.Observation{c.judge(wal, commit)}, nil
+	return check.Stamp(c, c.judge(wal, commit)), nil
 }
 
 // absent judges a metrics URL where nothing listens: not applicable where
@@ -131,14 +131,14 @@ func (c *Check) absent(ctx context.Context, cause error) ([]report.Observation, 
 		return nil, fmt.Errorf("read etcd metrics: nothing answers at %s and Talos cannot tell whether etcd runs here: %w", c.url, err)
 	}
 	if svc.GetState() != "Running" {
-		return []report.Observation{{Status: report.StatusUnknown, Reason: ReasonEtcdNotRunning,
-			Message: fmt.Sprintf("no etcd metrics at %s: %s", c.url, talos.Describe(svc))}}, nil
+		return check.Stamp(c, report.Observation{Status: report.StatusUnknown, Reason: ReasonEtcdNotRunning,
+			Message: fmt.Sprintf("no etcd metrics at %s: %s", c.url, talos.Describe(svc))}), nil
 	}
 	// The fix first: consumers see the message cut at 256 characters.
-	return []report.Observation{{Status: report.StatusUnknown, Reason: ReasonMetricsEndpointUnreachable,
+	return check.Stamp(c, report.Observation{Status: report.StatusUnknown, Reason: ReasonMetricsEndpointUnreachable,
 		Message: fmt.Sprintf("nothing answers at %s though etcd runs here (Talos service %s): set %s on control-plane nodes (talos/manifests/etcd-metrics-patch.yaml); "+
 			"WAL fsync and backend commit latency unknown until then (%v)",
-			c.url, talos.Describe(svc), MetricsPatch, cause)}}, nil
+			c.url, talos.Describe(svc), MetricsPatch, cause)}), nil
 }
 
 func (c *Check) judge(wal, commit Histogram) report.Observation {

@@ -109,7 +109,7 @@ func (c *Check) Run(ctx context.Context) ([]report.Observation, error) {
 	}
 	o.Message = fmt.Sprintf("fdatasync p99 %s, max %s over the last %d probes of %d bytes in %s (degraded > %s, down > %s)",
 		p99, maxD, n, WriteSize, c.cfg.Dir, c.cfg.DegradedP99, c.cfg.DownP99)
-	return []report.Observation{o}, nil
+	return check.Stamp(c, o), nil
 }
 
 // probe appends and syncs cfg.Samples times and returns each sync's duration.

@@ -78,7 +78,7 @@ func (c *Check) Run(ctx context.Context) ([]report.Observation, error) {
 	prev := c.prev
 	c.prev = p
 	c.mu.Unlock()
-	return []report.Observation{c.judge(p, prev)}, nil
+	return check.Stamp(c, c.judge(p, prev)), nil
 }
 
 // Pinger is what the check reads from one scrape.

@@ -151,7 +151,7 @@ func (c *Check) Run(ctx context.Context) ([]report.Observation, error) {
 					ResourceRef: &report.ResourceRef{Kind: report.KindOVNDatabase, Name: dbs[i].name}})
 			}
 		}
-		return out, nil
+		return check.Stamp(c, out...), nil
 	}
 	if len(unsure) > 0 {
 		// "I could not ask" is not "none here": the runner reports the

@@ -111,8 +111,8 @@ func (c *Check) Run(ctx context.Context) ([]report.Observation, error) {
 		return nil, check.NotApplicable("no ovsdb-server socket configured")
 	}
 	if _, err := os.Stat(c.cfg.DBSocket); errors.Is(err, fs.ErrNotExist) {
-		return []report.Observation{{Status: report.StatusDown, Reason: ReasonOVSDBSocketMissing,
-			Message: fmt.Sprintf("no ovsdb-server socket at %s: kube-ovn's ovs-ovn does not run on this node (its DaemonSet pod is missing, not rolled out here, orphaned or crashed)", c.cfg.DBSocket)}}, nil
+		return check.Stamp(c, report.Observation{Status: report.StatusDown, Reason: ReasonOVSDBSocketMissing,
+			Message: fmt.Sprintf("no ovsdb-server socket at %s: kube-ovn's ovs-ovn does not run on this node (its DaemonSet pod is missing, not rolled out here, orphaned or crashed)", c.cfg.DBSocket)}), nil
 	}
 	// A wedged ovsdb-server must not hide the daemons: it is asked within
 	// half of what is left, like each daemon within a quarter.
@@ -124,8 +124,8 @@ func (c *Check) Run(ctx context.Context) ([]report.Observation, error) {
 	}
 	db, err := ReadDB(dbCtx, c.cfg.DBSocket)
 	if errors.Is(err, syscall.ECONNREFUSED) {
-		return []report.Observation{{Status: report.StatusDown, Reason: ReasonOVSDBNotListening,
-			Message: fmt.Sprintf("ovsdb-server socket %s exists but nothing accepts connections (ovs-ovn crashed or is being replaced): %v", c.cfg.DBSocket, err)}}, nil
+		return check.Stamp(c, report.Observation{Status: report.StatusDown, Reason: ReasonOVSDBNotListening,
+			Message: fmt.Sprintf("ovsdb-server socket %s exists but nothing accepts connections (ovs-ovn crashed or is being replaced): %v", c.cfg.DBSocket, err)}), nil
 	}
 	var found []finding
 	// The socket's deadline is the share's deadline: its i/o timeout can
@@ -211,7 +211,7 @@ func (c *Check) Run(ctx context.Context) ([]report.Observation, error) {
 	// The worst finding first: the message is cut at 256 characters.
 	sort.SliceStable(parts, func(i, j int) bool { return found[i].status.Rank() > found[j].status.Rank() })
 	o.Message = strings.Join(parts, "; ")
-	return []report.Observation{o}, nil
+	return check.Stamp(c, o), nil
 }
 
 // daemon asks a daemon found through its pidfile one unixctl command.

@@ -43,7 +43,7 @@ func (c *Check) Run(ctx context.Context) ([]report.Observation, error) {
 	if err != nil {
 		return nil, err
 	}
-	return []report.Observation{Judge(svcs)}, nil
+	return check.Stamp(c, Judge(svcs)), nil
 }
 
 // Judge turns a ServiceList into the talos-services observation.

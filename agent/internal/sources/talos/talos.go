@@ -208,3 +208,53 @@ func (f *Flags) Open(log *zap.Logger) (*Client, error) {
 	}
 	return talosapi.New(talosapi.Config{ConfigFile: f.ConfigFile, Endpoints: f.Endpoints, Node: f.Node}, log)
 }
+
+// EtcdCheck is the skeleton the etcd checks share (etcd-member,
+// etcd-membership, etcd-alarms): on a node that runs an etcd member
+// (RequireEtcd decides, asking the Node role reader when Talos cannot be
+// asked) it asks Talos through read and reports the one observation read
+// returns. Each check is its name and its read.
+type EtcdCheck struct {
+	name  string
+	talos *Client
+	roles *noderole.Reader
+	read  EtcdRead
+}
+
+// EtcdRead reads and judges one etcd fact; etcd is this node's etcd
+// service as Talos lists it.
+type EtcdRead func(ctx context.Context, c *Client, etcd *machine.ServiceInfo) (report.Observation, error)
+
+var _ check.Check = (*EtcdCheck)(nil)
+
+// NewEtcdCheck returns the check name (component etcd) asking c; a nil c
+// makes it not applicable, or Unknown on a known control-plane node.
+func NewEtcdCheck(name string, c *Client, read EtcdRead) *EtcdCheck {
+	return &EtcdCheck{name: name, talos: c, read: read}
+}
+
+// WithRoles sets where the node's role is read when the Talos API cannot
+// be asked (see RequireEtcd); nil knows nothing.
+func (c *EtcdCheck) WithRoles(r *noderole.Reader) *EtcdCheck {
+	c.roles = r
+	return c
+}
+
+// Name implements check.Check.
+func (c *EtcdCheck) Name() string { return c.name }
+
+// Component implements check.Check.
+func (*EtcdCheck) Component() string { return report.ComponentEtcd }
+
+// Run implements check.Check.
+func (c *EtcdCheck) Run(ctx context.Context) ([]report.Observation, error) {
+	etcd, err := RequireEtcd(ctx, c.talos, c.roles)
+	if err != nil {
+		return nil, err
+	}
+	o, err := c.read(ctx, c.talos, etcd)
+	if err != nil {
+		return nil, err
+	}
+	return check.Stamp(c, o), nil
+}
