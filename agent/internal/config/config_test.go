@@ -3,6 +3,9 @@ package config
 import (
 	"flag"
 	"io"
+	"os"
+	"path/filepath"
+	"regexp"
 	"testing"
 	"time"
 
@@ -68,5 +71,21 @@ func TestValidateRejects(t *testing.T) {
 			_, err := parse(t, args...)
 			require.Error(t, err)
 		})
+	}
+}
+
+// TestChartArgsAreFlags: every --flag the chart passes the agent is one the
+// agent registers (each check registers its own: a renamed or dropped one
+// would stop the DaemonSet's pods at start-up).
+func TestChartArgsAreFlags(t *testing.T) {
+	raw, err := os.ReadFile(filepath.Join("..", "..", "..", "deploy", "charts", "cozy-health", "templates", "agent-daemonset.yaml"))
+	require.NoError(t, err)
+	args := regexp.MustCompile(`(?m)^\s*- --([a-z0-9-]+)`).FindAllStringSubmatch(string(raw), -1)
+	require.NotEmpty(t, args)
+	c := Default()
+	fs := flag.NewFlagSet("test", flag.ContinueOnError)
+	c.RegisterFlags(fs)
+	for _, a := range args {
+		assert.NotNil(t, fs.Lookup(a[1]), "the chart passes --%s", a[1])
 	}
 }
