@@ -55,7 +55,7 @@ func optionalIn(objs []*unstructured.Unstructured) []string {
 
 // TestChartOptionalAPIs installs the chart, as helm install would, on a
 // cluster serving none of the optional APIs (Talos before its patch, no
-// cert-manager, no monitoring operator, no grafana-operator): it renders
+// cert-manager, no monitoring operator, no grafana-operator, no Cilium): it renders
 // none of their kinds and every object is accepted. Then each API appears
 // (its project's own CRD installed), the chart is rendered again with what
 // the cluster now serves, as helm upgrade or Flux's next upgrade would, and
@@ -109,6 +109,15 @@ func TestChartOptionalAPIs(t *testing.T) {
 		install(t, []string{"cert-manager.io/v1/Certificate", "cert-manager.io/v1/Certificate", "cert-manager.io/v1/Issuer", "cert-manager.io/v1/Issuer",
 			"grafana.integreatly.org/v1beta1/GrafanaDashboard", "operator.victoriametrics.com/v1beta1/VMRule", "operator.victoriametrics.com/v1beta1/VMServiceScrape",
 			"talos.dev/v1alpha1/ServiceAccount"})
+	})
+	t.Run("Cilium", func(t *testing.T) {
+		require.NoError(t, cp.InstallCRDFiles(ctx, "cilium/cilium.io_ciliumnetworkpolicies.yaml"))
+		objs := install(t, []string{"cert-manager.io/v1/Certificate", "cert-manager.io/v1/Certificate", "cert-manager.io/v1/Issuer", "cert-manager.io/v1/Issuer",
+			"cilium.io/v2/CiliumNetworkPolicy", "grafana.integreatly.org/v1beta1/GrafanaDashboard", "operator.victoriametrics.com/v1beta1/VMRule",
+			"operator.victoriametrics.com/v1beta1/VMServiceScrape", "talos.dev/v1alpha1/ServiceAccount"})
+		for _, o := range objs {
+			assert.NotEqual(t, "NetworkPolicy", o.GetKind(), "Cilium does not match ipBlock for host and node identities: its own policy instead")
+		}
 	})
 	// The schemas are real: a scrape object with a misspelt relabel field is
 	// refused, so the acceptance above means something.
