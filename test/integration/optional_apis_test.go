@@ -8,12 +8,16 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"helm.sh/helm/v3/pkg/action"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
 
 	"github.com/cozystack/cozy-health/deploy/render"
 	"github.com/cozystack/cozy-health/test/harness"
+	"github.com/cozystack/cozy-health/test/lab"
 )
 
 // servedAPIs is .Capabilities.APIVersions as helm install and Flux's
@@ -133,4 +137,39 @@ func TestChartOptionalAPIs(t *testing.T) {
 		require.Error(t, err)
 		assert.Contains(t, err.Error(), "relabelConfig")
 	})
+}
+
+// TestHelmUpgradeAddsTheTalosServiceAccount: `helm install` (the Helm SDK,
+// its capabilities from the apiserver's discovery) succeeds on a cluster
+// that does not serve talos.dev, without the ServiceAccount; once Talos
+// serves it (the patch applied), `helm upgrade` with the same values
+// creates it, as the README says.
+func TestHelmUpgradeAddsTheTalosServiceAccount(t *testing.T) {
+	ctx := context.Background()
+	cp := harness.StartWith(t, harness.Options{TalosPodSecurity: true})
+	require.NoError(t, cp.EnsureNamespace(ctx, "cozy-system"))
+	createNamespace(t, cp.Clientset(), "cozy-health", map[string]string{"pod-security.kubernetes.io/enforce": "privileged"})
+	h, err := lab.NewHelm(cp.Kubeconfig, "cozy-health", "cozy-health")
+	require.NoError(t, err)
+	dyn, err := dynamic.NewForConfig(cp.Config)
+	require.NoError(t, err)
+	talosSA := schema.GroupVersionResource{Group: "talos.dev", Version: "v1alpha1", Resource: "serviceaccounts"}
+
+	rel, err := h.Install(ctx, nil)
+	require.NoError(t, err, "installed before the Talos patch")
+	assert.NotContains(t, rel.Manifest, "talos.dev/v1alpha1")
+	assert.Contains(t, rel.Info.Notes, "does not serve talos.dev/v1alpha1 yet")
+
+	require.NoError(t, cp.InstallTalosServiceAccountCRD(ctx))
+	// A new `helm upgrade` (one Helm action configuration keeps the
+	// capabilities it read first, as one helm process does).
+	h, err = lab.NewHelm(cp.Kubeconfig, "cozy-health", "cozy-health")
+	require.NoError(t, err)
+	rel, err = h.Upgrade(ctx, nil)
+	require.NoError(t, err)
+	assert.Contains(t, rel.Manifest, "talos.dev/v1alpha1")
+	sa, err := dyn.Resource(talosSA).Namespace("cozy-health").Get(ctx, "cozy-health-agent-talos-secrets", metav1.GetOptions{})
+	require.NoError(t, err, "helm upgrade created the Talos ServiceAccount")
+	roles, _, _ := unstructured.NestedStringSlice(sa.Object, "spec", "roles")
+	assert.Equal(t, []string{"os:reader"}, roles)
 }
