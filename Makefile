@@ -70,7 +70,7 @@ generate: ## Regenerate deepcopy, applyconfigurations, clientset, CRD and protob
 	bash hack/generate.sh
 
 .PHONY: manifests
-manifests: ## Render the Helm chart into deploy/manifests/cozy-health.yaml (plain manifests for kubectl apply).
+manifests: ## Render the Helm chart into deploy/manifests (plain manifests for kubectl apply, the Talos ServiceAccount apart) and the copies deploy/cozystack takes (dashboard, kube-state-metrics entry).
 	go run ./hack/manifests
 
 .PHONY: verify-generate

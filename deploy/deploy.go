@@ -23,9 +23,27 @@ var chartFS embed.FS
 //go:embed manifests/cozy-health.yaml
 var manifests []byte
 
+//go:embed all:cozystack
+var cozystackFS embed.FS
+
+// CozystackDir is the Cozystack package's directory relative to the
+// repository root: the files to carry into Cozystack's repository, laid out
+// as there (packages/..., dashboards/...), and snippets/ to merge into files
+// of theirs.
+const CozystackDir = "deploy/cozystack"
+
 // Chart returns the chart's files, rooted at the chart's directory.
 func Chart() fs.FS {
 	sub, err := fs.Sub(chartFS, "charts/cozy-health")
+	if err != nil {
+		panic(err) // the path is a constant embedded above
+	}
+	return sub
+}
+
+// Cozystack returns the Cozystack package's files, rooted at CozystackDir.
+func Cozystack() fs.FS {
+	sub, err := fs.Sub(cozystackFS, "cozystack")
 	if err != nil {
 		panic(err) // the path is a constant embedded above
 	}

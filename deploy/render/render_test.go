@@ -9,7 +9,6 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"helm.sh/helm/v3/pkg/chart/loader"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/cozystack/cozy-health/deploy"
@@ -232,12 +231,22 @@ func TestNodeSelectorReachesTheAggregator(t *testing.T) {
 	assert.Contains(t, cm.Object["data"].(map[string]any)["config.yaml"], `node-selector: "kubernetes.io/os=linux,node-role.kubernetes.io/worker="`)
 }
 
-// The committed plain manifests are what the chart renders today (make
-// verify-generate checks the same through make generate).
-func TestManifestsUpToDate(t *testing.T) {
-	r, err := Render(Options{Set: []string{"namespace.create=true"}})
+// The committed generated files (plain manifests, the Talos
+// ServiceAccount, Cozystack's dashboard and kube-state-metrics entry) are
+// what the chart renders today (make verify-generate checks the same
+// through make generate).
+func TestGeneratedFilesUpToDate(t *testing.T) {
+	files, err := GeneratedFiles()
 	require.NoError(t, err)
-	assert.True(t, strings.HasSuffix(string(deploy.Manifests()), string(r.YAML())), "deploy/manifests/cozy-health.yaml is stale: run make manifests")
+	require.Len(t, files, 4)
+	for p, want := range files {
+		got, err := os.ReadFile(filepath.Join(repoRoot(t), p))
+		require.NoError(t, err, "run make manifests")
+		assert.Equal(t, string(want), string(got), "%s is stale: run make manifests", p)
+	}
+	r, err := Render(ManifestsOptions)
+	require.NoError(t, err)
+	assert.True(t, strings.HasSuffix(string(deploy.Manifests()), string(r.YAML())), "the embedded plain manifests are the file")
 }
 
 // Helm is a large dependency: it stays out of the shipped binaries.
@@ -265,30 +274,6 @@ func nested(t *testing.T, obj *unstructured.Unstructured, path ...any) any {
 		}
 	}
 	return cur
-}
-
-// The Cozystack package (deploy/cozystack/cozy-health) lints and renders
-// with Cozystack's values: cert-manager TLS, VictoriaMetrics objects, no
-// namespace check (the package operator labels the namespace).
-func TestCozystackPackage(t *testing.T) {
-	dir := filepath.Join(repoRoot(t), "deploy", "cozystack", "cozy-health")
-	for _, m := range Lint(dir, nil, DefaultNamespace) {
-		t.Errorf("helm lint: %s", m)
-	}
-	c, err := loader.Load(dir)
-	require.NoError(t, err)
-	require.Len(t, c.Dependencies(), 1, "the upstream chart is vendored under charts/")
-	r, err := RenderChart(c, Options{APIVersions: []string{"cert-manager.io/v1", "operator.victoriametrics.com/v1beta1"}})
-	require.NoError(t, err)
-	kinds := map[string]bool{}
-	for _, m := range r.Manifests {
-		kinds[m.Kind] = true
-	}
-	for _, k := range []string{"DaemonSet", "Deployment", "Certificate", "Issuer", "VMServiceScrape", "VMRule"} {
-		assert.True(t, kinds[k], "the package renders a %s", k)
-	}
-	assert.False(t, kinds["Namespace"])
-	assert.NotEmpty(t, r.CRDs, "the dependency's CRD comes along")
 }
 
 // TestNetworkPolicyAllowLists: the aggregator's gRPC and HTTP ports admit

@@ -1,9 +1,11 @@
-// Command manifests renders the Helm chart into the plain manifests
-// kubectl users apply (deploy/manifests/cozy-health.yaml): the chart's default
-// values plus the release Namespace, labelled for the agent's Pod Security
-// level, so that `kubectl apply --server-side -f` works on its own.
+// Command manifests renders the files generated from the Helm chart: the
+// plain manifests kubectl users apply (deploy/manifests/cozy-health.yaml: the
+// chart's default values plus the release Namespace, labelled for the agent's
+// Pod Security level, so that `kubectl apply --server-side -f` works on its
+// own), the Talos ServiceAccount apart, and the files Cozystack takes from the
+// chart (deploy/cozystack: the dashboard, the kube-state-metrics entry).
 //
-//	go run ./hack/manifests [-o deploy/manifests/cozy-health.yaml]
+//	go run ./hack/manifests [-root .]
 package main
 
 import (
@@ -11,37 +13,33 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sort"
 
-	"github.com/cozystack/cozy-health/deploy"
 	"github.com/cozystack/cozy-health/deploy/render"
 )
 
-const header = `# cozy-health plain manifests, rendered from the Helm chart
-# (deploy/charts/cozy-health) with its default values and namespace.create=true
-# by 'make manifests'. DO NOT EDIT: change the chart and run 'make manifests'.
-#
-#   kubectl apply --server-side -f deploy/manifests/cozy-health.yaml
-#
-# Before applying on Talos, apply the machine-config patches in talos/manifests.
-`
-
-// ManifestsOptions are the render options of the plain manifests.
-var manifestsOptions = render.Options{Set: []string{"namespace.create=true"}}
-
 func main() {
-	out := flag.String("o", deploy.ManifestsFile, "output file")
+	root := flag.String("root", ".", "repository root")
 	flag.Parse()
-	r, err := render.Render(manifestsOptions)
+	files, err := render.GeneratedFiles()
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "manifests: %v\n", err)
 		os.Exit(1)
 	}
-	if err := os.MkdirAll(filepath.Dir(*out), 0o755); err != nil {
-		fmt.Fprintf(os.Stderr, "manifests: %v\n", err)
-		os.Exit(1)
+	paths := make([]string, 0, len(files))
+	for p := range files {
+		paths = append(paths, p)
 	}
-	if err := os.WriteFile(*out, append([]byte(header), r.YAML()...), 0o644); err != nil {
-		fmt.Fprintf(os.Stderr, "manifests: %v\n", err)
-		os.Exit(1)
+	sort.Strings(paths)
+	for _, p := range paths {
+		out := filepath.Join(*root, p)
+		if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
+			fmt.Fprintf(os.Stderr, "manifests: %v\n", err)
+			os.Exit(1)
+		}
+		if err := os.WriteFile(out, files[p], 0o644); err != nil {
+			fmt.Fprintf(os.Stderr, "manifests: %v\n", err)
+			os.Exit(1)
+		}
 	}
 }

@@ -94,8 +94,18 @@ it). tls.mode auto picks cert-manager when the cluster serves its API.
 {{ $svc }}
 {{ $svc }}.{{ $root.Release.Namespace }}
 {{ $svc }}.{{ $root.Release.Namespace }}.svc
-{{ $svc }}.{{ $root.Release.Namespace }}.svc.{{ trimSuffix "." $root.Values.tls.clusterDomain }}
+{{ $svc }}.{{ $root.Release.Namespace }}.svc.{{ include "cozy-health.clusterDomain" $root }}
 {{- end }}
+{{- end }}
+
+{{/*
+The cluster's DNS domain: tls.clusterDomain when set, else the
+_cluster.cluster-domain Cozystack's operator injects into every package's
+values (cozy.local by default there), else Kubernetes' cluster.local.
+*/}}
+{{- define "cozy-health.clusterDomain" -}}
+{{- $d := .Values.tls.clusterDomain | default (index (.Values._cluster | default dict) "cluster-domain") | default "cluster.local" -}}
+{{- trimSuffix "." $d -}}
 {{- end }}
 
 {{/* The headless Service the agents dial: every replica, ready or warming. */}}

@@ -1,0 +1,113 @@
+package render
+
+import (
+	"encoding/json"
+	"fmt"
+	"io/fs"
+
+	"sigs.k8s.io/yaml"
+
+	"github.com/cozystack/cozy-health/deploy"
+)
+
+// Paths of the files `make manifests` writes besides deploy.ManifestsFile,
+// relative to the repository root.
+const (
+	// TalosServiceAccountFile is the chart's talos.dev ServiceAccount alone,
+	// for kubectl users to apply after the Talos patch (the plain manifests
+	// leave it out: Talos refuses it before).
+	TalosServiceAccountFile = "deploy/manifests/talos-serviceaccount.yaml"
+	// CozystackDashboardFile is files/dashboard.json where Cozystack keeps
+	// its infra dashboards (dashboards/<group>/<name>.json).
+	CozystackDashboardFile = "deploy/cozystack/dashboards/cozy-health/cozy-health.json"
+	// CozystackKSMFile is files/kube-state-metrics.yaml as the values
+	// Cozystack's monitoring-agents package merges in (its inline
+	// kube-state-metrics customResourceState config and RBAC).
+	CozystackKSMFile = "deploy/cozystack/snippets/monitoring-agents-values.yaml"
+)
+
+// ManifestsOptions are the render options of the plain manifests: the
+// chart's defaults plus the release Namespace.
+var ManifestsOptions = Options{Set: []string{"namespace.create=true"}}
+
+const manifestsHeader = `# cozy-health plain manifests, rendered from the Helm chart
+# (deploy/charts/cozy-health) with its default values and namespace.create=true
+# by 'make manifests'. DO NOT EDIT: change the chart and run 'make manifests'.
+#
+#   kubectl apply --server-side -f deploy/manifests/cozy-health.yaml
+#
+# The Talos ServiceAccount is not here (Talos refuses it until the patch in
+# talos/manifests is applied): apply deploy/manifests/talos-serviceaccount.yaml
+# after the patch.
+`
+
+const talosHeader = `# cozy-health's talos.dev/v1alpha1 ServiceAccount, rendered from the Helm chart
+# by 'make manifests'. DO NOT EDIT. Apply it once the Talos API access patch
+# (talos/manifests/talos-api-access-patch.yaml) is on the control-plane nodes:
+#
+#   kubectl apply --server-side -f deploy/manifests/talos-serviceaccount.yaml
+`
+
+const ksmHeader = `# cozy-health's entry for Cozystack's monitoring-agents values
+# (packages/system/monitoring-agents/values.yaml): append the rule to
+# kube-state-metrics.rbac.extraRules and the resource to
+# kube-state-metrics.customResourceState.config.spec.resources (Helm replaces
+# lists, it does not merge them). Generated from the chart's
+# files/kube-state-metrics.yaml by 'make manifests'. DO NOT EDIT.
+`
+
+// GeneratedFiles renders every file `make manifests` writes, by path
+// relative to the repository root.
+func GeneratedFiles() (map[string][]byte, error) {
+	out := map[string][]byte{}
+	r, err := Render(ManifestsOptions)
+	if err != nil {
+		return nil, err
+	}
+	out[deploy.ManifestsFile] = append([]byte(manifestsHeader), r.YAML()...)
+
+	t, err := Render(Options{APIVersions: []string{"talos.dev/v1alpha1"}})
+	if err != nil {
+		return nil, err
+	}
+	var sa *Manifest
+	for i, m := range t.Manifests {
+		if m.Kind == "ServiceAccount" && m.Source == "templates/talos-serviceaccount.yaml" {
+			sa = &t.Manifests[i]
+		}
+	}
+	if sa == nil {
+		return nil, fmt.Errorf("the chart rendered no talos.dev ServiceAccount with talos.dev/v1alpha1 served")
+	}
+	out[TalosServiceAccountFile] = fmt.Appendf([]byte(talosHeader), "---\n%s\n", sa.Content)
+
+	dash, err := fs.ReadFile(deploy.Chart(), "files/dashboard.json")
+	if err != nil {
+		return nil, err
+	}
+	if !json.Valid(dash) {
+		return nil, fmt.Errorf("files/dashboard.json is not JSON")
+	}
+	out[CozystackDashboardFile] = dash
+
+	raw, err := fs.ReadFile(deploy.Chart(), "files/kube-state-metrics.yaml")
+	if err != nil {
+		return nil, err
+	}
+	var entry map[string]any
+	if err := yaml.Unmarshal(raw, &entry); err != nil {
+		return nil, fmt.Errorf("decode files/kube-state-metrics.yaml: %w", err)
+	}
+	ksm := map[string]any{"kube-state-metrics": map[string]any{
+		"rbac": map[string]any{"extraRules": []any{map[string]any{
+			"apiGroups": []any{"health.cozystack.io"}, "resources": []any{"healths"}, "verbs": []any{"list", "watch"},
+		}}},
+		"customResourceState": map[string]any{"enabled": true, "config": map[string]any{"spec": map[string]any{"resources": []any{entry}}}},
+	}}
+	b, err := yaml.Marshal(ksm)
+	if err != nil {
+		return nil, err
+	}
+	out[CozystackKSMFile] = append([]byte(ksmHeader), b...)
+	return out, nil
+}

@@ -1,0 +1,42 @@
+package harness
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"sigs.k8s.io/yaml"
+)
+
+// InstallCRDFiles applies every CustomResourceDefinition in the given files
+// (paths relative to test/crds, e.g. "cozystack/cozystack.io_packages.yaml":
+// the projects' own CRD YAML, each file saying where it came from) and waits
+// until each is Established.
+func (c *ControlPlane) InstallCRDFiles(ctx context.Context, files ...string) error {
+	for _, n := range files {
+		f := filepath.Join(RepoRoot(), "test", "crds", n)
+		raw, err := os.ReadFile(f)
+		if err != nil {
+			return fmt.Errorf("read %s: %w", f, err)
+		}
+		for _, doc := range bytes.Split(raw, []byte("\n---")) {
+			var obj map[string]any
+			if err := yaml.Unmarshal(doc, &obj); err != nil {
+				return fmt.Errorf("decode %s: %w", f, err)
+			}
+			if len(obj) == 0 {
+				continue
+			}
+			b, err := yaml.Marshal(obj)
+			if err != nil {
+				return err
+			}
+			if err := c.applyCRD(ctx, n, b); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
