@@ -221,9 +221,6 @@ func (in *Input) Get(gvr schema.GroupVersionResource, namespace, name string) *O
 	return o
 }
 
-// Platform is the platform namespace.
-func (in *Input) Platform() string { return in.platform }
-
 // Scope is the namespace a fact about an object in namespace belongs to:
 // the tenant namespace itself, else the platform namespace.
 func (in *Input) Scope(namespace string) (scope string, tenant bool) {

@@ -435,9 +435,6 @@ func (a *App) State() *state.State { return a.state }
 // Engine is the replica's rollup engine.
 func (a *App) Engine() *Engine { return a.engine }
 
-// Registry is the replica's metrics registry.
-func (a *App) Registry() *prometheus.Registry { return a.reg }
-
 // Run serves until ctx is cancelled, then shuts down: the writer stops, a
 // held Lease is released, the servers drain. Everything the aggregator runs
 // is a goroutine of this errgroup: the first to fail stops the others.

@@ -367,20 +367,6 @@ func (d *Damper) Holding() bool {
 	return false
 }
 
-// Forget drops everything remembered about a node (it was deleted).
-func (d *Damper) Forget(node string) {
-	for _, m := range d.nodes {
-		delete(m, node)
-	}
-	for _, m := range d.conds {
-		for k := range m {
-			if k.node == node {
-				delete(m, k)
-			}
-		}
-	}
-}
-
 // Stamp gives the conditions Compact added (component-level, without a
 // LastTransition) their last transition time: when their status last
 // changed. Call it after Compact.

@@ -167,10 +167,6 @@ func New(cfg Config, client versioned.Interface, m *metrics.Metrics, log *zap.Lo
 	}, nil
 }
 
-// AdapterFreshFor is how long an adapter object stays fresh after its
-// observedAt (its spec.sla.freshFor).
-func (w *Writer) AdapterFreshFor() time.Duration { return w.cfg.AdapterFreshFor }
-
 // UpdateIn records the desired status of an adapter object in namespace,
 // exports it to the metrics (on every replica, as the engine does for the
 // node components) and, while leading, queues a write when it changed or when the last write
@@ -209,13 +205,6 @@ func (w *Writer) Remove(namespace, component string) {
 // publish.
 func (w *Writer) AdaptersReady() {
 	w.readyOnce.Do(func() { close(w.adaptersReady) })
-}
-
-// Desired is the desired status of one object (nil when none).
-func (w *Writer) Desired(namespace, component string) *rollup.ComponentStatus {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.desired[Key{namespace, component}].cs
 }
 
 // Update records the desired status of one component (already damped and

@@ -26,14 +26,13 @@ var Source = adapter.Source{
 
 // Condition types and reasons.
 const (
-	TypeWorkload      = "Workload"
-	TypeWorkloads     = "Workloads"
-	ReasonOperational = "Operational"
-	ReasonNotOp       = "NotOperational"
-	ReasonReduced     = "ReplicasUnavailable"
-	ReasonNoStatus    = "NoStatus"
-	ReasonAll         = "AllOperational"
-	ReasonSome        = "WorkloadsNotOperational"
+	TypeWorkload   = "Workload"
+	TypeWorkloads  = "Workloads"
+	ReasonNotOp    = "NotOperational"
+	ReasonReduced  = "ReplicasUnavailable"
+	ReasonNoStatus = "NoStatus"
+	ReasonAll      = "AllOperational"
+	ReasonSome     = "WorkloadsNotOperational"
 )
 
 // Adapter is the WorkloadMonitor adapter.
