@@ -258,4 +258,3 @@ func (s *State) Len() int {
 	defer s.mu.RUnlock()
 	return len(s.nodes)
 }
-
