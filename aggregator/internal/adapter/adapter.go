@@ -43,7 +43,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/tools/cache"
 
-	"github.com/cozystack/cozy-health/aggregator/internal/rollup"
+	"github.com/cozystack/cozy-health/aggregator/internal/status"
 	"github.com/cozystack/cozy-health/pkg/report"
 )
 
@@ -145,7 +145,7 @@ type Finding struct {
 	// Namespace is the scope (Input.Scope of the fact's namespace).
 	Namespace string
 	Component string
-	Condition rollup.Condition
+	Condition status.Condition
 }
 
 // Input is what Judge reads: the cached objects, the time and the scopes.
@@ -264,18 +264,6 @@ func IsTenantNamespace(name string, labels map[string]string) bool {
 // Ref pins a condition to an object of a source.
 func Ref(s Source, namespace, name string) *report.ResourceRef {
 	return &report.ResourceRef{Kind: s.QualifiedKind(), Namespace: namespace, Name: name}
-}
-
-// Truncate shortens a message to rollup.MaxMessage bytes on a rune boundary.
-func Truncate(s string) string {
-	if len(s) <= rollup.MaxMessage {
-		return s
-	}
-	cut := rollup.MaxMessage - len("...")
-	for cut > 0 && s[cut]&0xC0 == 0x80 {
-		cut--
-	}
-	return s[:cut] + "..."
 }
 
 // Key names an object as namespace/name (name alone when cluster-scoped).

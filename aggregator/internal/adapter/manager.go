@@ -21,7 +21,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/cozystack/cozy-health/aggregator/internal/metrics"
-	"github.com/cozystack/cozy-health/aggregator/internal/rollup"
+	"github.com/cozystack/cozy-health/aggregator/internal/status"
 	"github.com/cozystack/cozy-health/aggregator/internal/writer"
 	"github.com/cozystack/cozy-health/pkg/report"
 )
@@ -34,7 +34,7 @@ var (
 // Publisher receives the Health objects the adapters have facts for (the
 // writer; it writes only while leading).
 type Publisher interface {
-	UpdateIn(namespace string, cs *rollup.ComponentStatus, spec writer.Spec)
+	UpdateIn(namespace string, cs *status.Component, spec writer.Spec)
 	Remove(namespace, component string)
 	AdaptersReady()
 }
@@ -214,7 +214,7 @@ func (m *Manager) Seed(namespace, component string, conds []SeedCondition) {
 	}
 }
 
-// SeedCondition is a written condition (Ref as rollup.Condition.ResourceKey).
+// SeedCondition is a written condition (Ref as status.Condition.ResourceKey).
 type SeedCondition struct {
 	Type, Ref, Status, Reason string
 	At                        time.Time
@@ -550,7 +550,7 @@ func (m *Manager) evaluate(ctx context.Context, full bool) {
 				if reason != "" && m.cfg.Metrics != nil {
 					m.cfg.Metrics.AdapterError(j.a.Name(), reason)
 				}
-				st.findings = m.unknownFindings(j.i, now, ReasonJudgeFailed, Truncate(err.Error()), j.a.Sources()[0])
+				st.findings = m.unknownFindings(j.i, now, ReasonJudgeFailed, status.Truncate(err.Error()), j.a.Sources()[0])
 				st.observedAt = now
 				return
 			}
@@ -677,7 +677,7 @@ func watchFailingMessage(src Source, since time.Time, err error) string {
 		}
 		msg += ": " + err.Error()
 	}
-	return Truncate(msg)
+	return status.Truncate(msg)
 }
 
 // recordStates exports every adapter's applicability, sync and object
@@ -710,7 +710,7 @@ func unsyncedMessage(srcs []Source, since time.Time) string {
 	for i, s := range srcs {
 		names[i] = s.CRDName()
 	}
-	return Truncate(fmt.Sprintf("cannot list and watch %v since %s", names, since.UTC().Format(time.RFC3339)))
+	return status.Truncate(fmt.Sprintf("cannot list and watch %v since %s", names, since.UTC().Format(time.RFC3339)))
 }
 
 // unknownFindings are the findings of an adapter that has no trustworthy
@@ -718,7 +718,7 @@ func unsyncedMessage(srcs []Source, since time.Time) string {
 // published before. m.mu held.
 func (m *Manager) unknownFindings(i int, now time.Time, reason, msg string, src Source) []Finding {
 	a := m.adapters[i]
-	c := rollup.Condition{Type: TypeSource, Severity: report.StatusUnknown, Reason: reason, Message: msg,
+	c := status.Condition{Type: TypeSource, Severity: report.StatusUnknown, Reason: reason, Message: msg,
 		Resource: &report.ResourceRef{Kind: crdKind, Name: src.CRDName()}}
 	out := []Finding{{Namespace: m.cfg.Namespace, Component: a.Component(), Condition: c}}
 	seen := map[writer.Key]bool{{Namespace: m.cfg.Namespace, Component: a.Component()}: true}
@@ -753,7 +753,7 @@ func (m *Manager) maxAge(scope string) time.Duration {
 func (m *Manager) publish(now time.Time) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	groups := map[writer.Key][]rollup.Condition{}
+	groups := map[writer.Key][]status.Condition{}
 	// observed is, per object, the oldest observedAt of the adapters
 	// contributing to it: an object is as fresh as its stalest fact.
 	observed := map[writer.Key]time.Time{}
@@ -810,11 +810,11 @@ func (m *Manager) publish(now time.Time) {
 // sorted (worst first, then by type and resource), at most
 // maxConditionsPerObject listed; observedAt is when the API last confirmed
 // its facts, freshUntil FreshFor after. m.mu held.
-func (m *Manager) status(k writer.Key, conds []rollup.Condition, now, observedAt time.Time, live map[transitionKey]bool) *rollup.ComponentStatus {
+func (m *Manager) status(k writer.Key, conds []status.Condition, now, observedAt time.Time, live map[transitionKey]bool) *status.Component {
 	if observedAt.IsZero() || observedAt.After(now) {
 		observedAt = now
 	}
-	cs := &rollup.ComponentStatus{Component: k.Component, Overall: report.StatusHealthy, ObservedAt: observedAt, FreshUntil: observedAt.Add(m.cfg.FreshFor)}
+	cs := &status.Component{Component: k.Component, Overall: report.StatusHealthy, ObservedAt: observedAt, FreshUntil: observedAt.Add(m.cfg.FreshFor)}
 	for i := range conds {
 		c := &conds[i]
 		cs.Overall = report.Worse(cs.Overall, c.Severity)

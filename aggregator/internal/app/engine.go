@@ -12,6 +12,7 @@ import (
 	"github.com/cozystack/cozy-health/aggregator/internal/metrics"
 	"github.com/cozystack/cozy-health/aggregator/internal/rollup"
 	"github.com/cozystack/cozy-health/aggregator/internal/state"
+	"github.com/cozystack/cozy-health/aggregator/internal/status"
 	"github.com/cozystack/cozy-health/aggregator/internal/writer"
 	healthv1alpha1 "github.com/cozystack/cozy-health/pkg/apis/health/v1alpha1"
 	"github.com/cozystack/cozy-health/pkg/report"
@@ -38,7 +39,7 @@ type Engine struct {
 
 	// mu guards latest.
 	mu     sync.RWMutex
-	latest map[string]*rollup.ComponentStatus
+	latest map[string]*status.Component
 }
 
 // NewEngine wires an Engine. w may be nil (no writer).
@@ -79,12 +80,12 @@ func (e *Engine) Seed(objs []healthv1alpha1.Health, until time.Time) {
 // recomputed: only observedAt and freshUntil move, which the writer's
 // refresh carries. That is the steady state of a large healthy cluster;
 // TestEngineRetimeEqualsRecompute holds it to the full computation.
-func (e *Engine) Evaluate() map[string]*rollup.ComponentStatus {
+func (e *Engine) Evaluate() map[string]*status.Component {
 	e.evalMu.Lock()
 	defer e.evalMu.Unlock()
 	start := time.Now()
 	now := e.clock.Now()
-	var out map[string]*rollup.ComponentStatus
+	var out map[string]*status.Component
 	var observed map[string]time.Time
 	unchanged := false
 	if e.latest != nil && !e.alwaysRecompute && !e.damper.Holding() {
@@ -114,7 +115,7 @@ func (e *Engine) Evaluate() map[string]*rollup.ComponentStatus {
 
 // recompute is the full rollup: Compute, then damping, compaction and
 // stamping, published to the metrics and the writer.
-func (e *Engine) recompute(snap state.Snapshot, now time.Time) map[string]*rollup.ComponentStatus {
+func (e *Engine) recompute(snap state.Snapshot, now time.Time) map[string]*status.Component {
 	out := rollup.ComputeCached(snap, now, e.cfg, e.cache)
 	for _, comp := range report.NodeComponents {
 		cs := out[comp]
@@ -138,7 +139,7 @@ func (e *Engine) recompute(snap state.Snapshot, now time.Time) map[string]*rollu
 
 // Latest is the last published rollup (nil before the first). Callers must
 // not modify it.
-func (e *Engine) Latest() map[string]*rollup.ComponentStatus {
+func (e *Engine) Latest() map[string]*status.Component {
 	e.mu.RLock()
 	defer e.mu.RUnlock()
 	return e.latest

@@ -6,7 +6,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/cozystack/cozy-health/aggregator/internal/metrics"
-	"github.com/cozystack/cozy-health/aggregator/internal/rollup"
+	"github.com/cozystack/cozy-health/aggregator/internal/status"
 	healthv1alpha1 "github.com/cozystack/cozy-health/pkg/apis/health/v1alpha1"
 	ac "github.com/cozystack/cozy-health/pkg/applyconfiguration/health/v1alpha1"
 	"github.com/cozystack/cozy-health/pkg/report"
@@ -39,7 +39,7 @@ func adapterSpecApply(namespace, component string, freshFor metav1.Duration, max
 }
 
 // statusApply is the status of cs as an apply configuration.
-func statusApply(namespace string, cs *rollup.ComponentStatus) *ac.HealthApplyConfiguration {
+func statusApply(namespace string, cs *status.Component) *ac.HealthApplyConfiguration {
 	st := ac.HealthStatus().
 		WithOverall(apiStatus(cs.Overall)).
 		WithObservedAt(metav1.NewTime(cs.ObservedAt.UTC().Truncate(0))).
@@ -122,7 +122,7 @@ func joinSorted(names []string) string {
 
 // IssuesOf lists a compacted status's conditions that are not True, as
 // cozy_health_issue exports them.
-func IssuesOf(cs *rollup.ComponentStatus) []metrics.Issue {
+func IssuesOf(cs *status.Component) []metrics.Issue {
 	var out []metrics.Issue
 	for _, c := range cs.Conditions {
 		if c.Severity == report.StatusHealthy {

@@ -35,7 +35,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/cozystack/cozy-health/aggregator/internal/metrics"
-	"github.com/cozystack/cozy-health/aggregator/internal/rollup"
+	"github.com/cozystack/cozy-health/aggregator/internal/status"
 	ac "github.com/cozystack/cozy-health/pkg/applyconfiguration/health/v1alpha1"
 	"github.com/cozystack/cozy-health/pkg/client/clientset/versioned"
 	"github.com/cozystack/cozy-health/pkg/client/clientset/versioned/scheme"
@@ -122,7 +122,7 @@ type Writer struct {
 }
 
 type desiredEntry struct {
-	cs *rollup.ComponentStatus
+	cs *status.Component
 	fp uint64
 	// adapter marks an adapter object (labelled, its own freshness).
 	adapter bool
@@ -171,7 +171,7 @@ func New(cfg Config, client versioned.Interface, m *metrics.Metrics, log *zap.Lo
 // exports it to the metrics (on every replica, as the engine does for the
 // node components) and, while leading, queues a write when it changed or when the last write
 // is older than the adapter refresh period.
-func (w *Writer) UpdateIn(namespace string, cs *rollup.ComponentStatus, spec Spec) {
+func (w *Writer) UpdateIn(namespace string, cs *status.Component, spec Spec) {
 	fp := Fingerprint(cs) ^ uint64(spec.MaxAge)
 	k := Key{namespace, cs.Component}
 	w.metrics.PublishIn(namespace, cs.Component, cs.Overall, IssuesOf(cs))
@@ -210,7 +210,7 @@ func (w *Writer) AdaptersReady() {
 // Update records the desired status of one component (already damped and
 // compacted) and, while leading, queues a write when it changed or when
 // the last write is older than the refresh period.
-func (w *Writer) Update(cs *rollup.ComponentStatus) {
+func (w *Writer) Update(cs *status.Component) {
 	w.update(cs, Fingerprint(cs))
 }
 
@@ -218,7 +218,7 @@ func (w *Writer) Update(cs *rollup.ComponentStatus) {
 // Retimed recorded for its component only in observedAt and freshUntil
 // (rollup.Retime): its fingerprint is the last one, so it is written only
 // by the refresh.
-func (w *Writer) Retimed(cs *rollup.ComponentStatus) {
+func (w *Writer) Retimed(cs *status.Component) {
 	w.mu.Lock()
 	d, ok := w.desired[Key{w.cfg.Namespace, cs.Component}]
 	w.mu.Unlock()
@@ -229,7 +229,7 @@ func (w *Writer) Retimed(cs *rollup.ComponentStatus) {
 	w.update(cs, d.fp)
 }
 
-func (w *Writer) update(cs *rollup.ComponentStatus, fp uint64) {
+func (w *Writer) update(cs *status.Component, fp uint64) {
 	k := Key{w.cfg.Namespace, cs.Component}
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -502,7 +502,7 @@ func (w *Writer) applyStatus(ctx context.Context, h *ac.HealthApplyConfiguration
 // every report and are brought up to date by the refresh instead. Node
 // entries are hashed one by one and summed, so map order does not matter
 // and nothing is sorted.
-func Fingerprint(cs *rollup.ComponentStatus) uint64 {
+func Fingerprint(cs *status.Component) uint64 {
 	h := fnv.New64a()
 	put := func(parts ...string) {
 		for _, p := range parts {

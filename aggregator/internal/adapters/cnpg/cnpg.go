@@ -33,7 +33,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/cozystack/cozy-health/aggregator/internal/adapter"
-	"github.com/cozystack/cozy-health/aggregator/internal/rollup"
+	"github.com/cozystack/cozy-health/aggregator/internal/status"
 	"github.com/cozystack/cozy-health/pkg/report"
 )
 
@@ -142,7 +142,7 @@ func projectCluster(u *unstructured.Unstructured) any {
 
 func projectBackup(u *unstructured.Unstructured) any {
 	b := &backup{cluster: adapter.String(u, "spec", "cluster", "name"), phase: adapter.String(u, "status", "phase"),
-		err: adapter.Truncate(adapter.String(u, "status", "error"))}
+		err: status.Truncate(adapter.String(u, "status", "error"))}
 	b.at = adapter.Time(u, "status", "stoppedAt")
 	if b.at.IsZero() {
 		b.at = adapter.Time(u, "status", "startedAt")
@@ -292,7 +292,7 @@ func (Adapter) Judge(in *adapter.Input) []adapter.Finding {
 		c.Resource = ref
 		out = append(out, adapter.Finding{Namespace: scope, Component: adapter.ComponentBackups, Condition: c})
 		if a := h.c.archiving; a != nil && a.Status == "False" {
-			out = append(out, adapter.Finding{Namespace: scope, Component: adapter.ComponentBackups, Condition: rollup.Condition{
+			out = append(out, adapter.Finding{Namespace: scope, Component: adapter.ComponentBackups, Condition: status.Condition{
 				Type: TypeArchiving, Severity: report.StatusDegraded, Reason: ReasonArchivingFailing, Message: a.Message, Resource: ref,
 			}})
 		}

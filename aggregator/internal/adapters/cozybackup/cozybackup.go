@@ -21,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/cozystack/cozy-health/aggregator/internal/adapter"
+	"github.com/cozystack/cozy-health/aggregator/internal/status"
 )
 
 const group = "backups.cozystack.io"
@@ -73,7 +74,7 @@ func projectPlan(u *unstructured.Unstructured) any {
 
 func projectJob(u *unstructured.Unstructured) any {
 	j := &job{plan: adapter.String(u, "spec", "planRef", "name"), phase: adapter.String(u, "status", "phase"),
-		message: adapter.Truncate(adapter.String(u, "status", "message"))}
+		message: status.Truncate(adapter.String(u, "status", "message"))}
 	j.at = adapter.Time(u, "status", "completedAt")
 	if j.at.IsZero() {
 		j.at = adapter.Time(u, "status", "startedAt")
@@ -154,7 +155,7 @@ func (Adapter) Judge(in *adapter.Input) []adapter.Finding {
 		scope, _ := in.Scope(o.Namespace)
 		c := adapter.JudgeBackup(in.Now, in.MaxAge(scope), *h)
 		c.Resource = adapter.Ref(Plans, o.Namespace, o.Name)
-		c.Message = adapter.Truncate(o.Data.(*plan).app + ": " + c.Message)
+		c.Message = status.Truncate(o.Data.(*plan).app + ": " + c.Message)
 		out = append(out, adapter.Finding{Namespace: scope, Component: adapter.ComponentBackups, Condition: c})
 	}
 	return out

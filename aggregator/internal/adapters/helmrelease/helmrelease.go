@@ -47,7 +47,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/cozystack/cozy-health/aggregator/internal/adapter"
-	"github.com/cozystack/cozy-health/aggregator/internal/rollup"
+	"github.com/cozystack/cozy-health/aggregator/internal/status"
 	"github.com/cozystack/cozy-health/pkg/report"
 )
 
@@ -290,7 +290,7 @@ func (Adapter) Judge(in *adapter.Input) []adapter.Finding {
 		}
 		t.total++
 		ref := adapter.Ref(Source, n.obj.Namespace, n.obj.Name)
-		c := rollup.Condition{Type: TypeRelease, Resource: ref}
+		c := status.Condition{Type: TypeRelease, Resource: ref}
 		switch n.state {
 		case stateReady:
 			t.ready++
@@ -353,7 +353,7 @@ func (Adapter) Judge(in *adapter.Input) []adapter.Finding {
 		if n.r.suspended && n.state != stateSuspended {
 			c.Message += " (suspended)"
 		}
-		c.Message = adapter.Truncate(c.Message)
+		c.Message = status.Truncate(c.Message)
 		t.worst = report.Worse(t.worst, c.Severity)
 		out = append(out, adapter.Finding{Namespace: scope, Component: comp, Condition: c})
 	}
@@ -366,17 +366,17 @@ func (Adapter) Judge(in *adapter.Input) []adapter.Finding {
 		key := f.Condition.Resource.Namespace + "/" + f.Condition.Resource.Name
 		for rt, k := range waitingOn {
 			if rt.kind == "failing" && rt.key == key {
-				f.Condition.Message = adapter.Truncate(fmt.Sprintf("%s (%d waiting on it)", f.Condition.Message, k))
+				f.Condition.Message = status.Truncate(fmt.Sprintf("%s (%d waiting on it)", f.Condition.Message, k))
 			}
 		}
 	}
 	for scope, t := range scopes {
-		c := rollup.Condition{Type: TypeReleases, Severity: t.worst}
+		c := status.Condition{Type: TypeReleases, Severity: t.worst}
 		if t.ready == t.total {
 			c.Reason, c.Message = ReasonAllReady, fmt.Sprintf("%d of %d ready", t.ready, t.total)
 		} else {
 			c.Reason = ReasonNotReady
-			c.Message = adapter.Truncate(summary(t.ready, t.total, t.roots, t.failing, t.suspended))
+			c.Message = status.Truncate(summary(t.ready, t.total, t.roots, t.failing, t.suspended))
 		}
 		out = append(out, adapter.Finding{Namespace: scope, Component: component[scope], Condition: c})
 	}

@@ -39,7 +39,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/cozystack/cozy-health/aggregator/internal/adapter"
-	"github.com/cozystack/cozy-health/aggregator/internal/rollup"
+	"github.com/cozystack/cozy-health/aggregator/internal/status"
 	"github.com/cozystack/cozy-health/pkg/report"
 )
 
@@ -167,7 +167,7 @@ func (Adapter) Judge(in *adapter.Input) []adapter.Finding {
 			continue
 		}
 		scope, _ := in.Scope(o.Namespace)
-		add := func(c rollup.Condition) {
+		add := func(c status.Condition) {
 			if c.Type == TypeDataStore || c.Type == TypeDataStoreEtcd {
 				k := scope + "\x00" + c.Type + "\x00" + c.ResourceKey()
 				if seen[k] {
@@ -175,7 +175,7 @@ func (Adapter) Judge(in *adapter.Input) []adapter.Finding {
 				}
 				seen[k] = true
 			}
-			c.Message = adapter.Truncate(c.Message)
+			c.Message = status.Truncate(c.Message)
 			out = append(out, adapter.Finding{Namespace: scope, Component: adapter.ComponentControlPlane, Condition: c})
 		}
 		ref := adapter.Ref(TenantControlPlanes, o.Namespace, o.Name)
@@ -190,8 +190,8 @@ func (Adapter) Judge(in *adapter.Input) []adapter.Finding {
 	return out
 }
 
-func controlPlane(t *tcp, ref *report.ResourceRef) rollup.Condition {
-	c := rollup.Condition{Type: TypeControlPlane, Resource: ref, Reason: t.versionStatus}
+func controlPlane(t *tcp, ref *report.ResourceRef) status.Condition {
+	c := status.Condition{Type: TypeControlPlane, Resource: ref, Reason: t.versionStatus}
 	switch t.versionStatus {
 	case "Ready", "Sleeping":
 		c.Severity = report.StatusHealthy
@@ -213,8 +213,8 @@ func controlPlane(t *tcp, ref *report.ResourceRef) rollup.Condition {
 	return c
 }
 
-func deployment(t *tcp, ref *report.ResourceRef) rollup.Condition {
-	c := rollup.Condition{Type: TypeDeployment, Resource: ref}
+func deployment(t *tcp, ref *report.ResourceRef) status.Condition {
+	c := status.Condition{Type: TypeDeployment, Resource: ref}
 	switch {
 	case !t.hasDeployment:
 		c.Severity, c.Reason, c.Message = report.StatusUnknown, ReasonNoStatus, "Kamaji has not reported the control plane Deployment"
@@ -231,20 +231,20 @@ func deployment(t *tcp, ref *report.ResourceRef) rollup.Condition {
 	return c
 }
 
-func storage(in *adapter.Input, t *tcp) []rollup.Condition {
+func storage(in *adapter.Input, t *tcp) []status.Condition {
 	if t.dataStore == "" {
-		return []rollup.Condition{{Type: TypeDataStore, Severity: report.StatusUnknown, Reason: ReasonNoDataStore,
+		return []status.Condition{{Type: TypeDataStore, Severity: report.StatusUnknown, Reason: ReasonNoDataStore,
 			Message: "the control plane names no DataStore yet (status.storage.dataStoreName)"}}
 	}
 	ref := adapter.Ref(DataStores, "", t.dataStore)
 	o := in.Get(DataStores.GVR, "", t.dataStore)
 	if o == nil {
-		return []rollup.Condition{{Type: TypeDataStore, Resource: ref, Severity: report.StatusDown, Reason: ReasonDataStoreMissing,
+		return []status.Condition{{Type: TypeDataStore, Resource: ref, Severity: report.StatusDown, Reason: ReasonDataStoreMissing,
 			Message: fmt.Sprintf("DataStore %s does not exist", t.dataStore)}}
 	}
 	d, _ := o.Data.(*dataStore)
 	desc := fmt.Sprintf("driver %s, endpoints %s", orDash(d.driver), orDash(strings.Join(d.endpoints, ",")))
-	c := rollup.Condition{Type: TypeDataStore, Resource: ref}
+	c := status.Condition{Type: TypeDataStore, Resource: ref}
 	switch {
 	case !d.readySet:
 		c.Severity, c.Reason = report.StatusUnknown, ReasonFieldAbsent
@@ -260,7 +260,7 @@ func storage(in *adapter.Input, t *tcp) []rollup.Condition {
 		}
 		c.Message += "; " + desc
 	}
-	out := []rollup.Condition{c}
+	out := []status.Condition{c}
 	if d.driver == "etcd" && in.Has(EtcdClusters.GVR) {
 		if ec, ok := etcdOf(in, d); ok {
 			out = append(out, ec)
@@ -273,7 +273,7 @@ func storage(in *adapter.Input, t *tcp) []rollup.Condition {
 // the label before "svc" in its endpoints' host names
 // (etcd.tenant-foo.svc:2379, etcd-0.etcd-headless.tenant-foo.svc...), the
 // cluster the one there whose name prefixes the host.
-func etcdOf(in *adapter.Input, d *dataStore) (rollup.Condition, bool) {
+func etcdOf(in *adapter.Input, d *dataStore) (status.Condition, bool) {
 	for _, ep := range d.endpoints {
 		host := ep
 		if i := strings.LastIndexByte(host, ':'); i > 0 {
@@ -295,7 +295,7 @@ func etcdOf(in *adapter.Input, d *dataStore) (rollup.Condition, bool) {
 				continue
 			}
 			e, _ := o.Data.(*etcd)
-			c := rollup.Condition{Type: TypeDataStoreEtcd, Resource: adapter.Ref(EtcdClusters, o.Namespace, o.Name)}
+			c := status.Condition{Type: TypeDataStoreEtcd, Resource: adapter.Ref(EtcdClusters, o.Namespace, o.Name)}
 			switch {
 			case e.errCond != nil:
 				c.Severity, c.Reason, c.Message = report.StatusDown, e.errCond.Reason, e.errCond.Message
@@ -309,7 +309,7 @@ func etcdOf(in *adapter.Input, d *dataStore) (rollup.Condition, bool) {
 			return c, true
 		}
 	}
-	return rollup.Condition{}, false
+	return status.Condition{}, false
 }
 
 func orDash(s string) string {

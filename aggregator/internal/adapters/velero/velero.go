@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/cozystack/cozy-health/aggregator/internal/adapter"
+	"github.com/cozystack/cozy-health/aggregator/internal/status"
 )
 
 // Sources.
@@ -62,14 +63,14 @@ func projectSchedule(u *unstructured.Unstructured) any {
 	s.paused, _ = adapter.Bool(u, "spec", "paused")
 	errs, _, _ := unstructured.NestedStringSlice(u.Object, "status", "validationErrors")
 	if len(errs) > 0 {
-		s.validation = adapter.Truncate(errs[0])
+		s.validation = status.Truncate(errs[0])
 	}
 	return s
 }
 
 func projectBackup(u *unstructured.Unstructured) any {
 	b := &backup{schedule: u.GetLabels()[scheduleLabel], phase: adapter.String(u, "status", "phase"),
-		reason: adapter.Truncate(adapter.String(u, "status", "failureReason"))}
+		reason: status.Truncate(adapter.String(u, "status", "failureReason"))}
 	b.at = adapter.Time(u, "status", "completionTimestamp")
 	if b.at.IsZero() {
 		b.at = adapter.Time(u, "status", "startTimestamp")

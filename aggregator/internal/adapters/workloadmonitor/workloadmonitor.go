@@ -14,7 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/cozystack/cozy-health/aggregator/internal/adapter"
-	"github.com/cozystack/cozy-health/aggregator/internal/rollup"
+	"github.com/cozystack/cozy-health/aggregator/internal/status"
 	"github.com/cozystack/cozy-health/pkg/report"
 )
 
@@ -91,7 +91,7 @@ func (Adapter) Judge(in *adapter.Input) []adapter.Finding {
 			tallies[scope] = t
 		}
 		t.total++
-		c := rollup.Condition{Type: TypeWorkload, Resource: adapter.Ref(Source, o.Namespace, o.Name),
+		c := status.Condition{Type: TypeWorkload, Resource: adapter.Ref(Source, o.Namespace, o.Name),
 			Message: fmt.Sprintf("%d of %d replicas available (minimum %d)", m.available, m.replicas, m.minimum)}
 		switch {
 		case !m.hasOperational:
@@ -108,7 +108,7 @@ func (Adapter) Judge(in *adapter.Input) []adapter.Finding {
 		out = append(out, adapter.Finding{Namespace: scope, Component: comp, Condition: c})
 	}
 	for scope, t := range tallies {
-		c := rollup.Condition{Type: TypeWorkloads, Severity: t.worst, Reason: ReasonAll,
+		c := status.Condition{Type: TypeWorkloads, Severity: t.worst, Reason: ReasonAll,
 			Message: fmt.Sprintf("%d of %d workloads fully available", t.ok, t.total)}
 		if t.ok < t.total {
 			c.Reason = ReasonSome
