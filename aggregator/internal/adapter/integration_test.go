@@ -35,6 +35,7 @@ import (
 	"github.com/cozystack/cozy-health/aggregator/internal/adapters/kamaji"
 	"github.com/cozystack/cozy-health/aggregator/internal/adapters/velero"
 	"github.com/cozystack/cozy-health/aggregator/internal/metrics"
+	"github.com/cozystack/cozy-health/aggregator/internal/status"
 	"github.com/cozystack/cozy-health/aggregator/internal/writer"
 	healthv1alpha1 "github.com/cozystack/cozy-health/pkg/apis/health/v1alpha1"
 	"github.com/cozystack/cozy-health/pkg/client/clientset/versioned"
@@ -84,7 +85,7 @@ func startWith(t *testing.T, cfg adapter.Config, setup func(e *env) *rest.Config
 		rc = setup(e)
 	}
 	e.reg = prometheus.NewRegistry()
-	m, err := metrics.New(e.reg, platformNS)
+	m, err := metrics.New(e.reg)
 	require.NoError(t, err)
 	log := zaptest.NewLogger(t)
 	w, err := writer.New(writer.Config{Namespace: platformNS, FreshFor: time.Minute, RefreshPeriod: 20 * time.Second,
@@ -101,7 +102,8 @@ func startWith(t *testing.T, cfg adapter.Config, setup func(e *env) *rest.Config
 	if cfg.Period == 0 {
 		cfg.Period = 2 * time.Second
 	}
-	mgr := adapter.NewManager(cfg, mdyn, list, w, log, nil)
+	cfg.Ready = w.AdaptersReady
+	mgr := adapter.NewManager(cfg, mdyn, list, status.Publishers{m, w}, log, nil)
 	done := make(chan struct{}, 2)
 	go func() { _ = mgr.Run(ctx); done <- struct{}{} }()
 	go func() { w.Run(ctx); done <- struct{}{} }()

@@ -24,6 +24,7 @@ import (
 	"github.com/cozystack/cozy-health/aggregator/internal/adapters/helmrelease"
 	"github.com/cozystack/cozy-health/aggregator/internal/adapters/kamaji"
 	"github.com/cozystack/cozy-health/aggregator/internal/metrics"
+	"github.com/cozystack/cozy-health/aggregator/internal/status"
 	"github.com/cozystack/cozy-health/aggregator/internal/writer"
 	"github.com/cozystack/cozy-health/deploy"
 	healthv1alpha1 "github.com/cozystack/cozy-health/pkg/apis/health/v1alpha1"
@@ -143,12 +144,12 @@ status:
 	aggDyn, err := dynamic.NewForConfig(aggConfig)
 	require.NoError(t, err)
 	reg := prometheus.NewRegistry()
-	m, err := metrics.New(reg, platformNS)
+	m, err := metrics.New(reg)
 	require.NoError(t, err)
 	log := zaptest.NewLogger(t)
 	w, err := writer.New(writer.Config{Namespace: platformNS, FreshFor: time.Minute, RefreshPeriod: 20 * time.Second, WritesPerSecond: 50, WriteBurst: 50}, aggHealth, m, log, nil)
 	require.NoError(t, err)
-	mgr := adapter.NewManager(adapter.Config{Namespace: platformNS, Debounce: 100 * time.Millisecond, Period: time.Second, SyncTimeout: 5 * time.Second, Metrics: m}, aggDyn, adapters.All(), w, log, nil)
+	mgr := adapter.NewManager(adapter.Config{Namespace: platformNS, Debounce: 100 * time.Millisecond, Period: time.Second, SyncTimeout: 5 * time.Second, Metrics: m, Ready: w.AdaptersReady}, aggDyn, adapters.All(), status.Publishers{m, w}, log, nil)
 	done := make(chan struct{}, 2)
 	go func() { _ = mgr.Run(ctx); done <- struct{}{} }()
 	go func() { w.Run(ctx); done <- struct{}{} }()

@@ -16,7 +16,7 @@ import (
 	"github.com/cozystack/cozy-health/aggregator/internal/writer"
 )
 
-// newAdapters wires the cluster adapters (adapters.All) to the writer on a
+// newAdapters wires the cluster adapters (adapters.All) to the publisher on a
 // dynamic client of their own (its informers follow CRDs as they come and
 // go, which a static factory cannot).
 func (a *App) newAdapters(cfg config.Config, rc *rest.Config) (*adapter.Manager, error) {
@@ -30,8 +30,8 @@ func (a *App) newAdapters(cfg config.Config, rc *rest.Config) (*adapter.Manager,
 	}
 	return adapter.NewManager(adapter.Config{
 		Namespace: cfg.Namespace, FreshFor: cfg.AdapterFreshFor, Period: cfg.AdapterPeriod,
-		SyncTimeout: cfg.AdapterSyncTimeout, BackupMaxAge: ages, Metrics: a.metrics,
-	}, dyn, adapters.All(), a.writer, a.base, a.clock), nil
+		SyncTimeout: cfg.AdapterSyncTimeout, BackupMaxAge: ages, Metrics: a.metrics, Ready: a.writer.AdaptersReady,
+	}, dyn, adapters.All(), a.publish, a.base, a.clock), nil
 }
 
 // seedAdapterTransitions reads the adapter objects an earlier leader wrote

@@ -613,3 +613,13 @@ func TestNewLeaderKeepsLastTransitionTime(t *testing.T) {
 		}
 	}, time.Minute, 250*time.Millisecond)
 }
+
+func testReport(node string, seq uint64, at time.Time, disk report.Status) *report.NodeReport {
+	return &report.NodeReport{
+		NodeName: node, AgentInstanceID: "agent-" + node, Sequence: seq, SentAt: at, Interval: 5 * time.Second,
+		Observations: []report.Observation{
+			{Component: report.ComponentDisk, Check: report.CheckFsyncProbe, Status: disk, Reason: "Probe" + disk.String(), Message: "probe"},
+			{Component: report.ComponentNode, Check: report.CheckTalosServices, Status: report.StatusHealthy, Reason: "ServicesRunning"},
+		},
+	}
+}

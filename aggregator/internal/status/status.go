@@ -39,7 +39,25 @@ type Component struct {
 	// adapters fill Issues).
 	DegradedNodes []string `json:"degradedNodes,omitempty"`
 	Issues        int      `json:"issues"`
+	// Source is who decides the object: the rollup (a node-local
+	// component, with node entries) or the cluster adapters.
+	Source Source `json:"source,omitempty"`
+	// MaxAge, when positive, is the object's backup SLA, written as
+	// spec.sla.maxAge (an adapters' backups object).
+	MaxAge time.Duration `json:"maxAge,omitempty"`
 }
+
+// Source is who decides a Component.
+type Source uint8
+
+const (
+	// FromRollup: a node-local component, rolled up from the agents'
+	// reports, in the platform namespace.
+	FromRollup Source = iota
+	// FromAdapters: a component the cluster adapters judge from the
+	// Kubernetes API, in the namespace of the facts' scope.
+	FromAdapters
+)
 
 // NodeState is a component's state on one node.
 type NodeState struct {

@@ -5,7 +5,6 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/cozystack/cozy-health/aggregator/internal/metrics"
 	"github.com/cozystack/cozy-health/aggregator/internal/status"
 	healthv1alpha1 "github.com/cozystack/cozy-health/pkg/apis/health/v1alpha1"
 	ac "github.com/cozystack/cozy-health/pkg/applyconfiguration/health/v1alpha1"
@@ -118,21 +117,4 @@ func joinSorted(names []string) string {
 		b = append(b, s...)
 	}
 	return string(b)
-}
-
-// IssuesOf lists a compacted status's conditions that are not True, as
-// cozy_health_issue exports them.
-func IssuesOf(cs *status.Component) []metrics.Issue {
-	var out []metrics.Issue
-	for _, c := range cs.Conditions {
-		if c.Severity == report.StatusHealthy {
-			continue
-		}
-		is := metrics.Issue{Node: c.Node, Type: c.Type, Reason: c.Reason, Status: c.Severity}
-		if c.Resource != nil {
-			is.Kind, is.Resource = c.Resource.Kind, c.Resource.Name
-		}
-		out = append(out, is)
-	}
-	return out
 }
