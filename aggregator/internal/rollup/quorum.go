@@ -31,12 +31,9 @@ func raftNodes(names []string, claims []*quorum.Claims, snap state.Snapshot, now
 // ref; nil for etcd, the component itself), then, when memberConds is set,
 // one QuorumMember condition per voting member.
 //
-// Every member that votes counts healthy: Healthy, Degraded (votes but
-// warns: DBSizeNearQuota, MemberErrors) and, for etcd, one under the
-// NOSPACE alarm; a member that cannot vote (Down) counts lost; a member
-// whose health is not known (Unknown, stale node, a control-plane node
-// without a member observation, rejected claims) is unknown, and so is
-// every voting member no node describes. The Quorum condition is Healthy
+// How a member counts (votes, lost, unknown) is the quorum package's
+// (quorum.Classify, View.Count), and so is the verdict (quorum.Count.Judge);
+// this states what each verdict publishes. The Quorum condition is Healthy
 // (all voting members vote), Degraded (QuorumAtRisk), Down (QuorumLost,
 // only when even every unknown member voting would not make a quorum) or
 // Unknown (QuorumUndetermined, naming the unknown members; NoVotingMembers

@@ -13,10 +13,8 @@
 //     component; a component no fresh node observes is Unknown/NoData.
 //   - Raft clusters (etcd; ovn-central's OVN_Northbound and OVN_Southbound,
 //     inside kube-ovn) are read by the quorum package's one reader (which
-//     claims are believed) and judged by quorum.Count.Judge; judgeRaft
-//     (quorum.go) states what each verdict publishes: lost means cannot
-//     vote, a member that votes but warns makes the component Degraded,
-//     etcd's NOSPACE alarm is its own Down verdict.
+//     claims are believed) and judged by its one rule, quorum.Count.Judge;
+//     judgeRaft (quorum.go) states what each verdict publishes.
 //   - A node-local component is Down (AllNodesDown) only when it is Down on
 //     every node listed, or a rule of its own (ovn-central's quorum) says it
 //     cannot serve; Degraded when some nodes are Down or Degraded; Unknown
