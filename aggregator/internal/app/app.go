@@ -40,7 +40,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/utils/clock"
 
-	"github.com/cozystack/cozy-health/aggregator/internal/adapter"
+	"github.com/cozystack/cozy-health/aggregator/internal/adapterkit"
 	"github.com/cozystack/cozy-health/aggregator/internal/config"
 	"github.com/cozystack/cozy-health/aggregator/internal/delegated"
 	"github.com/cozystack/cozy-health/aggregator/internal/drain"
@@ -115,7 +115,7 @@ type App struct {
 	// adapters runs the cluster adapters (nil with --adapters=false); its
 	// informers are dynamic, one per served API, started and stopped as
 	// CRDs come and go, under Run's errgroup.
-	adapters *adapter.Manager
+	adapters *adapterkit.Manager
 	drain    *drain.Service
 	// claims counts and logs the cluster claims the rollup and the drain
 	// check do not believe (quorum.Auditor).

@@ -1,5 +1,6 @@
-// Package adapter runs the cluster adapters: small packages (listed in one
-// table, aggregator/internal/adapters) that judge facts living in the
+// Package adapterkit is what every cluster adapter is built from and run
+// by. The adapters themselves are small packages (listed in one table,
+// aggregator/internal/adapters) that judge facts living in the
 // Kubernetes API — Flux HelmReleases, CNPG / Cozystack / velero backups,
 // Kamaji tenant control planes, Cozystack WorkloadMonitors — and turn them
 // into conditions of Health objects in the namespace each fact belongs to.
@@ -29,7 +30,7 @@
 //   - Health objects are written for every (scope, component) with at least
 //     one condition and withdrawn (deleted by the leader) when their last
 //     fact goes away.
-package adapter
+package adapterkit
 
 import (
 	"fmt"
@@ -125,9 +126,10 @@ func (o *Object) DeepCopyObject() runtime.Object {
 
 var _ runtime.Object = (*Object)(nil)
 
-// Compact builds the cached form of u: name, namespace, generation,
-// creation time, and project(u).
-func Compact(u *unstructured.Unstructured, project func(u *unstructured.Unstructured) any) *Object {
+// CachedObject builds the cached form of u: name, namespace, generation,
+// creation time, and project(u). (rollup.Compact is another thing: it
+// shapes a status for writing.)
+func CachedObject(u *unstructured.Unstructured, project func(u *unstructured.Unstructured) any) *Object {
 	o := &Object{}
 	o.Name = u.GetName()
 	o.Namespace = u.GetNamespace()

@@ -1,4 +1,4 @@
-package adapter
+package adapterkit
 
 import (
 	"context"
@@ -311,7 +311,7 @@ func (m *Manager) informer(gvr schema.GroupVersionResource, project func(*unstru
 		if !ok {
 			return obj, nil
 		}
-		return Compact(u, project), nil
+		return CachedObject(u, project), nil
 	})
 	return inf
 }
