@@ -63,21 +63,31 @@ type Config struct {
 	Ready func()
 }
 
+// Defaults of Config, the one place they are written (the aggregator's
+// flags default to them too).
+const (
+	DefaultFreshFor     = 10 * time.Minute
+	DefaultPeriod       = 10 * time.Second
+	DefaultDebounce     = 200 * time.Millisecond
+	DefaultSyncTimeout  = 30 * time.Second
+	DefaultJudgeTimeout = 5 * time.Second
+)
+
 func (c *Config) defaults() {
 	if c.Period <= 0 {
-		c.Period = 10 * time.Second
+		c.Period = DefaultPeriod
 	}
 	if c.Debounce <= 0 {
-		c.Debounce = 200 * time.Millisecond
+		c.Debounce = DefaultDebounce
 	}
 	if c.SyncTimeout <= 0 {
-		c.SyncTimeout = 30 * time.Second
+		c.SyncTimeout = DefaultSyncTimeout
 	}
 	if c.JudgeTimeout <= 0 {
-		c.JudgeTimeout = 5 * time.Second
+		c.JudgeTimeout = DefaultJudgeTimeout
 	}
 	if c.FreshFor <= 0 {
-		c.FreshFor = 10 * time.Minute
+		c.FreshFor = DefaultFreshFor
 	}
 	if c.WatchGrace <= 0 {
 		c.WatchGrace = c.SyncTimeout
