@@ -22,10 +22,12 @@
 //   - Per-resource observations fold into one condition per check and node,
 //     plus one condition per resource that is not Healthy.
 //
-// By file: rollup.go the types, Compute and the node projection, fold.go
-// one report's observations into conditions and node states, quorum.go the
-// raft projections, cache.go the memo that lets an unchanged state be
-// retimed instead of recomputed.
+// By file: rollup.go Compute and the node projection (the status types are
+// the status package's), fold.go one report's observations into conditions
+// and node states, quorum.go the raft projections, cache.go the memo that
+// lets an unchanged state be retimed instead of recomputed, engine.go the
+// loop that drives Compute -> damp -> compact -> stamp and hands the result
+// to one status.Publisher.
 package rollup
 
 import (

@@ -14,7 +14,7 @@ import (
 	"github.com/cozystack/cozy-health/pkg/report/reporttest"
 )
 
-// silentRollup is one rollup as the engine publishes it (app.Engine's
+// silentRollup is one rollup as the engine publishes it (Engine's
 // recompute): Compute, damping, compaction, stamping.
 func silentRollup(snap state.Snapshot, now time.Time, cfg Config, cache *Cache, d *Damper) map[string]*status.Component {
 	out := ComputeCached(snap, now, cfg, cache)
@@ -106,7 +106,7 @@ func TestSilentNodeUnknownEverywhereInOneRollup(t *testing.T) {
 
 			// The silent node's last report was that one; the others go on
 			// every 2 s while the engine rolls up every 500 ms and at the
-			// heartbeat deadline (app.Engine.Run). unknownAt is, per
+			// heartbeat deadline (Engine.Run). unknownAt is, per
 			// component, the first rollup that published the silent node
 			// Unknown/HeartbeatMissed.
 			unknownAt := map[string]time.Time{}
