@@ -493,7 +493,12 @@ status:
   startTimestamp: %q
   completionTimestamp: %q
 `, done.Add(-10*time.Minute).Format(time.RFC3339), done.Format(time.RFC3339)))
-		h := e.health(platformNS, "backups", func(h *healthv1alpha1.Health) bool { return cond(h, "Backup", "nightly") != nil })
+		// The Schedule may be judged before its Backup is: wait for the
+		// judgement that has seen the Backup.
+		h := e.health(platformNS, "backups", func(h *healthv1alpha1.Health) bool {
+			c := cond(h, "Backup", "nightly")
+			return c != nil && c.LastSuccessfulAt != nil
+		})
 		c := cond(h, "Backup", "nightly")
 		assert.Equal(t, adapterkit.ReasonScheduleSuspended, c.Reason)
 		assert.Contains(t, c.Message, "Schedule cozy-system/nightly is paused")
