@@ -29,6 +29,7 @@ import (
 	"github.com/cozystack/cozy-health/pkg/client/clientset/versioned"
 	"github.com/cozystack/cozy-health/pkg/logging"
 	"github.com/cozystack/cozy-health/pkg/report"
+	"github.com/cozystack/cozy-health/pkg/report/reporttest"
 	"github.com/cozystack/cozy-health/pkg/tlsutil"
 	"github.com/cozystack/cozy-health/test/harness"
 )
@@ -136,7 +137,7 @@ func (f *feeder) run(ctx context.Context, every time.Duration) {
 		f.seq++
 		now := time.Now()
 		for node, s := range f.status {
-			r := testReport(node, f.seq, now, s)
+			r := reporttest.Disk(node, f.seq, now, s)
 			r.Interval = time.Second
 			for _, a := range f.sinks {
 				a.State().Accept(r, now)
@@ -612,14 +613,4 @@ func TestNewLeaderKeepsLastTransitionTime(t *testing.T) {
 			assert.True(c, since.Equal(&cond.LastTransitionTime), "lastTransitionTime %s, the first leader published %s", cond.LastTransitionTime, since)
 		}
 	}, time.Minute, 250*time.Millisecond)
-}
-
-func testReport(node string, seq uint64, at time.Time, disk report.Status) *report.NodeReport {
-	return &report.NodeReport{
-		NodeName: node, AgentInstanceID: "agent-" + node, Sequence: seq, SentAt: at, Interval: 5 * time.Second,
-		Observations: []report.Observation{
-			{Component: report.ComponentDisk, Check: report.CheckFsyncProbe, Status: disk, Reason: "Probe" + disk.String(), Message: "probe"},
-			{Component: report.ComponentNode, Check: report.CheckTalosServices, Status: report.StatusHealthy, Reason: "ServicesRunning"},
-		},
-	}
 }
