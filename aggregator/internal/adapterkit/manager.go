@@ -839,7 +839,11 @@ func (m *Manager) status(k objectKey, conds []status.Condition, now, observedAt 
 			m.transitions[tk] = transition{status: st, reason: c.Reason, at: c.LastTransition}
 		}
 		if c.Backup != nil && !c.Backup.LastSuccessfulAt.IsZero() {
-			c.Backup.ObservedAge = max(now.Sub(c.Backup.LastSuccessfulAt), 0)
+			// A copy: the facts are the adapter's finding, shared with the
+			// status published before (status.Publisher keeps what it gets).
+			b := *c.Backup
+			b.ObservedAge = max(now.Sub(b.LastSuccessfulAt), 0)
+			c.Backup = &b
 		}
 	}
 	sort.SliceStable(conds, func(i, j int) bool {
