@@ -21,6 +21,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	healthv1alpha1 "github.com/cozystack/cozy-health/pkg/apis/health/v1alpha1"
+	"github.com/cozystack/cozy-health/pkg/drainapi"
 	"github.com/cozystack/cozy-health/test/harness"
 	"github.com/cozystack/cozy-health/test/lab"
 )
@@ -494,20 +495,11 @@ func componentCondition(component, ctype string, status healthv1alpha1.Condition
 }
 
 // drainAnswer is the JSON of GET /v1/drain-check.
-type drainAnswer struct {
-	Node    string `json:"node"`
-	Verdict string `json:"verdict"`
-	Reasons []struct {
-		Rule      string `json:"rule"`
-		Component string `json:"component"`
-		Verdict   string `json:"verdict"`
-		Message   string `json:"message"`
-	} `json:"reasons"`
-}
+type drainAnswer = drainapi.Result
 
 func drainCheck(t *testing.T, ctx context.Context, base, node string) drainAnswer {
 	t.Helper()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/v1/drain-check?node="+node, nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+drainapi.Path+"?node="+node, nil)
 	require.NoError(t, err)
 	resp, err := http.DefaultClient.Do(req)
 	require.NoError(t, err)
@@ -529,7 +521,7 @@ func hasReason(a drainAnswer, component, word string) bool {
 func ruleVerdict(a drainAnswer, rule string) string {
 	for _, r := range a.Reasons {
 		if r.Rule == rule {
-			return r.Verdict
+			return string(r.Verdict)
 		}
 	}
 	return ""

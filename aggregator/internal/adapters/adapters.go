@@ -1,11 +1,12 @@
 // Package adapters lists every cluster adapter in one table. Adding an
-// adapter is one line here plus its package under adapters/; the runner
-// around them (aggregator/internal/adapter) owns informers, deadlines,
-// applicability and publishing.
+// adapter is one line here plus its package under adapters/; the kit
+// they are built from (aggregator/internal/adapterkit) holds the Adapter
+// interface and the Manager that owns informers, deadlines, applicability
+// and publishing.
 package adapters
 
 import (
-	"github.com/cozystack/cozy-health/aggregator/internal/adapter"
+	"github.com/cozystack/cozy-health/aggregator/internal/adapterkit"
 	"github.com/cozystack/cozy-health/aggregator/internal/adapters/cnpg"
 	"github.com/cozystack/cozy-health/aggregator/internal/adapters/cozybackup"
 	"github.com/cozystack/cozy-health/aggregator/internal/adapters/helmrelease"
@@ -15,8 +16,8 @@ import (
 )
 
 // All returns every adapter, in the order their findings are merged.
-func All() []adapter.Adapter {
-	return []adapter.Adapter{
+func All() []adapterkit.Adapter {
+	return []adapterkit.Adapter{
 		helmrelease.New(),     // platform / apps: Flux HelmReleases and their root causes
 		workloadmonitor.New(), // platform / apps: Cozystack WorkloadMonitors
 		cnpg.New(),            // backups: CNPG Clusters, Backups, ScheduledBackups, barman-cloud ObjectStores

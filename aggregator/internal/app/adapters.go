@@ -10,16 +10,16 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
 
-	"github.com/cozystack/cozy-health/aggregator/internal/adapter"
+	"github.com/cozystack/cozy-health/aggregator/internal/adapterkit"
 	"github.com/cozystack/cozy-health/aggregator/internal/adapters"
 	"github.com/cozystack/cozy-health/aggregator/internal/config"
 	"github.com/cozystack/cozy-health/aggregator/internal/writer"
 )
 
-// newAdapters wires the cluster adapters (adapters.All) to the writer on a
+// newAdapters wires the cluster adapters (adapters.All) to the publisher on a
 // dynamic client of their own (its informers follow CRDs as they come and
 // go, which a static factory cannot).
-func (a *App) newAdapters(cfg config.Config, rc *rest.Config) (*adapter.Manager, error) {
+func (a *App) newAdapters(cfg config.Config, rc *rest.Config) (*adapterkit.Manager, error) {
 	ages, err := config.ParseMaxAges(cfg.BackupMaxAge)
 	if err != nil {
 		return nil, fmt.Errorf("--backup-max-age: %w", err)
@@ -28,10 +28,10 @@ func (a *App) newAdapters(cfg config.Config, rc *rest.Config) (*adapter.Manager,
 	if err != nil {
 		return nil, fmt.Errorf("dynamic client: %w", err)
 	}
-	return adapter.NewManager(adapter.Config{
+	return adapterkit.NewManager(adapterkit.Config{
 		Namespace: cfg.Namespace, FreshFor: cfg.AdapterFreshFor, Period: cfg.AdapterPeriod,
-		SyncTimeout: cfg.AdapterSyncTimeout, BackupMaxAge: ages, Metrics: a.metrics,
-	}, dyn, adapters.All(), a.writer, a.base, a.clock), nil
+		SyncTimeout: cfg.AdapterSyncTimeout, BackupMaxAge: ages, Metrics: a.metrics, Ready: a.writer.AdaptersReady,
+	}, dyn, adapters.All(), a.publish, a.base, a.clock), nil
 }
 
 // seedAdapterTransitions reads the adapter objects an earlier leader wrote
@@ -46,9 +46,9 @@ func (a *App) seedAdapterTransitions(ctx context.Context) {
 		return
 	}
 	for _, h := range list.Items {
-		conds := make([]adapter.SeedCondition, 0, len(h.Status.Conditions))
+		conds := make([]adapterkit.SeedCondition, 0, len(h.Status.Conditions))
 		for _, c := range h.Status.Conditions {
-			sc := adapter.SeedCondition{Type: c.Type, Status: string(c.Status), Reason: c.Reason, At: c.LastTransitionTime.Time}
+			sc := adapterkit.SeedCondition{Type: c.Type, Status: string(c.Status), Reason: c.Reason, At: c.LastTransitionTime.Time}
 			if r := c.ResourceRef; r != nil {
 				sc.Ref = r.Kind + "/" + r.Namespace + "/" + r.Name
 			}

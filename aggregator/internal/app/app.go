@@ -40,7 +40,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/utils/clock"
 
-	"github.com/cozystack/cozy-health/aggregator/internal/adapter"
+	"github.com/cozystack/cozy-health/aggregator/internal/adapterkit"
 	"github.com/cozystack/cozy-health/aggregator/internal/config"
 	"github.com/cozystack/cozy-health/aggregator/internal/delegated"
 	"github.com/cozystack/cozy-health/aggregator/internal/drain"
@@ -51,6 +51,7 @@ import (
 	"github.com/cozystack/cozy-health/aggregator/internal/rollup"
 	"github.com/cozystack/cozy-health/aggregator/internal/servingcert"
 	"github.com/cozystack/cozy-health/aggregator/internal/state"
+	"github.com/cozystack/cozy-health/aggregator/internal/status"
 	"github.com/cozystack/cozy-health/aggregator/internal/writer"
 	"github.com/cozystack/cozy-health/pkg/client/clientset/versioned"
 	"github.com/cozystack/cozy-health/pkg/logging"
@@ -106,11 +107,15 @@ type App struct {
 	state   *state.State
 	nodes   labels.Selector
 	writer  *writer.Writer
-	engine  *Engine
+	// publish hands desired status to the metrics and the writer.
+	publish status.Publisher
+	engine  *rollup.Engine
+	// rollup is what the engine judges against.
+	rollup rollup.Config
 	// adapters runs the cluster adapters (nil with --adapters=false); its
 	// informers are dynamic, one per served API, started and stopped as
 	// CRDs come and go, under Run's errgroup.
-	adapters *adapter.Manager
+	adapters *adapterkit.Manager
 	drain    *drain.Service
 	// claims counts and logs the cluster claims the rollup and the drain
 	// check do not believe (quorum.Auditor).
@@ -198,7 +203,7 @@ func New(cfg config.Config, log *zap.Logger, opts Options) (a *App, err error) {
 	if err := a.reg.Register(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})); err != nil {
 		return nil, fmt.Errorf("register process collector: %w", err)
 	}
-	if a.metrics, err = metrics.New(a.reg, cfg.Namespace); err != nil {
+	if a.metrics, err = metrics.New(a.reg); err != nil {
 		return nil, fmt.Errorf("register metrics: %w", err)
 	}
 	a.state = state.New(a.metrics)
@@ -213,11 +218,14 @@ func New(cfg config.Config, log *zap.Logger, opts Options) (a *App, err error) {
 	if a.claims, err = quorum.NewAuditor(a.reg, a.base, a.clock.Now); err != nil {
 		return nil, err
 	}
-	a.engine = NewEngine(a.state,
-		rollup.Config{HeartbeatGrace: cfg.HeartbeatGrace, DefaultInterval: cfg.ReportInterval, FreshForMultiple: cfg.FreshForMultiple},
+	// One publisher: every replica exports what it decides; only the
+	// leader's writer writes it.
+	a.publish = status.Publishers{a.metrics, a.writer}
+	a.rollup = rollup.Config{HeartbeatGrace: cfg.HeartbeatGrace, DefaultInterval: cfg.ReportInterval, FreshForMultiple: cfg.FreshForMultiple}
+	a.engine = rollup.NewEngine(a.state, a.rollup,
 		rollup.Holds{Degraded: cfg.DampDegraded, Down: cfg.DampDown, Unknown: cfg.DampUnknown},
-		rollup.DefaultMaxListed, a.metrics, a.writer, a.clock, a.base)
-	a.engine.cache.SetRejected(func(r quorum.Rejection, detail string) {
+		rollup.DefaultMaxListed, cfg.Namespace, a.metrics, a.publish, a.clock, a.base)
+	a.engine.SetRejected(func(r quorum.Rejection, detail string) {
 		// Until the Node informer has synced, every node's role is
 		// unknown: that is the aggregator starting, not a claim to count.
 		if r.Reason == quorum.ReasonRoleUnknown && (a.nodesSynced == nil || !a.nodesSynced()) {
@@ -433,10 +441,7 @@ func (a *App) ServingCertReady() <-chan struct{} {
 func (a *App) State() *state.State { return a.state }
 
 // Engine is the replica's rollup engine.
-func (a *App) Engine() *Engine { return a.engine }
-
-// Registry is the replica's metrics registry.
-func (a *App) Registry() *prometheus.Registry { return a.reg }
+func (a *App) Engine() *rollup.Engine { return a.engine }
 
 // Run serves until ctx is cancelled, then shuts down: the writer stops, a
 // held Lease is released, the servers drain. Everything the aggregator runs
@@ -542,7 +547,7 @@ func (a *App) seedTransitions(ctx context.Context) {
 		a.log.Warn("read Health objects to keep their lastTransitionTime; transitions date from this start", zap.Error(err))
 		return
 	}
-	until := a.clock.Now().Add(max(a.cfg.WarmUp, a.cfg.WarmUpMax) + 2*a.engine.cfg.Grace(0))
+	until := a.clock.Now().Add(max(a.cfg.WarmUp, a.cfg.WarmUpMax) + 2*a.rollup.Grace(0))
 	a.engine.Seed(list.Items, until)
 	a.log.Info("seeded condition transitions from the Health objects", zap.Int("objects", len(list.Items)), zap.Time("until", until))
 }

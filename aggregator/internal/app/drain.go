@@ -32,7 +32,7 @@ func (a *App) newDrain(nodes coreinformers.NodeInformer, log *zap.Logger) (*drai
 		// have been validated.
 		return nil, nil, fmt.Errorf("--drain-auth: want %s or %s, got %q", config.DrainAuthNone, config.DrainAuthDelegated, a.cfg.DrainAuth)
 	}
-	source := drainSource(a.state, nodes, a.engine.cfg.Grace, log.With(zap.String("component", "drain")))
+	source := drainSource(a.state, nodes, a.rollup.Grace, log.With(zap.String("component", "drain")))
 	svc, err := drain.NewService(drain.Config{Auditor: a.claims}, source, a.clock, log, a.reg)
 	if err != nil {
 		return nil, nil, err

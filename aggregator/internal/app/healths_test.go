@@ -56,7 +56,7 @@ func TestFreshnessSeriesCoverEveryWrittenObject(t *testing.T) {
 	put("tenant-bar", "notes", nil) // not the writer's: no series
 
 	reg := prometheus.NewRegistry()
-	m, err := metrics.New(reg, testNS)
+	m, err := metrics.New(reg)
 	require.NoError(t, err)
 	inf, err := trackHealths(hc, testNS, true, m, zaptest.NewLogger(t))
 	require.NoError(t, err)

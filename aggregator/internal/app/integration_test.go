@@ -29,6 +29,7 @@ import (
 	"github.com/cozystack/cozy-health/pkg/client/clientset/versioned"
 	"github.com/cozystack/cozy-health/pkg/logging"
 	"github.com/cozystack/cozy-health/pkg/report"
+	"github.com/cozystack/cozy-health/pkg/report/reporttest"
 	"github.com/cozystack/cozy-health/pkg/tlsutil"
 	"github.com/cozystack/cozy-health/test/harness"
 )
@@ -136,7 +137,7 @@ func (f *feeder) run(ctx context.Context, every time.Duration) {
 		f.seq++
 		now := time.Now()
 		for node, s := range f.status {
-			r := testReport(node, f.seq, now, s)
+			r := reporttest.Disk(node, f.seq, now, s)
 			r.Interval = time.Second
 			for _, a := range f.sinks {
 				a.State().Accept(r, now)

@@ -15,6 +15,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/labels"
 
+	"github.com/cozystack/cozy-health/aggregator/internal/adapterkit"
 	"github.com/cozystack/cozy-health/pkg/cli"
 	"github.com/cozystack/cozy-health/pkg/logging"
 )
@@ -243,10 +244,10 @@ func Default() Config {
 		LogLevel:            "info",
 
 		Adapters:               true,
-		AdapterFreshFor:        10 * time.Minute,
+		AdapterFreshFor:        adapterkit.DefaultFreshFor,
 		AdapterRefreshPeriod:   4 * time.Minute,
-		AdapterPeriod:          10 * time.Second,
-		AdapterSyncTimeout:     30 * time.Second,
+		AdapterPeriod:          adapterkit.DefaultPeriod,
+		AdapterSyncTimeout:     adapterkit.DefaultSyncTimeout,
 		AdapterWritesPerSecond: 5,
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/cozystack/cozy-health/aggregator/internal/delegated"
+	"github.com/cozystack/cozy-health/pkg/drainapi"
 )
 
 // Errors of Authorizer.Authorize (those of package delegated).
@@ -21,7 +22,7 @@ var (
 
 // Path is the drain check's HTTP path, also the nonResourceURL its
 // SubjectAccessReview asks about.
-const Path = "/v1/drain-check"
+const Path = drainapi.Path
 
 // Authorizer is the delegated authentication and authorization of the
 // drain check (package delegated, the one implementation the aggregator

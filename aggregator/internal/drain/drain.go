@@ -46,24 +46,23 @@ import (
 	"time"
 
 	"github.com/cozystack/cozy-health/aggregator/internal/quorum"
+	"github.com/cozystack/cozy-health/pkg/drainapi"
 	"github.com/cozystack/cozy-health/pkg/report"
 )
 
-// Verdict is the answer of one rule or of the whole check.
-type Verdict string
+// Verdict is the answer of one rule or of the whole check
+// (drainapi.Verdict, the answer's one definition).
+type Verdict = drainapi.Verdict
 
 // The three verdicts.
 const (
-	// Safe: draining the node keeps every rule's invariant.
-	Safe Verdict = "safe"
-	// Blocked: draining the node certainly breaks an invariant.
-	Blocked Verdict = "blocked"
-	// Unknown: the data needed to decide is missing or stale.
-	Unknown Verdict = "unknown"
+	Safe    = drainapi.Safe
+	Blocked = drainapi.Blocked
+	Unknown = drainapi.Unknown
 )
 
 // rank orders verdicts by precedence: blocked > unknown > safe.
-func (v Verdict) rank() int {
+func rank(v Verdict) int {
 	switch v {
 	case Blocked:
 		return 2
@@ -74,37 +73,40 @@ func (v Verdict) rank() int {
 	}
 }
 
-// Reason is one rule's finding.
+// Reason is one rule's finding: drainapi.Reason's fields (see there), and
+// the claims the rule did not believe.
 type Reason struct {
-	// Rule is the name of the rule that found it.
-	Rule string `json:"rule"`
-	// Component is the component it is about (etcd, linstor, kube-ovn, node).
-	Component string `json:"component"`
-	// Verdict is this finding's verdict.
-	Verdict Verdict `json:"verdict"`
-	// Message is for people, with the numbers; never parsed.
-	Message string `json:"message"`
-	// ResourceRef is the resource the finding is about, if any.
-	ResourceRef *report.ResourceRef `json:"resourceRef,omitempty"`
-	// Attributes are the numbers behind the finding.
-	Attributes map[string]float64 `json:"attributes,omitempty"`
+	Rule        string
+	Component   string
+	Verdict     Verdict
+	Message     string
+	ResourceRef *report.ResourceRef
+	Attributes  map[string]float64
 	// rejected are the claims the rule did not believe; the Service hands
 	// them to its Auditor. Not part of the answer.
 	rejected []quorum.Rejection
 }
 
-// Result is the verdict on one node and every reason behind it.
+// Result is the verdict on one node and every reason behind it, as
+// drainapi.Result (API) says it; Verdict is folded as the package comment
+// says.
 type Result struct {
-	// Node is the node asked about.
-	Node string `json:"node"`
-	// Verdict is the folded verdict (see the package comment).
-	Verdict Verdict `json:"verdict"`
-	// Reasons are every rule's findings, blocked first.
-	Reasons []Reason `json:"reasons"`
-	// EvaluatedAt is the now the rules were evaluated at.
-	EvaluatedAt time.Time `json:"evaluatedAt"`
-	// SnapshotAt is when the state the rules read was taken.
-	SnapshotAt time.Time `json:"snapshotAt"`
+	Node        string
+	Verdict     Verdict
+	Reasons     []Reason
+	EvaluatedAt time.Time
+	SnapshotAt  time.Time
+}
+
+// API is the answer as the HTTP endpoint encodes it.
+func (r Result) API() drainapi.Result {
+	out := drainapi.Result{Node: r.Node, Verdict: r.Verdict, EvaluatedAt: r.EvaluatedAt, SnapshotAt: r.SnapshotAt,
+		Reasons: make([]drainapi.Reason, len(r.Reasons))}
+	for i, x := range r.Reasons {
+		out.Reasons[i] = drainapi.Reason{Rule: x.Rule, Component: x.Component, Verdict: x.Verdict, Message: x.Message,
+			ResourceRef: x.ResourceRef, Attributes: x.Attributes}
+	}
+	return out
 }
 
 // Rule is one drain rule: a small unit listed in Rules.
@@ -137,7 +139,7 @@ func EvaluateRules(rules []Rule, node string, s *Snapshot, now time.Time) Result
 		res.Reasons = append(res.Reasons, r.Check(node, s, now)...)
 	}
 	for _, r := range res.Reasons {
-		if r.Verdict.rank() > res.Verdict.rank() {
+		if rank(r.Verdict) > rank(res.Verdict) {
 			res.Verdict = r.Verdict
 		}
 	}
@@ -147,7 +149,7 @@ func EvaluateRules(rules []Rule, node string, s *Snapshot, now time.Time) Result
 		res.Reasons = []Reason{{Rule: "none", Component: report.ComponentNode, Verdict: Unknown, Message: "no drain rule produced a finding"}}
 	}
 	sort.SliceStable(res.Reasons, func(i, j int) bool {
-		return res.Reasons[i].Verdict.rank() > res.Reasons[j].Verdict.rank()
+		return rank(res.Reasons[i].Verdict) > rank(res.Reasons[j].Verdict)
 	})
 	return res
 }

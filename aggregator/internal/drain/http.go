@@ -6,6 +6,8 @@ import (
 	"net/http"
 
 	"go.uber.org/zap"
+
+	"github.com/cozystack/cozy-health/pkg/drainapi"
 )
 
 // Handler serves GET /v1/drain-check?node=X as JSON:
@@ -28,16 +30,12 @@ func NewHandler(svc *Service, auth *Authorizer) *Handler {
 // Mount registers the handler on mux at Path.
 func (h *Handler) Mount(mux *http.ServeMux) { mux.Handle(Path, h) }
 
-type errorBody struct {
-	Error string `json:"error"`
-}
-
 // ServeHTTP implements http.Handler.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
 		h.svc.reject("http", "method", r.URL.Query().Get("node"))
 		w.Header().Set("Allow", "GET, HEAD")
-		writeJSON(w, http.StatusMethodNotAllowed, errorBody{Error: "method " + r.Method + " not allowed"})
+		writeJSON(w, http.StatusMethodNotAllowed, drainapi.Error{Error: "method " + r.Method + " not allowed"})
 		return
 	}
 	if h.auth != nil {
@@ -46,20 +44,20 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		case errors.Is(err, ErrUnauthenticated):
 			h.svc.reject("http", "unauthenticated", r.URL.Query().Get("node"))
 			w.Header().Set("WWW-Authenticate", `Bearer realm="cozy-health"`)
-			writeJSON(w, http.StatusUnauthorized, errorBody{Error: err.Error()})
+			writeJSON(w, http.StatusUnauthorized, drainapi.Error{Error: err.Error()})
 			return
 		case errors.Is(err, ErrForbidden):
 			h.svc.reject("http", "forbidden", r.URL.Query().Get("node"))
-			writeJSON(w, http.StatusForbidden, errorBody{Error: err.Error()})
+			writeJSON(w, http.StatusForbidden, drainapi.Error{Error: err.Error()})
 			return
 		case errors.Is(err, ErrThrottled):
 			h.svc.reject("http", "throttled", r.URL.Query().Get("node"))
 			w.Header().Set("Retry-After", "1")
-			writeJSON(w, http.StatusTooManyRequests, errorBody{Error: err.Error()})
+			writeJSON(w, http.StatusTooManyRequests, drainapi.Error{Error: err.Error()})
 			return
 		case err != nil:
 			h.svc.log.Error("drain check authorization failed", zap.Error(err))
-			writeJSON(w, http.StatusServiceUnavailable, errorBody{Error: "cannot authorize: " + err.Error()})
+			writeJSON(w, http.StatusServiceUnavailable, drainapi.Error{Error: "cannot authorize: " + err.Error()})
 			return
 		}
 		h.svc.log.Debug("drain check authorized", zap.String("user", user))
@@ -67,13 +65,13 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	res, err := h.svc.Check(r.URL.Query().Get("node"), "http")
 	switch {
 	case errors.Is(err, ErrInvalidNode):
-		writeJSON(w, http.StatusBadRequest, errorBody{Error: err.Error()})
+		writeJSON(w, http.StatusBadRequest, drainapi.Error{Error: err.Error()})
 	case errors.Is(err, ErrNodeNotFound):
-		writeJSON(w, http.StatusNotFound, errorBody{Error: err.Error()})
+		writeJSON(w, http.StatusNotFound, drainapi.Error{Error: err.Error()})
 	case err != nil:
-		writeJSON(w, http.StatusInternalServerError, errorBody{Error: err.Error()})
+		writeJSON(w, http.StatusInternalServerError, drainapi.Error{Error: err.Error()})
 	default:
-		writeJSON(w, http.StatusOK, res)
+		writeJSON(w, http.StatusOK, res.API())
 	}
 }
 

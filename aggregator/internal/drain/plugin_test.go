@@ -23,6 +23,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
+	"github.com/cozystack/cozy-health/pkg/drainapi"
 	"github.com/cozystack/cozy-health/test/harness"
 )
 
@@ -136,7 +137,7 @@ func TestKubectlHealthDrainCheckDirect(t *testing.T) {
 
 	code, out, errOut = runPlugin(t, "drain-check", "node-1", "--aggregator-url", base, "-o", "json")
 	assert.Equal(t, 1, code, errOut)
-	var res Result
+	var res drainapi.Result
 	require.NoError(t, json.Unmarshal([]byte(out), &res), out)
 	assert.Equal(t, "node-1", res.Node)
 	assert.Equal(t, Blocked, res.Verdict)

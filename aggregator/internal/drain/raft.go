@@ -35,12 +35,9 @@ type projection struct {
 	others []string
 }
 
-// verdict is the quorum rule (quorum.Count.Judge) on the cluster without
-// the target: safe when even the pessimistic projection keeps quorum
-// (every uncertain member lost), blocked only when even the optimistic one
-// loses it (every uncertain member healthy: the loss is proven, and the
-// size is agreed), unknown in between and when the cluster's size is
-// unknown.
+// verdict is quorum.Count.Judge on the cluster without the target, its
+// uncertain members unknown: Intact and AtRisk are Safe, Lost Blocked,
+// the rest Unknown.
 func (p projection) verdict() Verdict {
 	c := quorum.Count{Voting: p.voting, Healthy: p.sure, Bad: max(p.voting-p.sure-p.maybe, 0), Disputed: p.disputed}
 	switch c.Judge() {
@@ -58,11 +55,9 @@ func (p projection) attributes() map[string]float64 {
 }
 
 // project removes target's member from the reader's view v and counts
-// the rest at now. A member that votes (Healthy, or Degraded: it votes but
-// warns, or under etcd's NOSPACE alarm) on a live node counts; one on a
-// node that is gone (cordoned, not a Kubernetes Node) or that cannot vote
-// is lost; the others are uncertain, and so is every voting member no node
-// describes.
+// the rest at now, as View.Count does (quorum.Class), except that a member
+// on a node that is gone (cordoned, not a Kubernetes Node) is lost and one
+// whose node's liveness is uncertain is uncertain.
 func project(v *quorum.View, target string, s *Snapshot, now time.Time) projection {
 	p := projection{voting: v.Voting, disputed: v.Source == quorum.Disputed, quorum: quorum.Needed(v.Voting)}
 	for _, m := range v.Members {

@@ -57,8 +57,8 @@ func (targetDataRule) Check(node string, s *Snapshot, now time.Time) []Reason {
 	return []Reason{r}
 }
 
-// etcdQuorumRule: draining a voting member must leave a healthy majority of
-// the voting members (learners excluded).
+// etcdQuorumRule: draining a voting member must keep etcd's quorum
+// (quorum.Count.Judge, through raftReason).
 type etcdQuorumRule struct{}
 
 func (etcdQuorumRule) Name() string { return RuleEtcdQuorum }
@@ -76,7 +76,8 @@ func (etcdQuorumRule) Check(node string, s *Snapshot, now time.Time) []Reason {
 }
 
 // ovnCentralQuorumRule: draining a node that hosts an ovn-central member
-// must leave a healthy majority of each clustered database (NB and SB).
+// must keep the quorum (quorum.Count.Judge) of each clustered database
+// (NB and SB).
 // Absence of data is never read as safe: while kube-ovn is deployed (some
 // node observes it), a database no node reports a member of, or a target
 // whose ovn-central-member check reads Unknown, is unknown. Members are

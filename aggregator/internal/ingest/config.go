@@ -63,8 +63,7 @@ type Config struct {
 	// AgentServiceAccount is namespace/name of the agents' ServiceAccount
 	// (--agent-service-account).
 	AgentServiceAccount string
-	// DesiredInterval is sent to agents in every ack; SetDesiredInterval
-	// changes it at runtime.
+	// DesiredInterval is sent to agents in every ack.
 	DesiredInterval time.Duration
 	// InsecureDevKeysDir, when set, accepts streams whose key is listed there
 	// (as <node>.pub) without a token (--insecure-dev-keys-dir). Never the

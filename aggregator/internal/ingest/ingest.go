@@ -28,7 +28,6 @@ import (
 	"io"
 	"runtime"
 	"sync"
-	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -89,8 +88,8 @@ type Server struct {
 	pending pendingTable
 	nodes   nodeStreams
 	baseCtx context.Context
-	// desired is the desired interval in nanoseconds.
-	desired atomic.Int64
+	// desired is the interval sent in every ack.
+	desired time.Duration
 	// checks carries reports from streams to the checkers; stop ends them.
 	checks   chan *checkJob
 	stop     chan struct{}
@@ -136,7 +135,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 		logs:  newLogLimiter(10 * time.Second),
 		conns: newConnTable(), baseCtx: context.Background(),
 	}
-	s.desired.Store(int64(cfg.DesiredInterval))
+	s.desired = cfg.DesiredInterval
 	s.startCheckers(max(2, runtime.GOMAXPROCS(0)))
 	if deps.TokenReviews != nil {
 		s.auth, err = newTokenAuthenticator(deps.TokenReviews, cfg.TokenAudience, cfg.AgentServiceAccount, cfg.TokenReviewCacheTTL, cfg.Surface, deps.Now, m)
@@ -204,12 +203,6 @@ func (s *Server) check(j *checkJob, sr *pb.SignedReport) *pb.IngestResponse {
 // Register registers the IngestService on g.
 func (s *Server) Register(g *grpc.Server) { pb.RegisterIngestServiceServer(g, s) }
 
-// SetDesiredInterval changes the interval sent in every following ack.
-func (s *Server) SetDesiredInterval(d time.Duration) { s.desired.Store(int64(d)) }
-
-// DesiredInterval returns the interval sent in acks.
-func (s *Server) DesiredInterval() time.Duration { return time.Duration(s.desired.Load()) }
-
 // session is one authenticated stream: the key bound to the node.
 type session struct {
 	verify.Session
@@ -226,7 +219,7 @@ type rejection struct {
 func (s *Server) ack(seq uint64, reason string) *pb.IngestResponse {
 	return &pb.IngestResponse{Ack: &pb.Ack{
 		Sequence: seq, Accepted: reason == "", RejectReason: reason,
-		DesiredInterval: durationpb.New(s.DesiredInterval()),
+		DesiredInterval: durationpb.New(s.desired),
 	}}
 }
 

@@ -408,11 +408,6 @@ func TestAcksCarryTheDesiredInterval(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, 7*time.Second, ack.GetDesiredInterval().AsDuration())
 	assert.Equal(t, 7*time.Second, a.send(a.next(nil)).GetDesiredInterval().AsDuration())
-	ts.srv.SetDesiredInterval(3 * time.Second)
-	got := a.send(a.next(nil))
-	assert.True(t, got.GetAccepted())
-	assert.Equal(t, 3*time.Second, got.GetDesiredInterval().AsDuration())
-	assert.Equal(t, 3*time.Second, ts.srv.DesiredInterval())
 }
 
 func TestConfigValidate(t *testing.T) {

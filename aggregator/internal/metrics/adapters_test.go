@@ -16,7 +16,7 @@ import (
 // Prometheus' own lint.
 func TestAdapterSeries(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	m, err := New(reg, "cozy-system")
+	m, err := New(reg)
 	require.NoError(t, err)
 	m.AdaptersKnown([]string{"cnpg", "velero"})
 	m.AdapterState("cnpg", true, true, 4000)

@@ -17,7 +17,7 @@ import (
 // and 5,000 last-report series.
 func BenchmarkScrape5000Nodes(b *testing.B) {
 	reg := prometheus.NewRegistry()
-	m, err := New(reg, "cozy-system")
+	m, err := New(reg)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -28,7 +28,7 @@ func BenchmarkScrape5000Nodes(b *testing.B) {
 		m.Accepted(n, time.Now())
 	}
 	for _, comp := range report.NodeComponents {
-		m.Publish(comp, report.StatusHealthy, nodes)
+		m.Publish(testNS, rolledUp(comp, report.StatusHealthy, nodes))
 	}
 	b.ReportAllocs()
 	b.ResetTimer()

@@ -6,27 +6,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/cozystack/cozy-health/aggregator/internal/status"
 	"github.com/cozystack/cozy-health/pkg/report"
 )
-
-// Issue is one published condition that is not True: what an alert needs
-// to name the component, the node, the resource and the reason without
-// reading the Health object.
-type Issue struct {
-	// Node is the node the condition is pinned to; empty for
-	// component-level conditions (Quorum, Data, the per-type summaries).
-	Node string
-	// Kind and Resource name the resource other than the node the
-	// condition is pinned to (Resource pvc-1, Cluster.postgresql.cnpg.io db,
-	// Schedule.velero.io db); empty otherwise. Two resources of one name in one scope
-	// are two series.
-	Kind     string
-	Resource string
-	Type     string
-	Reason   string
-	// Status is the condition's severity: Degraded, Down or Unknown.
-	Status report.Status
-}
 
 // issueTable is the collector of cozy_health_issue: one series per
 // published condition that is not True, replaced as a whole per namespace
@@ -78,14 +60,14 @@ func newIssueTable() *issueTable {
 	}
 }
 
-func (t *issueTable) publish(namespace, component string, issues []Issue) {
+func (t *issueTable) publish(namespace, component string, issues []status.Issue) {
 	key := namespace + "/" + component
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	// The namespace's budget is what its other components do not use.
 	budget := MaxIssuesPerNamespace - t.perNamespace[namespace] + len(t.byComponent[key].series)
 	series := make([]prometheus.Metric, 0, min(len(issues), max(budget, 0)))
-	seen := make(map[Issue]bool, len(issues))
+	seen := make(map[status.Issue]bool, len(issues))
 	perNode := map[string]int{}
 	dropped := 0
 	for _, is := range issues {

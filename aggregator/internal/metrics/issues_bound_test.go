@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/cozystack/cozy-health/aggregator/internal/status"
 	"github.com/cozystack/cozy-health/pkg/report"
 )
 
@@ -18,16 +19,16 @@ import (
 // condition was a series: 9,000 from one node's report.
 func TestIssueSeriesAreBounded(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	m, err := New(reg, "cozy-system")
+	m, err := New(reg)
 	require.NoError(t, err)
-	var issues []Issue
+	var issues []status.Issue
 	for i := range 9000 {
-		issues = append(issues, Issue{Node: "evil", Kind: "Resource", Resource: fmt.Sprintf("pvc-%d", i), Type: "DRBDResource", Reason: "OutOfSync", Status: report.StatusDegraded})
+		issues = append(issues, status.Issue{Node: "evil", Kind: "Resource", Resource: fmt.Sprintf("pvc-%d", i), Type: "DRBDResource", Reason: "OutOfSync", Status: report.StatusDegraded})
 	}
 	issues = append(issues,
-		Issue{Node: "honest", Type: "DRBDResource", Kind: "Resource", Resource: "pvc-a", Reason: "OutOfSync", Status: report.StatusDegraded},
-		Issue{Type: "Quorum", Reason: "SomeNodesDegraded", Status: report.StatusDegraded})
-	m.PublishIssues("linstor", issues)
+		status.Issue{Node: "honest", Type: "DRBDResource", Kind: "Resource", Resource: "pvc-a", Reason: "OutOfSync", Status: report.StatusDegraded},
+		status.Issue{Type: "Quorum", Reason: "SomeNodesDegraded", Status: report.StatusDegraded})
+	m.issues.publish(testNS, "linstor", issues)
 	n, err := testutil.GatherAndCount(reg, "cozy_health_issue")
 	require.NoError(t, err)
 	assert.Equal(t, MaxIssuesPerNode+2, n, "20 of the evil node, the honest node's, the component's")
@@ -35,11 +36,11 @@ func TestIssueSeriesAreBounded(t *testing.T) {
 
 	// Other components of the namespace share its bound.
 	for c := range 40 {
-		var more []Issue
+		var more []status.Issue
 		for node := range 30 {
-			more = append(more, Issue{Node: fmt.Sprintf("n%d", node), Type: "T", Reason: "R", Status: report.StatusDown})
+			more = append(more, status.Issue{Node: fmt.Sprintf("n%d", node), Type: "T", Reason: "R", Status: report.StatusDown})
 		}
-		m.PublishIssues(fmt.Sprintf("c%d", c), more)
+		m.issues.publish(testNS, fmt.Sprintf("c%d", c), more)
 	}
 	n, err = testutil.GatherAndCount(reg, "cozy_health_issue")
 	require.NoError(t, err)
@@ -47,9 +48,9 @@ func TestIssueSeriesAreBounded(t *testing.T) {
 
 	// A republish that drops below the bound frees the budget again.
 	for c := range 40 {
-		m.PublishIssues(fmt.Sprintf("c%d", c), nil)
+		m.issues.publish(testNS, fmt.Sprintf("c%d", c), nil)
 	}
-	m.PublishIssues("linstor", nil)
+	m.issues.publish(testNS, "linstor", nil)
 	n, err = testutil.GatherAndCount(reg, "cozy_health_issue")
 	require.NoError(t, err)
 	assert.Zero(t, n)

@@ -1,6 +1,7 @@
 // Package metrics holds the aggregator's own Prometheus metrics. Values are
 // computed when the state or the rollup changes, never per scrape: the
-// rollup loop calls Publish, the state calls Accepted/Removed, the writer
+// rollup and the adapters publish to it (status.Publisher), the state
+// calls Accepted/Removed, the writer
 // counts its writes; a scrape only reads them. Label sets of a node
 // disappear when the node leaves.
 package metrics
@@ -13,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/cozystack/cozy-health/aggregator/internal/status"
 	"github.com/cozystack/cozy-health/pkg/report"
 )
 
@@ -45,8 +47,6 @@ var BoundReasons = []string{BoundType, BoundResourceRef, BoundReason, BoundMessa
 
 // Metrics are the aggregator's metrics.
 type Metrics struct {
-	namespace string
-
 	componentStatus *prometheus.GaugeVec
 	nodes           *nodeTable
 	issues          *issueTable
@@ -60,11 +60,9 @@ type Metrics struct {
 	adapters        *adapterMetrics
 }
 
-// New registers the metrics on reg. namespace is the platform namespace
-// (the namespace label of cozy_health_component_status).
-func New(reg prometheus.Registerer, namespace string) (*Metrics, error) {
+// New registers the metrics on reg.
+func New(reg prometheus.Registerer) (*Metrics, error) {
 	m := &Metrics{
-		namespace: namespace,
 		componentStatus: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "cozy_health_component_status",
 			Help: "1 for the component's current published overall status, 0 for the others.",
@@ -128,28 +126,35 @@ func (m *Metrics) Accepted(node string, receivedAt time.Time) {
 // Removed deletes every label set of a node that left the cluster.
 func (m *Metrics) Removed(node string) { m.nodes.remove(node) }
 
-// Publish exports a component's published overall status and node states.
-func (m *Metrics) Publish(component string, overall report.Status, nodes map[string]report.Status) {
-	for _, s := range report.Statuses {
-		v := 0.0
-		if s == overall {
-			v = 1
+var _ status.Publisher = (*Metrics)(nil)
+
+// Publish exports the published status of the object namespace/cs.Component
+// (status.Publisher): its overall status, its issues and, for a node-local
+// component, its node states.
+func (m *Metrics) Publish(namespace string, cs *status.Component) {
+	m.publishOverall(namespace, cs.Component, cs.Overall)
+	if cs.Source == status.FromRollup {
+		nodes := make(map[string]report.Status, len(cs.Nodes))
+		for n, ns := range cs.Nodes {
+			nodes[n] = ns.Status
 		}
-		m.componentStatus.WithLabelValues(m.namespace, component, s.String()).Set(v)
+		m.nodes.publish(cs.Component, nodes)
 	}
-	m.nodes.publish(component, nodes)
+	m.issues.publish(namespace, cs.Component, status.IssuesOf(cs))
 }
 
-// PublishIssues exports a component's published conditions that are not
-// True (cozy_health_issue), replacing the ones it exported before.
-func (m *Metrics) PublishIssues(component string, issues []Issue) {
-	m.issues.publish(m.namespace, component, issues)
+// Retime implements status.Publisher: no series carries observedAt or
+// freshUntil, so there is nothing to export.
+func (m *Metrics) Retime(string, *status.Component) {}
+
+// Remove drops a component's status and issue series in namespace (an
+// adapter withdrew its object).
+func (m *Metrics) Remove(namespace, component string) {
+	m.componentStatus.DeletePartialMatch(prometheus.Labels{"namespace": namespace, "component": component})
+	m.issues.publish(namespace, component, nil)
 }
 
-// PublishIn exports the published overall status and the issues of a
-// component in any namespace: what the cluster adapters publish (platform,
-// apps, backups, control-plane, in the platform and tenant namespaces).
-func (m *Metrics) PublishIn(namespace, component string, overall report.Status, issues []Issue) {
+func (m *Metrics) publishOverall(namespace, component string, overall report.Status) {
 	for _, s := range report.Statuses {
 		v := 0.0
 		if s == overall {
@@ -157,14 +162,6 @@ func (m *Metrics) PublishIn(namespace, component string, overall report.Status, 
 		}
 		m.componentStatus.WithLabelValues(namespace, component, s.String()).Set(v)
 	}
-	m.issues.publish(namespace, component, issues)
-}
-
-// RemoveIn drops a component's status and issue series in namespace (an
-// adapter withdrew its object).
-func (m *Metrics) RemoveIn(namespace, component string) {
-	m.componentStatus.DeletePartialMatch(prometheus.Labels{"namespace": namespace, "component": component})
-	m.issues.publish(namespace, component, nil)
 }
 
 // HealthFreshUntil records a Health object's status.freshUntil.

@@ -5,6 +5,7 @@ import (
 
 	"github.com/cozystack/cozy-health/aggregator/internal/quorum"
 	"github.com/cozystack/cozy-health/aggregator/internal/state"
+	"github.com/cozystack/cozy-health/aggregator/internal/status"
 	"github.com/cozystack/cozy-health/pkg/report"
 )
 
@@ -83,8 +84,8 @@ func (c *Cache) Unchanged(nodes map[string]state.Entry, now time.Time, cfg Confi
 // Unchanged: prev (the last answer, damped and compacted or not) with
 // observedAt and freshUntil from Unchanged's observed. Nodes and conditions
 // are shared with prev, not copied; neither is modified.
-func Retime(prev map[string]*ComponentStatus, observed map[string]time.Time, now time.Time, cfg Config) map[string]*ComponentStatus {
-	out := make(map[string]*ComponentStatus, len(prev))
+func Retime(prev map[string]*status.Component, observed map[string]time.Time, now time.Time, cfg Config) map[string]*status.Component {
+	out := make(map[string]*status.Component, len(prev))
 	for comp, cs := range prev {
 		next := *cs
 		at, fresh := observed[comp]
@@ -161,8 +162,8 @@ type reportFacts struct {
 }
 
 type componentFacts struct {
-	conds []Condition
-	state NodeState // LastReportAt is filled by the caller
+	conds []status.Condition
+	state status.NodeState // LastReportAt is filled by the caller
 }
 
 func (c *Cache) get(node string, r *report.NodeReport) *reportFacts {

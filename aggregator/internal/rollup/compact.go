@@ -6,6 +6,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/cozystack/cozy-health/aggregator/internal/status"
 	"github.com/cozystack/cozy-health/pkg/report"
 )
 
@@ -13,7 +14,7 @@ import (
 // per object by Compact.
 const DefaultMaxListed = 500
 
-// Compact shapes a full ComponentStatus into what is written, keeping a
+// Compact shapes a full status.Component into what is written, keeping a
 // Health object far below etcd's request size limit at 5,000 nodes:
 //
 //   - component-level conditions (Quorum, Data) are kept as they are;
@@ -29,14 +30,14 @@ const DefaultMaxListed = 500
 //     Issues is the number of written conditions whose status is False.
 //
 // Compact is pure; cs is modified in place.
-func Compact(cs *ComponentStatus, maxListed int) {
+func Compact(cs *status.Component, maxListed int) {
 	type tally struct {
 		worst                    report.Status
 		healthy, bad, unknown    int
 		listedBad, listedUnknown int
 	}
 	tallies := map[string]*tally{}
-	var kept, nonTrue []Condition
+	var kept, nonTrue []status.Condition
 	for _, c := range cs.Conditions {
 		if c.Node == "" {
 			kept = append(kept, c)
@@ -100,7 +101,7 @@ func Compact(cs *ComponentStatus, maxListed int) {
 	sort.Strings(types)
 	for _, ty := range types {
 		t := tallies[ty]
-		s := Condition{Type: ty, Severity: t.worst}
+		s := status.Condition{Type: ty, Severity: t.worst}
 		switch s.ConditionStatus() {
 		case metav1.ConditionTrue:
 			s.Reason = ReasonAllNodesTrue

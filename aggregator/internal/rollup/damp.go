@@ -5,6 +5,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/cozystack/cozy-health/aggregator/internal/status"
 	"github.com/cozystack/cozy-health/pkg/report"
 )
 
@@ -78,13 +79,13 @@ func Step(t Track, seen bool, desired report.Status, now time.Time, h Holds) (ne
 
 type trackedNode struct {
 	Track
-	value NodeState
+	value status.NodeState
 	gen   uint64
 }
 
 type trackedCond struct {
 	Track
-	value Condition
+	value status.Condition
 	gen   uint64
 }
 
@@ -144,7 +145,7 @@ func (d *Damper) Seed(component string, seeds map[SeedKey]Seed, until time.Time)
 
 // seeded is the time a transition of c at now takes: the seed's, when one
 // says the same, else now.
-func (d *Damper) seeded(comp string, c *Condition, now time.Time) time.Time {
+func (d *Damper) seeded(comp string, c *status.Condition, now time.Time) time.Time {
 	if d.seeds == nil {
 		return now
 	}
@@ -171,7 +172,7 @@ func NewDamper(h Holds) *Damper {
 // Apply damps cs (as Compute returned it) in place at now: held facts are
 // replaced by their previously published values, and every condition gets
 // its LastTransition. Facts that are no longer present are forgotten.
-func (d *Damper) Apply(cs *ComponentStatus, now time.Time) {
+func (d *Damper) Apply(cs *status.Component, now time.Time) {
 	if d.seeds != nil && now.After(d.seedsUntil) {
 		d.seeds = nil
 	}
@@ -197,7 +198,7 @@ func (d *Damper) Apply(cs *ComponentStatus, now time.Time) {
 // published: the facts behind a held worsening that are themselves
 // published show in the overall at once, and a worsening whose facts are
 // all held (a node's disk turning Degraded) stays held.
-func floorOverall(cs *ComponentStatus, desired report.Status, desiredReason string) {
+func floorOverall(cs *status.Component, desired report.Status, desiredReason string) {
 	worst := report.StatusHealthy
 	for _, ns := range cs.Nodes {
 		worst = report.Worse(worst, ns.Status)
@@ -224,7 +225,7 @@ func floorOverall(cs *ComponentStatus, desired report.Status, desiredReason stri
 // Degraded hold while member c's entry already read Unknown beside it. A
 // condition whose facts are all held (node a's FsyncProbe turning
 // Degraded, a's entry held too) stays held.
-func releases(cs *ComponentStatus, c *Condition, was report.Status) bool {
+func releases(cs *status.Component, c *status.Condition, was report.Status) bool {
 	worst := report.StatusHealthy
 	if c.Node != "" {
 		if ns, ok := cs.Nodes[c.Node]; ok {
@@ -244,7 +245,7 @@ func releases(cs *ComponentStatus, c *Condition, was report.Status) bool {
 
 // applyOverall damps the component's overall and reason; it returns 1
 // while a worsening of it is held.
-func (d *Damper) applyOverall(cs *ComponentStatus, now time.Time) (held int) {
+func (d *Damper) applyOverall(cs *status.Component, now time.Time) (held int) {
 	to, seen := d.overall[cs.Component]
 	if !seen {
 		to = &trackedOverall{}
@@ -266,7 +267,7 @@ func (d *Damper) applyOverall(cs *ComponentStatus, now time.Time) (held int) {
 // applyNodes damps every node state (a held one keeps its published
 // status, reason and message, with the current lastReportAt) and forgets
 // nodes that are gone; it returns how many worsenings it holds.
-func (d *Damper) applyNodes(cs *ComponentStatus, now time.Time) (held int) {
+func (d *Damper) applyNodes(cs *status.Component, now time.Time) (held int) {
 	nodes := d.nodes[cs.Component]
 	if nodes == nil {
 		nodes = map[string]*trackedNode{}
@@ -307,7 +308,7 @@ func (d *Damper) applyNodes(cs *ComponentStatus, now time.Time) (held int) {
 // it already read worse), stamps its LastTransition (from the seed when a new
 // fact says what the object already says) and forgets conditions that are
 // gone; it returns how many worsenings it holds.
-func (d *Damper) applyConditions(cs *ComponentStatus, now time.Time) (held int) {
+func (d *Damper) applyConditions(cs *status.Component, now time.Time) (held int) {
 	comp := cs.Component
 	conds := d.conds[comp]
 	if conds == nil {
@@ -367,24 +368,10 @@ func (d *Damper) Holding() bool {
 	return false
 }
 
-// Forget drops everything remembered about a node (it was deleted).
-func (d *Damper) Forget(node string) {
-	for _, m := range d.nodes {
-		delete(m, node)
-	}
-	for _, m := range d.conds {
-		for k := range m {
-			if k.node == node {
-				delete(m, k)
-			}
-		}
-	}
-}
-
 // Stamp gives the conditions Compact added (component-level, without a
 // LastTransition) their last transition time: when their status last
 // changed. Call it after Compact.
-func (d *Damper) Stamp(cs *ComponentStatus, now time.Time) {
+func (d *Damper) Stamp(cs *status.Component, now time.Time) {
 	m := d.summaries[cs.Component]
 	if m == nil {
 		m = map[string]*Track{}

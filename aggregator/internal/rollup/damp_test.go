@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/cozystack/cozy-health/aggregator/internal/status"
 	"github.com/cozystack/cozy-health/pkg/report"
 )
 
@@ -48,11 +49,11 @@ func TestStepRule(t *testing.T) {
 
 func TestDamperHoldsWholeFacts(t *testing.T) {
 	d := NewDamper(holds)
-	mk := func(s report.Status, reason string) *ComponentStatus {
-		return &ComponentStatus{
+	mk := func(s report.Status, reason string) *status.Component {
+		return &status.Component{
 			Component: report.ComponentDisk, Overall: s, Reason: reason,
-			Nodes:      map[string]NodeState{"a": {Status: s, Reason: reason}},
-			Conditions: []Condition{{Type: "FsyncProbe", Node: "a", Severity: s, Reason: reason}},
+			Nodes:      map[string]status.NodeState{"a": {Status: s, Reason: reason}},
+			Conditions: []status.Condition{{Type: "FsyncProbe", Node: "a", Severity: s, Reason: reason}},
 		}
 	}
 	cs := mk(H, "Fine")
@@ -87,8 +88,8 @@ func TestDamperHoldsWholeFacts(t *testing.T) {
 
 func TestStampSummaries(t *testing.T) {
 	d := NewDamper(holds)
-	mk := func(s report.Status) *ComponentStatus {
-		return &ComponentStatus{Component: report.ComponentDisk, Conditions: []Condition{{Type: "FsyncProbe", Severity: s}}}
+	mk := func(s report.Status) *status.Component {
+		return &status.Component{Component: report.ComponentDisk, Conditions: []status.Condition{{Type: "FsyncProbe", Severity: s}}}
 	}
 	cs := mk(H)
 	d.Stamp(cs, t0)
@@ -116,8 +117,8 @@ func TestDamperSeedKeepsLastTransition(t *testing.T) {
 		{Type: "Summary"}: {Status: metav1.ConditionFalse, Reason: "SomeNodesNotTrue", LastTransition: since},
 		{Type: "DRBDResource", Kind: report.KindResource, Name: "pvc-1"}: {Status: metav1.ConditionFalse, Reason: "Outdated", LastTransition: since},
 	}, t0.Add(30*time.Second))
-	mk := func(quorum report.Status, quorumReason string) *ComponentStatus {
-		return &ComponentStatus{Component: report.ComponentEtcd, Overall: G, Conditions: []Condition{
+	mk := func(quorum report.Status, quorumReason string) *status.Component {
+		return &status.Component{Component: report.ComponentEtcd, Overall: G, Conditions: []status.Condition{
 			{Type: "FsyncLatency", Node: "a", Severity: G, Reason: "LatencyHigh"},
 			{Type: "FsyncLatency", Node: "b", Severity: G, Reason: "LatencyVeryHigh"},
 			{Type: "Quorum", Severity: quorum, Reason: quorumReason},
@@ -125,7 +126,7 @@ func TestDamperSeedKeepsLastTransition(t *testing.T) {
 			{Type: "Summary", Severity: G, Reason: "SomeNodesNotTrue"},
 		}}
 	}
-	at := func(cs *ComponentStatus, typ, node string) time.Time {
+	at := func(cs *status.Component, typ, node string) time.Time {
 		for _, c := range cs.Conditions {
 			if c.Type == typ && c.Node == node {
 				return c.LastTransition
@@ -166,16 +167,16 @@ func TestDamperSeedKeepsLastTransition(t *testing.T) {
 // overall never leaves the object greener than the node states published
 // beside it; a worsening whose facts are all held stays held.
 func TestDamperOverallNeverBetterThanPublishedNodes(t *testing.T) {
-	mk := func(comp string, overall report.Status, reason string, nodes map[string]report.Status) *ComponentStatus {
-		cs := &ComponentStatus{Component: comp, Overall: overall, Reason: reason, Nodes: map[string]NodeState{}}
+	mk := func(comp string, overall report.Status, reason string, nodes map[string]report.Status) *status.Component {
+		cs := &status.Component{Component: comp, Overall: overall, Reason: reason, Nodes: map[string]status.NodeState{}}
 		for n, s := range nodes {
-			cs.Nodes[n] = NodeState{Status: s}
+			cs.Nodes[n] = status.NodeState{Status: s}
 		}
 		return cs
 	}
 	type step struct {
 		at          time.Duration
-		in          *ComponentStatus
+		in          *status.Component
 		want        report.Status
 		wantReason  string
 		description string
@@ -222,13 +223,13 @@ func TestDamperOverallNeverBetterThanPublishedNodes(t *testing.T) {
 // worse than what it would keep; one whose facts are all held stays held.
 func TestDamperConditionNeverGreenerThanPublishedNodes(t *testing.T) {
 	h := Holds{Degraded: 10 * time.Second}
-	quorum := func(s report.Status, reason string) Condition {
-		return Condition{Type: "Quorum", Severity: s, Reason: reason}
+	quorum := func(s report.Status, reason string) status.Condition {
+		return status.Condition{Type: "Quorum", Severity: s, Reason: reason}
 	}
-	etcd := func(c report.Status, q Condition) *ComponentStatus {
-		return &ComponentStatus{Component: report.ComponentEtcd, Overall: q.Severity, Reason: q.Reason,
-			Nodes:      map[string]NodeState{"a": {Status: H}, "b": {Status: H}, "c": {Status: c}},
-			Conditions: []Condition{q, {Type: "EtcdMember", Node: "a", Severity: H, Reason: "MemberHealthy"}}}
+	etcd := func(c report.Status, q status.Condition) *status.Component {
+		return &status.Component{Component: report.ComponentEtcd, Overall: q.Severity, Reason: q.Reason,
+			Nodes:      map[string]status.NodeState{"a": {Status: H}, "b": {Status: H}, "c": {Status: c}},
+			Conditions: []status.Condition{q, {Type: "EtcdMember", Node: "a", Severity: H, Reason: "MemberHealthy"}}}
 	}
 	d := NewDamper(h)
 	cs := etcd(H, quorum(H, ReasonQuorumHealthy))
@@ -248,15 +249,15 @@ func TestDamperConditionNeverGreenerThanPublishedNodes(t *testing.T) {
 	// A node-pinned condition follows its own node: a's FsyncProbe turning
 	// Degraded with a's entry held stays held; b's entry published Down
 	// releases b's condition.
-	disk := func(a, b report.Status, ca, cb Condition) *ComponentStatus {
+	disk := func(a, b report.Status, ca, cb status.Condition) *status.Component {
 		ca.Node, cb.Node, ca.Type, cb.Type = "a", "b", "FsyncProbe", "FsyncProbe"
-		return &ComponentStatus{Component: report.ComponentDisk, Overall: report.Worse(a, b), Reason: ReasonNodesNotHealthy,
-			Nodes: map[string]NodeState{"a": {Status: a}, "b": {Status: b}}, Conditions: []Condition{ca, cb}}
+		return &status.Component{Component: report.ComponentDisk, Overall: report.Worse(a, b), Reason: ReasonNodesNotHealthy,
+			Nodes: map[string]status.NodeState{"a": {Status: a}, "b": {Status: b}}, Conditions: []status.Condition{ca, cb}}
 	}
-	fine := Condition{Severity: H, Reason: "FsyncFast"}
+	fine := status.Condition{Severity: H, Reason: "FsyncFast"}
 	d = NewDamper(h)
 	d.Apply(disk(H, H, fine, fine), t0)
-	cs = disk(G, D, Condition{Severity: G, Reason: "FsyncSlow"}, Condition{Severity: G, Reason: "FsyncSlow"})
+	cs = disk(G, D, status.Condition{Severity: G, Reason: "FsyncSlow"}, status.Condition{Severity: G, Reason: "FsyncSlow"})
 	d.Apply(cs, t0.Add(time.Second))
 	assert.Equal(t, H, cs.Nodes["a"].Status, "a's Degraded entry is held")
 	assert.Equal(t, "FsyncFast", cs.Conditions[0].Reason, "and so is a's condition")

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/cozystack/cozy-health/aggregator/internal/quorum"
+	"github.com/cozystack/cozy-health/aggregator/internal/status"
 	"github.com/cozystack/cozy-health/pkg/report"
 )
 
@@ -28,7 +29,7 @@ func factsOf(node string, r *report.NodeReport) *reportFacts {
 		}
 		conds := foldChecks(node, obs)
 		if comp == report.ComponentNode {
-			conds = append(conds, Condition{Type: TypeHeartbeat, Severity: report.StatusHealthy, Reason: ReasonReportReceived, Message: "report received", Node: node})
+			conds = append(conds, status.Condition{Type: TypeHeartbeat, Severity: report.StatusHealthy, Reason: ReasonReportReceived, Message: "report received", Node: node})
 		}
 		f.comps[comp] = &componentFacts{conds: conds, state: nodeStateOf(conds, time.Time{})}
 		f.present |= 1 << componentIndex[comp]
@@ -42,7 +43,7 @@ func factsOf(node string, r *report.NodeReport) *reportFacts {
 // device) and a message naming those that are not Healthy. Each of those
 // also gets a condition of its own pinned to its resource, so a consumer
 // finds the broken resource without parsing a message.
-func foldChecks(node string, obs []report.Observation) []Condition {
+func foldChecks(node string, obs []report.Observation) []status.Condition {
 	byCheck := map[string][]report.Observation{}
 	for _, o := range obs {
 		byCheck[o.Check] = append(byCheck[o.Check], o)
@@ -52,7 +53,7 @@ func foldChecks(node string, obs []report.Observation) []Condition {
 		checks = append(checks, c)
 	}
 	sort.Strings(checks)
-	out := make([]Condition, 0, len(checks))
+	out := make([]status.Condition, 0, len(checks))
 	for _, check := range checks {
 		group := byCheck[check]
 		worst := group[0]
@@ -73,14 +74,14 @@ func foldChecks(node string, obs []report.Observation) []Condition {
 		default:
 			msg = worst.Message
 		}
-		out = append(out, Condition{Type: ConditionType(check), Severity: worst.Status, Reason: worst.Reason, Message: truncate(msg), Node: node})
+		out = append(out, status.Condition{Type: ConditionType(check), Severity: worst.Status, Reason: worst.Reason, Message: status.Truncate(msg), Node: node})
 		for _, o := range group {
 			if o.Status == report.StatusHealthy || o.ResourceRef == nil || o.ResourceRef.Kind == report.KindNode {
 				continue
 			}
 			ref := *o.ResourceRef
-			out = append(out, Condition{Type: ConditionType(check), Severity: o.Status, Reason: o.Reason,
-				Message: truncate(fmt.Sprintf("on %s: %s", node, o.Message)), Node: node, Resource: &ref})
+			out = append(out, status.Condition{Type: ConditionType(check), Severity: o.Status, Reason: o.Reason,
+				Message: status.Truncate(fmt.Sprintf("on %s: %s", node, o.Message)), Node: node, Resource: &ref})
 		}
 	}
 	return out
@@ -121,9 +122,9 @@ func refName(o report.Observation) string {
 // nodeStateOf is the worst of a node's conditions. A Healthy node state
 // carries no reason or message: at 5,000 nodes every byte of an entry counts
 // twice (the entry and its managedFields).
-func nodeStateOf(conds []Condition, lastReport time.Time) NodeState {
-	ns := NodeState{Status: report.StatusHealthy, LastReportAt: lastReport}
-	var worst *Condition
+func nodeStateOf(conds []status.Condition, lastReport time.Time) status.NodeState {
+	ns := status.NodeState{Status: report.StatusHealthy, LastReportAt: lastReport}
+	var worst *status.Condition
 	for i := range conds {
 		c := &conds[i]
 		if c.Severity == report.StatusHealthy {
@@ -135,7 +136,7 @@ func nodeStateOf(conds []Condition, lastReport time.Time) NodeState {
 	}
 	if worst != nil {
 		ns.Status, ns.Reason = worst.Severity, worst.Reason
-		ns.Message = truncate(worst.Type + ": " + worst.Message)
+		ns.Message = status.Truncate(worst.Type + ": " + worst.Message)
 	}
 	return ns
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/cozystack/cozy-health/aggregator/internal/quorum"
 	"github.com/cozystack/cozy-health/aggregator/internal/state"
+	"github.com/cozystack/cozy-health/aggregator/internal/status"
 	"github.com/cozystack/cozy-health/pkg/report"
 )
 
@@ -30,12 +31,9 @@ func raftNodes(names []string, claims []*quorum.Claims, snap state.Snapshot, now
 // ref; nil for etcd, the component itself), then, when memberConds is set,
 // one QuorumMember condition per voting member.
 //
-// Every member that votes counts healthy: Healthy, Degraded (votes but
-// warns: DBSizeNearQuota, MemberErrors) and, for etcd, one under the
-// NOSPACE alarm; a member that cannot vote (Down) counts lost; a member
-// whose health is not known (Unknown, stale node, a control-plane node
-// without a member observation, rejected claims) is unknown, and so is
-// every voting member no node describes. The Quorum condition is Healthy
+// How a member counts (votes, lost, unknown) is the quorum package's
+// (quorum.Classify, View.Count), and so is the verdict (quorum.Count.Judge);
+// this states what each verdict publishes. The Quorum condition is Healthy
 // (all voting members vote), Degraded (QuorumAtRisk), Down (QuorumLost,
 // only when even every unknown member voting would not make a quorum) or
 // Unknown (QuorumUndetermined, naming the unknown members; NoVotingMembers
@@ -44,16 +42,16 @@ func raftNodes(names []string, claims []*quorum.Claims, snap state.Snapshot, now
 // report NOSPACE (fewer: Degraded, AlarmNOSPACE); else Degraded when quorum
 // is at risk, or a member warns (with the member's reason), or the quorum
 // is undetermined and a member is known lost; else as the Quorum condition.
-func judgeRaft(v *quorum.View, what, sizeFrom string, ref *report.ResourceRef, memberConds bool) (report.Status, string, []Condition) {
+func judgeRaft(v *quorum.View, what, sizeFrom string, ref *report.ResourceRef, memberConds bool) (report.Status, string, []status.Condition) {
 	count := v.Count()
 	var bad, warns, unknown []string
-	var conds []Condition
+	var conds []status.Condition
 	warnReason := ""
 	for _, m := range v.Members {
 		if m.Learner {
 			continue
 		}
-		c := Condition{Type: TypeQuorumMember, Node: m.Node, Severity: m.Status, Reason: m.Reason}
+		c := status.Condition{Type: TypeQuorumMember, Node: m.Node, Severity: m.Status, Reason: m.Reason}
 		switch m.Class {
 		case quorum.Votes:
 			c.Message = "voting member, healthy"
@@ -83,7 +81,7 @@ func judgeRaft(v *quorum.View, what, sizeFrom string, ref *report.ResourceRef, m
 		}
 		unknown = append(unknown, s)
 	}
-	q := Condition{Type: TypeQuorum, Resource: ref}
+	q := status.Condition{Type: TypeQuorum, Resource: ref}
 	effect := report.StatusUnknown
 	switch count.Judge() {
 	case quorum.Empty:
@@ -133,14 +131,14 @@ func judgeRaft(v *quorum.View, what, sizeFrom string, ref *report.ResourceRef, m
 	case len(warns) > 0:
 		effect, reason = report.StatusDegraded, warnReason
 	}
-	q.Message = truncate(q.Message)
-	return effect, reason, append([]Condition{q}, conds...)
+	q.Message = status.Truncate(q.Message)
+	return effect, reason, append([]status.Condition{q}, conds...)
 }
 
 // etcdQuorum judges etcd on the quorum projection (judgeRaft). The first
 // condition returned is the component-level Quorum condition; one
 // QuorumMember condition per voting member follows.
-func etcdQuorum(nodes []quorum.Node, reject rejectFunc) (report.Status, string, []Condition) {
+func etcdQuorum(nodes []quorum.Node, reject rejectFunc) (report.Status, string, []status.Condition) {
 	v := quorum.Read(quorum.Etcd, nodes)
 	rejected(reject, v.Rejected)
 	return judgeRaft(&v, "etcd", "etcd-membership", nil, true)
@@ -163,9 +161,9 @@ func rejected(reject rejectFunc, rs []quorum.Rejection) {
 // node when this is called, so a database no node reports a member of is
 // Unknown (NoVotingMembers): ovn-central runs somewhere, and where is not
 // known.
-func ovnCentralQuorum(nodes []quorum.Node, reject rejectFunc) (report.Status, string, []Condition) {
+func ovnCentralQuorum(nodes []quorum.Node, reject rejectFunc) (report.Status, string, []status.Condition) {
 	worst, reason := report.StatusHealthy, ReasonQuorumHealthy
-	conds := make([]Condition, 0, len(quorum.OVNDatabases))
+	conds := make([]status.Condition, 0, len(quorum.OVNDatabases))
 	for _, db := range quorum.OVNDatabases {
 		v := quorum.Read(db, nodes)
 		rejected(reject, v.Rejected)

@@ -13,10 +13,8 @@
 //     component; a component no fresh node observes is Unknown/NoData.
 //   - Raft clusters (etcd; ovn-central's OVN_Northbound and OVN_Southbound,
 //     inside kube-ovn) are read by the quorum package's one reader (which
-//     claims are believed) and judged by quorum.Count.Judge; judgeRaft
-//     (quorum.go) states what each verdict publishes: lost means cannot
-//     vote, a member that votes but warns makes the component Degraded,
-//     etcd's NOSPACE alarm is its own Down verdict.
+//     claims are believed) and judged by its one rule, quorum.Count.Judge;
+//     judgeRaft (quorum.go) states what each verdict publishes.
 //   - A node-local component is Down (AllNodesDown) only when it is Down on
 //     every node listed, or a rule of its own (ovn-central's quorum) says it
 //     cannot serve; Degraded when some nodes are Down or Degraded; Unknown
@@ -24,10 +22,12 @@
 //   - Per-resource observations fold into one condition per check and node,
 //     plus one condition per resource that is not Healthy.
 //
-// By file: rollup.go the types, Compute and the node projection, fold.go
-// one report's observations into conditions and node states, quorum.go the
-// raft projections, cache.go the memo that lets an unchanged state be
-// retimed instead of recomputed.
+// By file: rollup.go Compute and the node projection (the status types are
+// the status package's), fold.go one report's observations into conditions
+// and node states, quorum.go the raft projections, cache.go the memo that
+// lets an unchanged state be retimed instead of recomputed, engine.go the
+// loop that drives Compute -> damp -> compact -> stamp and hands the result
+// to one status.Publisher.
 package rollup
 
 import (
@@ -35,16 +35,14 @@ import (
 	"sort"
 	"strings"
 	"time"
-	"unicode/utf8"
-
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/cozystack/cozy-health/aggregator/internal/quorum"
 	"github.com/cozystack/cozy-health/aggregator/internal/state"
+	"github.com/cozystack/cozy-health/aggregator/internal/status"
 	"github.com/cozystack/cozy-health/pkg/report"
 )
 
-// Condition types the rollup adds beyond CamelCase(check).
+// status.Condition types the rollup adds beyond CamelCase(check).
 const (
 	// TypeHeartbeat is the per-node heartbeat: Unknown/HeartbeatMissed when
 	// the node's agent is silent past its grace.
@@ -84,9 +82,6 @@ const (
 	ReasonSomeNodesUnknown = "SomeNodesUnknown"
 )
 
-// MaxMessage is the longest message written for one condition or node state.
-const MaxMessage = 256
-
 // Config is what the rollup is judged against.
 type Config struct {
 	// HeartbeatGrace is the silence after which a node is stale; 0 means 3x
@@ -98,68 +93,6 @@ type Config struct {
 	DefaultInterval time.Duration
 	// FreshForMultiple: FreshUntil = ObservedAt + FreshForMultiple x DefaultInterval.
 	FreshForMultiple int
-}
-
-// NodeState is a component's state on one node.
-type NodeState struct {
-	Status       report.Status `json:"status"`
-	Reason       string        `json:"reason,omitempty"`
-	Message      string        `json:"message,omitempty"`
-	LastReportAt time.Time     `json:"lastReportAt"`
-}
-
-// Condition is one fact about a component. Node is the node it is pinned to
-// (ResourceRef{Kind: Node, Name: Node}); empty for component-level facts.
-type Condition struct {
-	Type string `json:"type"`
-	// Severity is the status behind the condition; ConditionStatus derives
-	// True/False/Unknown from it.
-	Severity report.Status `json:"severity"`
-	Reason   string        `json:"reason,omitempty"`
-	Message  string        `json:"message,omitempty"`
-	Node     string        `json:"node,omitempty"`
-	// Resource, when set, pins the condition to a resource other than the
-	// node (a DRBD resource, a block device) observed on Node.
-	Resource       *report.ResourceRef `json:"resource,omitempty"`
-	LastTransition time.Time           `json:"lastTransition,omitzero"`
-	// Backup carries the typed backup fields of a backup condition (cluster
-	// adapters only); nil for every other condition.
-	Backup *BackupFacts `json:"backup,omitempty"`
-}
-
-// ResourceKey names a condition's resource for keys and sorting; empty for
-// conditions pinned to a node or to nothing.
-func (c Condition) ResourceKey() string {
-	if c.Resource == nil {
-		return ""
-	}
-	return c.Resource.Kind + "/" + c.Resource.Namespace + "/" + c.Resource.Name
-}
-
-// ConditionStatus is True (good), False (bad) or Unknown (no data).
-func (c Condition) ConditionStatus() metav1.ConditionStatus {
-	switch c.Severity {
-	case report.StatusHealthy:
-		return metav1.ConditionTrue
-	case report.StatusUnknown:
-		return metav1.ConditionUnknown
-	default:
-		return metav1.ConditionFalse
-	}
-}
-
-// ComponentStatus is the desired status of one component's Health object.
-type ComponentStatus struct {
-	Component  string               `json:"component"`
-	Overall    report.Status        `json:"overall"`
-	Reason     string               `json:"reason"`
-	ObservedAt time.Time            `json:"observedAt"`
-	FreshUntil time.Time            `json:"freshUntil"`
-	Nodes      map[string]NodeState `json:"nodes,omitempty"`
-	Conditions []Condition          `json:"conditions,omitempty"`
-	// DegradedNodes and Issues are filled by Compact.
-	DegradedNodes []string `json:"degradedNodes,omitempty"`
-	Issues        int      `json:"issues"`
 }
 
 // MinReportInterval is the shortest report interval the heartbeat grace
@@ -210,7 +143,7 @@ func (c Config) Stale(e state.Entry, now time.Time) bool {
 
 // Compute rolls the snapshot up into every node-local component's status,
 // uncompacted (every condition, True ones included) and undamped.
-func Compute(snap state.Snapshot, now time.Time, cfg Config) map[string]*ComponentStatus {
+func Compute(snap state.Snapshot, now time.Time, cfg Config) map[string]*status.Component {
 	return ComputeCached(snap, now, cfg, nil)
 }
 
@@ -219,7 +152,7 @@ func Compute(snap state.Snapshot, now time.Time, cfg Config) map[string]*Compone
 // is immutable: only nodes whose report changed since the last call are
 // folded again. The result is identical to Compute's. cache may be nil; a
 // Cache must not be shared by concurrent calls.
-func ComputeCached(snap state.Snapshot, now time.Time, cfg Config, cache *Cache) map[string]*ComponentStatus {
+func ComputeCached(snap state.Snapshot, now time.Time, cfg Config, cache *Cache) map[string]*status.Component {
 	names := snap.Names()
 	facts := make([]*reportFacts, len(names))
 	claims := make([]*quorum.Claims, len(names))
@@ -233,7 +166,7 @@ func ComputeCached(snap state.Snapshot, now time.Time, cfg Config, cache *Cache)
 	if cache != nil {
 		reject = cache.onReject
 	}
-	out := make(map[string]*ComponentStatus, len(report.NodeComponents))
+	out := make(map[string]*status.Component, len(report.NodeComponents))
 	for _, comp := range report.NodeComponents {
 		out[comp] = computeComponent(comp, names, facts, raft, reject, snap, now, cfg)
 	}
@@ -253,7 +186,7 @@ func ComputeCached(snap state.Snapshot, now time.Time, cfg Config, cache *Cache)
 // when it is Down or Degraded on some nodes, Unknown when every node that
 // is not Healthy is Unknown, Healthy when all are. One node's failure is
 // that node's, in status.nodes, not the cluster's.
-func nodesProjection(nodes map[string]NodeState) (report.Status, string) {
+func nodesProjection(nodes map[string]status.NodeState) (report.Status, string) {
 	var down, bad, unknown int
 	for _, ns := range nodes {
 		switch ns.Status {
@@ -281,8 +214,8 @@ func (c Config) freshUntil(observedAt time.Time) time.Time {
 	return observedAt.Add(time.Duration(c.FreshForMultiple) * c.DefaultInterval)
 }
 
-func computeComponent(comp string, names []string, facts []*reportFacts, raft []quorum.Node, reject rejectFunc, snap state.Snapshot, now time.Time, cfg Config) *ComponentStatus {
-	cs := &ComponentStatus{Component: comp, Nodes: make(map[string]NodeState, len(names)), Conditions: make([]Condition, 0, 2*len(names))}
+func computeComponent(comp string, names []string, facts []*reportFacts, raft []quorum.Node, reject rejectFunc, snap state.Snapshot, now time.Time, cfg Config) *status.Component {
+	cs := &status.Component{Component: comp, Nodes: make(map[string]status.NodeState, len(names)), Conditions: make([]status.Condition, 0, 2*len(names))}
 	var observedAt time.Time
 	anyFresh := false
 	for i, name := range names {
@@ -300,8 +233,8 @@ func computeComponent(comp string, names []string, facts []*reportFacts, raft []
 				msg = fmt.Sprintf("no valid report since %s (grace %s)", e.ReceivedAt.UTC().Format(time.RFC3339), cfg.Grace(e.Report.Interval))
 				last = e.ReceivedAt
 			}
-			cs.Nodes[name] = NodeState{Status: report.StatusUnknown, Reason: report.ReasonHeartbeatMissed, Message: msg, LastReportAt: last}
-			cs.Conditions = append(cs.Conditions, Condition{Type: TypeHeartbeat, Severity: report.StatusUnknown, Reason: report.ReasonHeartbeatMissed, Message: msg, Node: name})
+			cs.Nodes[name] = status.NodeState{Status: report.StatusUnknown, Reason: report.ReasonHeartbeatMissed, Message: msg, LastReportAt: last}
+			cs.Conditions = append(cs.Conditions, status.Condition{Type: TypeHeartbeat, Severity: report.StatusUnknown, Reason: report.ReasonHeartbeatMissed, Message: msg, Node: name})
 			continue
 		}
 		anyFresh = true
@@ -324,7 +257,7 @@ func computeComponent(comp string, names []string, facts []*reportFacts, raft []
 	switch {
 	case !anyFresh:
 		cs.Overall, cs.Reason = report.StatusUnknown, report.ReasonNoData
-		cs.Conditions = append(cs.Conditions, Condition{Type: TypeData, Severity: report.StatusUnknown, Reason: report.ReasonNoData,
+		cs.Conditions = append(cs.Conditions, status.Condition{Type: TypeData, Severity: report.StatusUnknown, Reason: report.ReasonNoData,
 			Message: fmt.Sprintf("no fresh %s observation from any node", comp)})
 	case comp == report.ComponentEtcd:
 		effect, reason, conds := etcdQuorum(raft, reject)
@@ -385,20 +318,9 @@ func ConditionType(check string) string {
 	return s
 }
 
-func truncate(s string) string {
-	if len(s) <= MaxMessage {
-		return s
-	}
-	cut := MaxMessage - 3
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + "..."
-}
-
 // sortConditions orders conditions: component-level first, then by type,
 // then by node.
-func sortConditions(cs []Condition) {
+func sortConditions(cs []status.Condition) {
 	sort.SliceStable(cs, func(i, j int) bool {
 		a, b := cs[i], cs[j]
 		if (a.Node == "") != (b.Node == "") {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/cozystack/cozy-health/aggregator/internal/quorum"
 	"github.com/cozystack/cozy-health/aggregator/internal/state"
+	"github.com/cozystack/cozy-health/aggregator/internal/status"
 	"github.com/cozystack/cozy-health/pkg/report"
 )
 
@@ -382,7 +383,7 @@ func cases() []goldenCase {
 	}
 }
 
-func render(out map[string]*ComponentStatus, components []string) string {
+func render(out map[string]*status.Component, components []string) string {
 	if len(components) == 0 {
 		components = report.NodeComponents
 	}
@@ -504,7 +505,7 @@ func TestContractInvariants(t *testing.T) {
 // node is Down or a rule of its own (a Quorum condition) is Down; a node
 // Down or Degraded makes it at least Degraded; Unknown nodes alone make it
 // Unknown, never Degraded or Down; Healthy needs every node Healthy.
-func checkNodesProjection(t *testing.T, what string, cs *ComponentStatus) {
+func checkNodesProjection(t *testing.T, what string, cs *status.Component) {
 	t.Helper()
 	var down, bad, unknown int
 	for _, ns := range cs.Nodes {

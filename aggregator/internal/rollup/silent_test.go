@@ -9,13 +9,14 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/cozystack/cozy-health/aggregator/internal/state"
+	"github.com/cozystack/cozy-health/aggregator/internal/status"
 	"github.com/cozystack/cozy-health/pkg/report"
 	"github.com/cozystack/cozy-health/pkg/report/reporttest"
 )
 
-// silentRollup is one rollup as the engine publishes it (app.Engine's
+// silentRollup is one rollup as the engine publishes it (Engine's
 // recompute): Compute, damping, compaction, stamping.
-func silentRollup(snap state.Snapshot, now time.Time, cfg Config, cache *Cache, d *Damper) map[string]*ComponentStatus {
+func silentRollup(snap state.Snapshot, now time.Time, cfg Config, cache *Cache, d *Damper) map[string]*status.Component {
 	out := ComputeCached(snap, now, cfg, cache)
 	for _, comp := range report.NodeComponents {
 		d.Apply(out[comp], now)
@@ -27,7 +28,7 @@ func silentRollup(snap state.Snapshot, now time.Time, cfg Config, cache *Cache, 
 
 // silentNodeState says how node reads in one published component, for
 // failure messages: its status.nodes entry and its Heartbeat condition.
-func silentNodeState(cs *ComponentStatus, node string) (entry NodeState, hb *Condition, degraded bool) {
+func silentNodeState(cs *status.Component, node string) (entry status.NodeState, hb *status.Condition, degraded bool) {
 	entry = cs.Nodes[node]
 	for i := range cs.Conditions {
 		c := &cs.Conditions[i]
@@ -105,7 +106,7 @@ func TestSilentNodeUnknownEverywhereInOneRollup(t *testing.T) {
 
 			// The silent node's last report was that one; the others go on
 			// every 2 s while the engine rolls up every 500 ms and at the
-			// heartbeat deadline (app.Engine.Run). unknownAt is, per
+			// heartbeat deadline (Engine.Run). unknownAt is, per
 			// component, the first rollup that published the silent node
 			// Unknown/HeartbeatMissed.
 			unknownAt := map[string]time.Time{}
@@ -138,7 +139,7 @@ func TestSilentNodeUnknownEverywhereInOneRollup(t *testing.T) {
 // checkOneRollup checks one published rollup: the silent node is either
 // Unknown/HeartbeatMissed in every node-local component or in none, and
 // records when each first published it so.
-func checkOneRollup(t *testing.T, out map[string]*ComponentStatus, silent string, at time.Time, unknownAt map[string]time.Time) {
+func checkOneRollup(t *testing.T, out map[string]*status.Component, silent string, at time.Time, unknownAt map[string]time.Time) {
 	t.Helper()
 	var unknown, other []string
 	for _, comp := range report.NodeComponents {

@@ -112,7 +112,7 @@ type Observer interface {
 type State struct {
 	observer Observer
 
-	// mu guards nodes, deleted and version.
+	// mu guards nodes, roles and deleted.
 	mu    sync.RWMutex
 	nodes map[string]Entry
 	// roles are the roles SetRole recorded, also for nodes not (yet) in
@@ -122,7 +122,6 @@ type State struct {
 	// report still in flight does not resurrect them; a node object that is
 	// created again clears it (Restore).
 	deleted map[string]struct{}
-	version uint64
 }
 
 // New returns an empty State. observer may be nil.
@@ -148,7 +147,6 @@ func (s *State) Accept(r *report.NodeReport, receivedAt time.Time) {
 		return
 	}
 	s.nodes[r.NodeName] = Entry{Report: r, ReceivedAt: receivedAt, Role: s.roles[r.NodeName]}
-	s.version++
 	s.mu.Unlock()
 	if s.observer != nil {
 		s.observer.Accepted(r.NodeName, receivedAt)
@@ -170,7 +168,6 @@ func (s *State) Expect(name string, at time.Time) {
 		return
 	}
 	s.nodes[name] = Entry{ReceivedAt: at, Role: s.roles[name]}
-	s.version++
 	s.mu.Unlock()
 }
 
@@ -185,7 +182,6 @@ func (s *State) Unexpect(name string) {
 		return
 	}
 	delete(s.nodes, name)
-	s.version++
 	s.mu.Unlock()
 	if s.observer != nil {
 		s.observer.Removed(name)
@@ -199,7 +195,6 @@ func (s *State) DeleteNode(name string) {
 	delete(s.nodes, name)
 	delete(s.roles, name)
 	s.deleted[name] = struct{}{}
-	s.version++
 	s.mu.Unlock()
 	if had && s.observer != nil {
 		s.observer.Removed(name)
@@ -219,7 +214,6 @@ func (s *State) SetRole(name string, r Role) {
 		e.Role = r
 		s.nodes[name] = e
 	}
-	s.version++
 }
 
 // Restore allows reports from a node again after it was deleted (a Node of
@@ -263,11 +257,4 @@ func (s *State) Len() int {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	return len(s.nodes)
-}
-
-// Version increases on every change; equal versions mean equal states.
-func (s *State) Version() uint64 {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	return s.version
 }

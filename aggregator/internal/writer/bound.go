@@ -6,8 +6,8 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/cozystack/cozy-health/aggregator/internal/metrics"
+	"github.com/cozystack/cozy-health/aggregator/internal/status"
 
-	"github.com/cozystack/cozy-health/aggregator/internal/rollup"
 	"github.com/cozystack/cozy-health/pkg/report"
 )
 
@@ -35,7 +35,7 @@ const MaxConditionBytes = 768 << 10
 
 // conditionSize estimates the bytes of one condition in the applied JSON:
 // its strings and the field names, quotes and timestamps around them.
-func conditionSize(c rollup.Condition) int {
+func conditionSize(c status.Condition) int {
 	n := 120 + len(c.Type) + len(c.Reason) + len(c.Message) + len(c.Node)
 	if r := c.Resource; r != nil {
 		n += 40 + len(r.Kind) + len(r.Name) + len(r.Namespace)
@@ -46,7 +46,7 @@ func conditionSize(c rollup.Condition) int {
 	return n
 }
 
-func conditionsSize(conds []rollup.Condition) int {
+func conditionsSize(conds []status.Condition) int {
 	n := 0
 	for _, c := range conds {
 		n += conditionSize(c)
@@ -61,7 +61,7 @@ func conditionsSize(conds []rollup.Condition) int {
 // the object goes stale). Issues is recounted when a condition is
 // dropped. cs is not modified; it is returned as is when nothing is out of
 // bounds. The counts are by Bound* reason.
-func boundConditions(cs *rollup.ComponentStatus) (*rollup.ComponentStatus, map[string]int) {
+func boundConditions(cs *status.Component) (*status.Component, map[string]int) {
 	var counts map[string]int
 	count := func(reason string, n int) {
 		if counts == nil {
@@ -69,14 +69,14 @@ func boundConditions(cs *rollup.ComponentStatus) (*rollup.ComponentStatus, map[s
 		}
 		counts[reason] += n
 	}
-	var out []rollup.Condition
+	var out []status.Condition
 	for i, c := range cs.Conditions {
 		fixed, drop, why := boundCondition(c)
 		if len(why) == 0 && out == nil {
 			continue
 		}
 		if out == nil {
-			out = append(make([]rollup.Condition, 0, len(cs.Conditions)), cs.Conditions[:i]...)
+			out = append(make([]status.Condition, 0, len(cs.Conditions)), cs.Conditions[:i]...)
 		}
 		for _, w := range why {
 			count(w, 1)
@@ -101,7 +101,7 @@ func boundConditions(cs *rollup.ComponentStatus) (*rollup.ComponentStatus, map[s
 				}
 			}
 		}
-		kept := make([]rollup.Condition, 0, report.MaxConditions)
+		kept := make([]status.Condition, 0, report.MaxConditions)
 		for i, c := range conds {
 			if !dropped[i] {
 				kept = append(kept, c)
@@ -125,7 +125,7 @@ func boundConditions(cs *rollup.ComponentStatus) (*rollup.ComponentStatus, map[s
 				}
 			}
 		}
-		kept := make([]rollup.Condition, 0, len(conds)-n)
+		kept := make([]status.Condition, 0, len(conds)-n)
 		for i, c := range conds {
 			if !dropped[i] {
 				kept = append(kept, c)
@@ -150,7 +150,7 @@ func boundConditions(cs *rollup.ComponentStatus) (*rollup.ComponentStatus, map[s
 
 // boundCondition brings one condition within bounds: why lists what was
 // out of them, drop says it cannot be written at all.
-func boundCondition(c rollup.Condition) (fixed rollup.Condition, drop bool, why []string) {
+func boundCondition(c status.Condition) (fixed status.Condition, drop bool, why []string) {
 	if !validType(c.Type) {
 		return c, true, []string{BoundType}
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/cozystack/cozy-health/aggregator/internal/rollup"
 	"github.com/cozystack/cozy-health/aggregator/internal/state"
+	"github.com/cozystack/cozy-health/aggregator/internal/status"
 	"github.com/cozystack/cozy-health/pkg/report"
 )
 
@@ -47,7 +48,7 @@ func itoa(i int) string {
 
 // compute is the engine's path: rollup, the damper's transition times
 // (every condition new at now), then Compact.
-func compute(snap state.Snapshot, now time.Time) map[string]*rollup.ComponentStatus {
+func compute(snap state.Snapshot, now time.Time) map[string]*status.Component {
 	out := rollup.Compute(snap, now, rollup.Config{DefaultInterval: 5 * time.Second, FreshForMultiple: 6})
 	for _, cs := range out {
 		for i := range cs.Conditions {
@@ -95,11 +96,11 @@ func TestBoundConditions(t *testing.T) {
 	assert.Equal(t, 9000+rollup.DefaultMaxListed, len(disk.Conditions), "the input is not modified")
 
 	// A condition within bounds is written as it is.
-	ok := &rollup.ComponentStatus{Component: "disk", Conditions: []rollup.Condition{{Type: "FsyncProbe", Severity: report.StatusDegraded, Reason: "Slow", Node: "n1"}}}
+	ok := &status.Component{Component: "disk", Conditions: []status.Condition{{Type: "FsyncProbe", Severity: report.StatusDegraded, Reason: "Slow", Node: "n1"}}}
 	same, counts := boundConditions(ok)
 	assert.Same(t, ok, same)
 	assert.Nil(t, counts)
 	// A type the pattern refuses is dropped.
-	_, counts = boundConditions(&rollup.ComponentStatus{Conditions: []rollup.Condition{{Type: "not-camel"}, {Type: strings.Repeat("A", 317)}, {Type: ""}}})
+	_, counts = boundConditions(&status.Component{Conditions: []status.Condition{{Type: "not-camel"}, {Type: strings.Repeat("A", 317)}, {Type: ""}}})
 	assert.Equal(t, map[string]int{BoundType: 3}, counts)
 }

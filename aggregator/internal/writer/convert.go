@@ -5,8 +5,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/cozystack/cozy-health/aggregator/internal/metrics"
-	"github.com/cozystack/cozy-health/aggregator/internal/rollup"
+	"github.com/cozystack/cozy-health/aggregator/internal/status"
 	healthv1alpha1 "github.com/cozystack/cozy-health/pkg/apis/health/v1alpha1"
 	ac "github.com/cozystack/cozy-health/pkg/applyconfiguration/health/v1alpha1"
 	"github.com/cozystack/cozy-health/pkg/report"
@@ -39,7 +38,7 @@ func adapterSpecApply(namespace, component string, freshFor metav1.Duration, max
 }
 
 // statusApply is the status of cs as an apply configuration.
-func statusApply(namespace string, cs *rollup.ComponentStatus) *ac.HealthApplyConfiguration {
+func statusApply(namespace string, cs *status.Component) *ac.HealthApplyConfiguration {
 	st := ac.HealthStatus().
 		WithOverall(apiStatus(cs.Overall)).
 		WithObservedAt(metav1.NewTime(cs.ObservedAt.UTC().Truncate(0))).
@@ -118,21 +117,4 @@ func joinSorted(names []string) string {
 		b = append(b, s...)
 	}
 	return string(b)
-}
-
-// IssuesOf lists a compacted status's conditions that are not True, as
-// cozy_health_issue exports them.
-func IssuesOf(cs *rollup.ComponentStatus) []metrics.Issue {
-	var out []metrics.Issue
-	for _, c := range cs.Conditions {
-		if c.Severity == report.StatusHealthy {
-			continue
-		}
-		is := metrics.Issue{Node: c.Node, Type: c.Type, Reason: c.Reason, Status: c.Severity}
-		if c.Resource != nil {
-			is.Kind, is.Resource = c.Resource.Kind, c.Resource.Name
-		}
-		out = append(out, is)
-	}
-	return out
 }

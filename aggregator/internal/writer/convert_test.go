@@ -7,21 +7,21 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/cozystack/cozy-health/aggregator/internal/rollup"
+	"github.com/cozystack/cozy-health/aggregator/internal/status"
 	healthv1alpha1 "github.com/cozystack/cozy-health/pkg/apis/health/v1alpha1"
 	"github.com/cozystack/cozy-health/pkg/report"
 )
 
 func TestStatusApply(t *testing.T) {
 	at := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
-	cs := &rollup.ComponentStatus{
+	cs := &status.Component{
 		Component: report.ComponentDisk, Overall: report.StatusDegraded, ObservedAt: at, FreshUntil: at.Add(30 * time.Second),
-		Nodes: map[string]rollup.NodeState{
+		Nodes: map[string]status.NodeState{
 			"a": {Status: report.StatusHealthy},
 			"c": {Status: report.StatusDegraded, Reason: "ProbeSlow"},
 			"b": {Status: report.StatusUnknown, Reason: report.ReasonHeartbeatMissed, Message: "silent", LastReportAt: at.Add(-20 * time.Second)},
 		},
-		Conditions: []rollup.Condition{
+		Conditions: []status.Condition{
 			{Type: "FsyncProbe", Severity: report.StatusDegraded, Reason: "SomeNodesFalse", LastTransition: at},
 			{Type: "Heartbeat", Severity: report.StatusUnknown, Reason: report.ReasonHeartbeatMissed, Node: "b", LastTransition: at},
 		},
@@ -47,9 +47,9 @@ func TestStatusApply(t *testing.T) {
 
 func TestFingerprintIgnoresTimesOnly(t *testing.T) {
 	at := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
-	mk := func(now time.Time, s report.Status) *rollup.ComponentStatus {
-		return &rollup.ComponentStatus{Component: "disk", Overall: s, ObservedAt: now, FreshUntil: now.Add(time.Minute),
-			Nodes: map[string]rollup.NodeState{"a": {Status: s, LastReportAt: now}}}
+	mk := func(now time.Time, s report.Status) *status.Component {
+		return &status.Component{Component: "disk", Overall: s, ObservedAt: now, FreshUntil: now.Add(time.Minute),
+			Nodes: map[string]status.NodeState{"a": {Status: s, LastReportAt: now}}}
 	}
 	assert.Equal(t, Fingerprint(mk(at, report.StatusHealthy)), Fingerprint(mk(at.Add(5*time.Second), report.StatusHealthy)))
 	assert.NotEqual(t, Fingerprint(mk(at, report.StatusHealthy)), Fingerprint(mk(at, report.StatusDegraded)))

@@ -8,8 +8,8 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/cozystack/cozy-health/aggregator/internal/rollup"
 	"github.com/cozystack/cozy-health/aggregator/internal/state"
+	"github.com/cozystack/cozy-health/aggregator/internal/status"
 	healthv1alpha1 "github.com/cozystack/cozy-health/pkg/apis/health/v1alpha1"
 	"github.com/cozystack/cozy-health/pkg/report"
 	"github.com/cozystack/cozy-health/pkg/wire"
@@ -42,7 +42,7 @@ func checkString(path, s string) error {
 
 // validStatus checks the status the writer applies, as the apiserver
 // decodes it, against every row of report.Limits with a CRD path.
-func validStatus(cs *rollup.ComponentStatus) error {
+func validStatus(cs *status.Component) error {
 	body, err := json.Marshal(statusApply("cozy-system", cs))
 	if err != nil {
 		return err

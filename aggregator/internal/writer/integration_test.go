@@ -34,7 +34,7 @@ func TestOutOfBoundsConditionsStillWriteAFreshObject(t *testing.T) {
 	hc, err := versioned.NewForConfig(cp.Config)
 	require.NoError(t, err)
 	reg := prometheus.NewRegistry()
-	m, err := metrics.New(reg, ns)
+	m, err := metrics.New(reg)
 	require.NoError(t, err)
 	w, err := New(Config{Namespace: ns, FreshFor: 30 * time.Second, RefreshPeriod: time.Minute, WritesPerSecond: 50, WriteBurst: 10,
 		BackoffBase: 100 * time.Millisecond, BackoffMax: time.Second}, hc, m, zaptest.NewLogger(t), nil)
@@ -42,7 +42,7 @@ func TestOutOfBoundsConditionsStillWriteAFreshObject(t *testing.T) {
 
 	start := time.Now()
 	for _, cs := range compute(badReports(start), start) {
-		w.Update(cs)
+		w.Publish(ns, cs)
 	}
 	runCtx, stop := context.WithCancel(ctx)
 	done := make(chan struct{})

@@ -6,8 +6,8 @@
 // backoff, and repeated every refresh period so freshUntil never lapses
 // while the leader is alive.
 //
-// Node components live in the platform namespace (Update, Retimed). The
-// cluster adapters publish into any namespace (UpdateIn) and withdraw
+// The Writer is a status.Publisher. Node components live in the platform
+// namespace. The cluster adapters publish into any namespace and withdraw
 // objects they no longer have facts for (Remove): those objects carry the
 // label SourceLabel, and at the start of every term, once the adapters have
 // published their first answer (AdaptersReady), the leader deletes every
@@ -35,7 +35,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/cozystack/cozy-health/aggregator/internal/metrics"
-	"github.com/cozystack/cozy-health/aggregator/internal/rollup"
+	"github.com/cozystack/cozy-health/aggregator/internal/status"
 	ac "github.com/cozystack/cozy-health/pkg/applyconfiguration/health/v1alpha1"
 	"github.com/cozystack/cozy-health/pkg/client/clientset/versioned"
 	"github.com/cozystack/cozy-health/pkg/client/clientset/versioned/scheme"
@@ -67,7 +67,7 @@ type Config struct {
 	WriteBurst      int
 	// BackoffBase and BackoffMax bound the per-object retry backoff.
 	BackoffBase, BackoffMax time.Duration
-	// Adapter objects (UpdateIn): AdapterFreshFor is their spec.sla.freshFor
+	// Adapter objects (status.FromAdapters): AdapterFreshFor is their spec.sla.freshFor
 	// and AdapterRefreshPeriod their refresh (default: FreshFor and
 	// RefreshPeriod). Their writes have a token bucket of their own
 	// (AdapterWritesPerSecond, default WritesPerSecond; burst WriteBurst), so
@@ -83,12 +83,6 @@ type Key struct {
 }
 
 func (k Key) String() string { return k.Namespace + "/" + k.Component }
-
-// Spec is what an adapter object's spec carries besides its component.
-type Spec struct {
-	// MaxAge, when positive, is written as spec.sla.maxAge.
-	MaxAge time.Duration
-}
 
 // Writer holds the latest desired status of every component and, while
 // Run runs, writes it.
@@ -122,11 +116,10 @@ type Writer struct {
 }
 
 type desiredEntry struct {
-	cs *rollup.ComponentStatus
+	cs *status.Component
 	fp uint64
 	// adapter marks an adapter object (labelled, its own freshness).
 	adapter bool
-	spec    Spec
 }
 
 type writtenEntry struct {
@@ -167,22 +160,39 @@ func New(cfg Config, client versioned.Interface, m *metrics.Metrics, log *zap.Lo
 	}, nil
 }
 
-// AdapterFreshFor is how long an adapter object stays fresh after its
-// observedAt (its spec.sla.freshFor).
-func (w *Writer) AdapterFreshFor() time.Duration { return w.cfg.AdapterFreshFor }
+var _ status.Publisher = (*Writer)(nil)
 
-// UpdateIn records the desired status of an adapter object in namespace,
-// exports it to the metrics (on every replica, as the engine does for the
-// node components) and, while leading, queues a write when it changed or when the last write
-// is older than the adapter refresh period.
-func (w *Writer) UpdateIn(namespace string, cs *rollup.ComponentStatus, spec Spec) {
-	fp := Fingerprint(cs) ^ uint64(spec.MaxAge)
+// Publish records the desired status of the object namespace/cs.Component
+// (status.Publisher) and, while leading, queues a write when it changed or
+// when the last write is older than the refresh period (the adapters'
+// objects, cs.Source FromAdapters, have their own).
+func (w *Writer) Publish(namespace string, cs *status.Component) {
+	w.publish(namespace, cs, Fingerprint(cs))
+}
+
+// Retime records a status that differs from the last one published for
+// its object only in observedAt and freshUntil (rollup.Retime): its
+// fingerprint is the last one, so it is written only by the refresh.
+func (w *Writer) Retime(namespace string, cs *status.Component) {
+	w.mu.Lock()
+	d, ok := w.desired[Key{namespace, cs.Component}]
+	w.mu.Unlock()
+	if !ok {
+		w.Publish(namespace, cs)
+		return
+	}
+	w.publish(namespace, cs, d.fp)
+}
+
+func (w *Writer) publish(namespace string, cs *status.Component, fp uint64) {
 	k := Key{namespace, cs.Component}
-	w.metrics.PublishIn(namespace, cs.Component, cs.Overall, IssuesOf(cs))
+	adapter := cs.Source == status.FromAdapters
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	delete(w.removed, k)
-	w.desired[k] = desiredEntry{cs: cs, fp: fp, adapter: true, spec: spec}
+	if adapter {
+		delete(w.removed, k)
+	}
+	w.desired[k] = desiredEntry{cs: cs, fp: fp, adapter: adapter}
 	w.enqueueLocked(k, fp)
 }
 
@@ -195,7 +205,6 @@ func (w *Writer) Remove(namespace, component string) {
 	if ok && !d.adapter {
 		return
 	}
-	w.metrics.RemoveIn(namespace, component)
 	delete(w.desired, k)
 	delete(w.written, k)
 	w.removed[k] = true
@@ -209,43 +218,6 @@ func (w *Writer) Remove(namespace, component string) {
 // publish.
 func (w *Writer) AdaptersReady() {
 	w.readyOnce.Do(func() { close(w.adaptersReady) })
-}
-
-// Desired is the desired status of one object (nil when none).
-func (w *Writer) Desired(namespace, component string) *rollup.ComponentStatus {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.desired[Key{namespace, component}].cs
-}
-
-// Update records the desired status of one component (already damped and
-// compacted) and, while leading, queues a write when it changed or when
-// the last write is older than the refresh period.
-func (w *Writer) Update(cs *rollup.ComponentStatus) {
-	w.update(cs, Fingerprint(cs))
-}
-
-// Retimed records a status that differs from the last one Update or
-// Retimed recorded for its component only in observedAt and freshUntil
-// (rollup.Retime): its fingerprint is the last one, so it is written only
-// by the refresh.
-func (w *Writer) Retimed(cs *rollup.ComponentStatus) {
-	w.mu.Lock()
-	d, ok := w.desired[Key{w.cfg.Namespace, cs.Component}]
-	w.mu.Unlock()
-	if !ok {
-		w.Update(cs)
-		return
-	}
-	w.update(cs, d.fp)
-}
-
-func (w *Writer) update(cs *rollup.ComponentStatus, fp uint64) {
-	k := Key{w.cfg.Namespace, cs.Component}
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.desired[k] = desiredEntry{cs: cs, fp: fp}
-	w.enqueueLocked(k, fp)
 }
 
 // enqueueLocked queues k when it changed or its refresh is due. w.mu held.
@@ -466,7 +438,7 @@ func (w *Writer) write(ctx context.Context, k Key, d desiredEntry, specDone map[
 	if !done {
 		var spec *ac.HealthApplyConfiguration
 		if d.adapter {
-			spec = adapterSpecApply(k.Namespace, k.Component, metav1.Duration{Duration: w.cfg.AdapterFreshFor}, d.spec.MaxAge)
+			spec = adapterSpecApply(k.Namespace, k.Component, metav1.Duration{Duration: w.cfg.AdapterFreshFor}, d.cs.MaxAge)
 		} else {
 			spec = specApply(k.Namespace, k.Component, metav1.Duration{Duration: w.cfg.FreshFor})
 		}
@@ -513,7 +485,7 @@ func (w *Writer) applyStatus(ctx context.Context, h *ac.HealthApplyConfiguration
 // every report and are brought up to date by the refresh instead. Node
 // entries are hashed one by one and summed, so map order does not matter
 // and nothing is sorted.
-func Fingerprint(cs *rollup.ComponentStatus) uint64 {
+func Fingerprint(cs *status.Component) uint64 {
 	h := fnv.New64a()
 	put := func(parts ...string) {
 		for _, p := range parts {
@@ -532,7 +504,7 @@ func Fingerprint(cs *rollup.ComponentStatus) uint64 {
 			put(strconv.FormatInt(b.LastSuccessfulAt.Unix(), 10), b.MaxAge.String())
 		}
 	}
-	sum := h.Sum64()
+	sum := h.Sum64() ^ uint64(cs.MaxAge)
 	for n, ns := range cs.Nodes {
 		h.Reset()
 		put(n, ns.Status.String(), ns.Reason, ns.Message)

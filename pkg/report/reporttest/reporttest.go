@@ -44,3 +44,15 @@ func LabNode(node string, seq uint64, at time.Time, interval time.Duration) *rep
 		},
 	}
 }
+
+// Disk is a node's report with two checks: its disk's fsync probe at disk
+// (reason Probe<disk>) and its Talos services Healthy, sent at at every 5 s.
+func Disk(node string, seq uint64, at time.Time, disk report.Status) *report.NodeReport {
+	return &report.NodeReport{
+		NodeName: node, AgentInstanceID: "agent-" + node, Sequence: seq, SentAt: at, Interval: 5 * time.Second,
+		Observations: []report.Observation{
+			{Component: report.ComponentDisk, Check: report.CheckFsyncProbe, Status: disk, Reason: "Probe" + disk.String(), Message: "probe"},
+			{Component: report.ComponentNode, Check: report.CheckTalosServices, Status: report.StatusHealthy, Reason: "ServicesRunning"},
+		},
+	}
+}

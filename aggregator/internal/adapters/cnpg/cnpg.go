@@ -18,7 +18,7 @@
 //     lastFailedBackupTime; the condition LastBackupSucceeded=False with
 //     reason LastBackupFailed says the last attempt failed.
 //
-// The rules are adapter.JudgeBackup's. A Cluster whose
+// The rules are adapterkit.JudgeBackup's. A Cluster whose
 // ContinuousArchiving condition is False also gets an Archiving condition
 // (Degraded): point-in-time recovery is not possible past the last WAL
 // archived.
@@ -32,8 +32,8 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
-	"github.com/cozystack/cozy-health/aggregator/internal/adapter"
-	"github.com/cozystack/cozy-health/aggregator/internal/rollup"
+	"github.com/cozystack/cozy-health/aggregator/internal/adapterkit"
+	"github.com/cozystack/cozy-health/aggregator/internal/status"
 	"github.com/cozystack/cozy-health/pkg/report"
 )
 
@@ -41,16 +41,16 @@ const group = "postgresql.cnpg.io"
 
 // Sources.
 var (
-	Clusters = adapter.Source{
+	Clusters = adapterkit.Source{
 		GVR: schema.GroupVersionResource{Group: group, Version: "v1", Resource: "clusters"}, Kind: "Cluster", Project: projectCluster,
 	}
-	Backups = adapter.Source{
+	Backups = adapterkit.Source{
 		GVR: schema.GroupVersionResource{Group: group, Version: "v1", Resource: "backups"}, Kind: "Backup", Optional: true, Project: projectBackup,
 	}
-	ScheduledBackups = adapter.Source{
+	ScheduledBackups = adapterkit.Source{
 		GVR: schema.GroupVersionResource{Group: group, Version: "v1", Resource: "scheduledbackups"}, Kind: "ScheduledBackup", Optional: true, Project: projectScheduled,
 	}
-	ObjectStores = adapter.Source{
+	ObjectStores = adapterkit.Source{
 		GVR: schema.GroupVersionResource{Group: "barmancloud.cnpg.io", Version: "v1", Resource: "objectstores"}, Kind: "ObjectStore", Optional: true, Project: projectObjectStore,
 	}
 )
@@ -72,27 +72,27 @@ const (
 // Adapter is the CNPG adapter.
 type Adapter struct{}
 
-var _ adapter.Adapter = Adapter{}
+var _ adapterkit.Adapter = Adapter{}
 
 // New returns the adapter.
 func New() Adapter { return Adapter{} }
 
-// Name implements adapter.Adapter.
+// Name implements adapterkit.Adapter.
 func (Adapter) Name() string { return "cnpg" }
 
-// Component implements adapter.Adapter.
-func (Adapter) Component() string { return adapter.ComponentBackups }
+// Component implements adapterkit.Adapter.
+func (Adapter) Component() string { return adapterkit.ComponentBackups }
 
-// Sources implements adapter.Adapter.
-func (Adapter) Sources() []adapter.Source {
-	return []adapter.Source{Clusters, Backups, ScheduledBackups, ObjectStores}
+// Sources implements adapterkit.Adapter.
+func (Adapter) Sources() []adapterkit.Source {
+	return []adapterkit.Source{Clusters, Backups, ScheduledBackups, ObjectStores}
 }
 
 type cluster struct {
 	configured            bool // spec.backup or a backup plugin
 	objectStore, server   string
 	lastSuccess, lastFail time.Time
-	lastBackup, archiving *adapter.Cond
+	lastBackup, archiving *adapterkit.Cond
 }
 
 type backup struct {
@@ -113,7 +113,7 @@ func projectCluster(u *unstructured.Unstructured) any {
 	c := &cluster{server: u.GetName()}
 	if _, ok, _ := unstructured.NestedMap(u.Object, "spec", "backup"); ok {
 		c.configured = true
-		if n := adapter.String(u, "spec", "backup", "barmanObjectStore", "serverName"); n != "" {
+		if n := adapterkit.String(u, "spec", "backup", "barmanObjectStore", "serverName"); n != "" {
 			c.server = n
 		}
 	}
@@ -132,20 +132,20 @@ func projectCluster(u *unstructured.Unstructured) any {
 			c.server = s
 		}
 	}
-	c.lastSuccess = adapter.Time(u, "status", "lastSuccessfulBackup")
-	c.lastFail = adapter.Time(u, "status", "lastFailedBackup")
-	conds := adapter.Conditions(u)
-	c.lastBackup = adapter.Find(conds, conditionLastBackup)
-	c.archiving = adapter.Find(conds, conditionArchiving)
+	c.lastSuccess = adapterkit.Time(u, "status", "lastSuccessfulBackup")
+	c.lastFail = adapterkit.Time(u, "status", "lastFailedBackup")
+	conds := adapterkit.Conditions(u)
+	c.lastBackup = adapterkit.Find(conds, conditionLastBackup)
+	c.archiving = adapterkit.Find(conds, conditionArchiving)
 	return c
 }
 
 func projectBackup(u *unstructured.Unstructured) any {
-	b := &backup{cluster: adapter.String(u, "spec", "cluster", "name"), phase: adapter.String(u, "status", "phase"),
-		err: adapter.Truncate(adapter.String(u, "status", "error"))}
-	b.at = adapter.Time(u, "status", "stoppedAt")
+	b := &backup{cluster: adapterkit.String(u, "spec", "cluster", "name"), phase: adapterkit.String(u, "status", "phase"),
+		err: status.Truncate(adapterkit.String(u, "status", "error"))}
+	b.at = adapterkit.Time(u, "status", "stoppedAt")
 	if b.at.IsZero() {
-		b.at = adapter.Time(u, "status", "startedAt")
+		b.at = adapterkit.Time(u, "status", "startedAt")
 	}
 	if b.at.IsZero() {
 		b.at = u.GetCreationTimestamp().Time
@@ -154,8 +154,8 @@ func projectBackup(u *unstructured.Unstructured) any {
 }
 
 func projectScheduled(u *unstructured.Unstructured) any {
-	s := &scheduled{cluster: adapter.String(u, "spec", "cluster", "name"), schedule: adapter.String(u, "spec", "schedule")}
-	s.suspend, _ = adapter.Bool(u, "spec", "suspend")
+	s := &scheduled{cluster: adapterkit.String(u, "spec", "cluster", "name"), schedule: adapterkit.String(u, "spec", "schedule")}
+	s.suspend, _ = adapterkit.Bool(u, "spec", "suspend")
 	return s
 }
 
@@ -166,17 +166,17 @@ func projectObjectStore(u *unstructured.Unstructured) any {
 		m, _ := v.(map[string]any)
 		ok, _ := m["lastSuccessfulBackupTime"].(string)
 		bad, _ := m["lastFailedBackupTime"].(string)
-		o.windows[server] = [2]time.Time{adapter.ParseTime(ok), adapter.ParseTime(bad)}
+		o.windows[server] = [2]time.Time{adapterkit.ParseTime(ok), adapterkit.ParseTime(bad)}
 	}
 	return o
 }
 
-// Judge implements adapter.Adapter.
-func (Adapter) Judge(in *adapter.Input) []adapter.Finding {
+// Judge implements adapterkit.Adapter.
+func (Adapter) Judge(in *adapterkit.Input) []adapterkit.Finding {
 	type hist struct {
-		obj      *adapter.Object
+		obj      *adapterkit.Object
 		c        *cluster
-		h        adapter.BackupHistory
+		h        adapterkit.BackupHistory
 		interval time.Duration
 		tracked  bool
 	}
@@ -194,16 +194,16 @@ func (Adapter) Judge(in *adapter.Input) []adapter.Finding {
 			h.h.Failing = true
 			h.h.FailureMessage = lb.Message
 		}
-		byKey[adapter.Key(o.Namespace, o.Name)] = h
+		byKey[adapterkit.Key(o.Namespace, o.Name)] = h
 		order = append(order, h)
 	}
-	suspended := map[*hist][]*adapter.Object{}
+	suspended := map[*hist][]*adapterkit.Object{}
 	for _, o := range in.List(ScheduledBackups.GVR) {
 		s, ok := o.Data.(*scheduled)
 		if !ok {
 			continue
 		}
-		h := byKey[adapter.Key(o.Namespace, s.cluster)]
+		h := byKey[adapterkit.Key(o.Namespace, s.cluster)]
 		if h == nil {
 			continue
 		}
@@ -212,7 +212,7 @@ func (Adapter) Judge(in *adapter.Input) []adapter.Finding {
 			suspended[h] = append(suspended[h], o)
 			continue
 		}
-		iv, _, err := adapter.ScheduleInterval(s.schedule, in.Now)
+		iv, _, err := adapterkit.ScheduleInterval(s.schedule, in.Now)
 		if err != nil && h.h.Schedule == "" {
 			h.h.Schedule = s.schedule // judged ScheduleInvalid
 			continue
@@ -230,7 +230,7 @@ func (Adapter) Judge(in *adapter.Input) []adapter.Finding {
 			continue
 		}
 		h.h.Schedule, h.h.Suspended = objs[0].Data.(*scheduled).schedule, true
-		h.h.SuspendedBy = "ScheduledBackup " + adapter.Key(objs[0].Namespace, objs[0].Name) + " is suspended (spec.suspend)"
+		h.h.SuspendedBy = "ScheduledBackup " + adapterkit.Key(objs[0].Namespace, objs[0].Name) + " is suspended (spec.suspend)"
 		if len(objs) > 1 {
 			names := make([]string, len(objs))
 			for i, o := range objs {
@@ -241,7 +241,7 @@ func (Adapter) Judge(in *adapter.Input) []adapter.Finding {
 	}
 	for _, o := range in.List(Backups.GVR) {
 		b, ok := o.Data.(*backup)
-		h := byKey[adapter.Key(o.Namespace, b.cluster)]
+		h := byKey[adapterkit.Key(o.Namespace, b.cluster)]
 		if !ok || h == nil {
 			continue
 		}
@@ -281,18 +281,18 @@ func (Adapter) Judge(in *adapter.Input) []adapter.Finding {
 			h.h.LastFailure = w[1]
 		}
 	}
-	var out []adapter.Finding
+	var out []adapterkit.Finding
 	for _, h := range order {
 		if !h.tracked {
 			continue
 		}
 		scope, _ := in.Scope(h.obj.Namespace)
-		ref := adapter.Ref(Clusters, h.obj.Namespace, h.obj.Name)
-		c := adapter.JudgeBackup(in.Now, in.MaxAge(scope), h.h)
+		ref := adapterkit.Ref(Clusters, h.obj.Namespace, h.obj.Name)
+		c := adapterkit.JudgeBackup(in.Now, in.MaxAge(scope), h.h)
 		c.Resource = ref
-		out = append(out, adapter.Finding{Namespace: scope, Component: adapter.ComponentBackups, Condition: c})
+		out = append(out, adapterkit.Finding{Namespace: scope, Component: adapterkit.ComponentBackups, Condition: c})
 		if a := h.c.archiving; a != nil && a.Status == "False" {
-			out = append(out, adapter.Finding{Namespace: scope, Component: adapter.ComponentBackups, Condition: rollup.Condition{
+			out = append(out, adapterkit.Finding{Namespace: scope, Component: adapterkit.ComponentBackups, Condition: status.Condition{
 				Type: TypeArchiving, Severity: report.StatusDegraded, Reason: ReasonArchivingFailing, Message: a.Message, Resource: ref,
 			}})
 		}

@@ -10,7 +10,7 @@
 // startedAt, else creation) and a Ready Backup's takenAt (else creation);
 // the last failure is the latest Failed job (with its status.message) or
 // Failed Backup (with its Ready condition's message). The rules are
-// adapter.JudgeBackup's.
+// adapterkit.JudgeBackup's.
 package cozybackup
 
 import (
@@ -20,22 +20,23 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
-	"github.com/cozystack/cozy-health/aggregator/internal/adapter"
+	"github.com/cozystack/cozy-health/aggregator/internal/adapterkit"
+	"github.com/cozystack/cozy-health/aggregator/internal/status"
 )
 
 const group = "backups.cozystack.io"
 
 // Sources.
 var (
-	Plans = adapter.Source{
+	Plans = adapterkit.Source{
 		GVR: schema.GroupVersionResource{Group: group, Version: "v1alpha1", Resource: "plans"}, Kind: "Plan", Project: projectPlan,
 	}
-	BackupJobs = adapter.Source{
+	BackupJobs = adapterkit.Source{
 		GVR: schema.GroupVersionResource{Group: group, Version: "v1alpha1", Resource: "backupjobs"}, Kind: "BackupJob", Project: projectJob,
 	}
 	// Backups are optional: the adapter judges Plans and BackupJobs alone
 	// where the Backup kind is not served.
-	Backups = adapter.Source{
+	Backups = adapterkit.Source{
 		GVR: schema.GroupVersionResource{Group: group, Version: "v1alpha1", Resource: "backups"}, Kind: "Backup", Optional: true, Project: projectBackup,
 	}
 )
@@ -43,19 +44,19 @@ var (
 // Adapter is the Cozystack backups adapter.
 type Adapter struct{}
 
-var _ adapter.Adapter = Adapter{}
+var _ adapterkit.Adapter = Adapter{}
 
 // New returns the adapter.
 func New() Adapter { return Adapter{} }
 
-// Name implements adapter.Adapter.
+// Name implements adapterkit.Adapter.
 func (Adapter) Name() string { return "cozystack-backups" }
 
-// Component implements adapter.Adapter.
-func (Adapter) Component() string { return adapter.ComponentBackups }
+// Component implements adapterkit.Adapter.
+func (Adapter) Component() string { return adapterkit.ComponentBackups }
 
-// Sources implements adapter.Adapter.
-func (Adapter) Sources() []adapter.Source { return []adapter.Source{Plans, BackupJobs, Backups} }
+// Sources implements adapterkit.Adapter.
+func (Adapter) Sources() []adapterkit.Source { return []adapterkit.Source{Plans, BackupJobs, Backups} }
 
 type plan struct {
 	cron, app string
@@ -67,16 +68,16 @@ type job struct {
 }
 
 func projectPlan(u *unstructured.Unstructured) any {
-	return &plan{cron: adapter.String(u, "spec", "schedule", "cron"),
-		app: fmt.Sprintf("%s %s", adapter.String(u, "spec", "applicationRef", "kind"), adapter.String(u, "spec", "applicationRef", "name"))}
+	return &plan{cron: adapterkit.String(u, "spec", "schedule", "cron"),
+		app: fmt.Sprintf("%s %s", adapterkit.String(u, "spec", "applicationRef", "kind"), adapterkit.String(u, "spec", "applicationRef", "name"))}
 }
 
 func projectJob(u *unstructured.Unstructured) any {
-	j := &job{plan: adapter.String(u, "spec", "planRef", "name"), phase: adapter.String(u, "status", "phase"),
-		message: adapter.Truncate(adapter.String(u, "status", "message"))}
-	j.at = adapter.Time(u, "status", "completedAt")
+	j := &job{plan: adapterkit.String(u, "spec", "planRef", "name"), phase: adapterkit.String(u, "status", "phase"),
+		message: status.Truncate(adapterkit.String(u, "status", "message"))}
+	j.at = adapterkit.Time(u, "status", "completedAt")
 	if j.at.IsZero() {
-		j.at = adapter.Time(u, "status", "startedAt")
+		j.at = adapterkit.Time(u, "status", "startedAt")
 	}
 	if j.at.IsZero() {
 		j.at = u.GetCreationTimestamp().Time
@@ -88,13 +89,13 @@ func projectJob(u *unstructured.Unstructured) any {
 // Its phase is Ready for a usable artifact (the driver's contract);
 // conditions say why one failed.
 func projectBackup(u *unstructured.Unstructured) any {
-	b := &job{plan: adapter.String(u, "spec", "planRef", "name"), phase: adapter.String(u, "status", "phase")}
-	b.at = adapter.Time(u, "spec", "takenAt")
+	b := &job{plan: adapterkit.String(u, "spec", "planRef", "name"), phase: adapterkit.String(u, "status", "phase")}
+	b.at = adapterkit.Time(u, "spec", "takenAt")
 	if b.at.IsZero() {
 		b.at = u.GetCreationTimestamp().Time
 	}
 	if b.phase == "Failed" {
-		for _, c := range adapter.Conditions(u) {
+		for _, c := range adapterkit.Conditions(u) {
 			if c.Status == "False" && c.Message != "" {
 				b.message = c.Message
 				break
@@ -104,23 +105,23 @@ func projectBackup(u *unstructured.Unstructured) any {
 	return b
 }
 
-// Judge implements adapter.Adapter.
-func (Adapter) Judge(in *adapter.Input) []adapter.Finding {
-	hist := map[string]*adapter.BackupHistory{}
+// Judge implements adapterkit.Adapter.
+func (Adapter) Judge(in *adapterkit.Input) []adapterkit.Finding {
+	hist := map[string]*adapterkit.BackupHistory{}
 	plans := in.List(Plans.GVR)
 	for _, o := range plans {
 		p, ok := o.Data.(*plan)
 		if !ok {
 			continue
 		}
-		hist[adapter.Key(o.Namespace, o.Name)] = &adapter.BackupHistory{Schedule: p.cron, Since: o.CreationTimestamp.Time}
+		hist[adapterkit.Key(o.Namespace, o.Name)] = &adapterkit.BackupHistory{Schedule: p.cron, Since: o.CreationTimestamp.Time}
 	}
-	record := func(src adapter.Source, success string, o *adapter.Object) {
+	record := func(src adapterkit.Source, success string, o *adapterkit.Object) {
 		j, ok := o.Data.(*job)
 		if !ok || j.plan == "" {
 			return
 		}
-		h := hist[adapter.Key(o.Namespace, j.plan)]
+		h := hist[adapterkit.Key(o.Namespace, j.plan)]
 		if h == nil {
 			return
 		}
@@ -145,17 +146,17 @@ func (Adapter) Judge(in *adapter.Input) []adapter.Finding {
 	for _, o := range in.List(Backups.GVR) {
 		record(Backups, "Ready", o)
 	}
-	out := make([]adapter.Finding, 0, len(plans))
+	out := make([]adapterkit.Finding, 0, len(plans))
 	for _, o := range plans {
-		h := hist[adapter.Key(o.Namespace, o.Name)]
+		h := hist[adapterkit.Key(o.Namespace, o.Name)]
 		if h == nil {
 			continue
 		}
 		scope, _ := in.Scope(o.Namespace)
-		c := adapter.JudgeBackup(in.Now, in.MaxAge(scope), *h)
-		c.Resource = adapter.Ref(Plans, o.Namespace, o.Name)
-		c.Message = adapter.Truncate(o.Data.(*plan).app + ": " + c.Message)
-		out = append(out, adapter.Finding{Namespace: scope, Component: adapter.ComponentBackups, Condition: c})
+		c := adapterkit.JudgeBackup(in.Now, in.MaxAge(scope), *h)
+		c.Resource = adapterkit.Ref(Plans, o.Namespace, o.Name)
+		c.Message = status.Truncate(o.Data.(*plan).app + ": " + c.Message)
+		out = append(out, adapterkit.Finding{Namespace: scope, Component: adapterkit.ComponentBackups, Condition: c})
 	}
 	return out
 }

@@ -46,13 +46,13 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
-	"github.com/cozystack/cozy-health/aggregator/internal/adapter"
-	"github.com/cozystack/cozy-health/aggregator/internal/rollup"
+	"github.com/cozystack/cozy-health/aggregator/internal/adapterkit"
+	"github.com/cozystack/cozy-health/aggregator/internal/status"
 	"github.com/cozystack/cozy-health/pkg/report"
 )
 
 // Source is the watched resource.
-var Source = adapter.Source{
+var Source = adapterkit.Source{
 	GVR:     schema.GroupVersionResource{Group: "helm.toolkit.fluxcd.io", Version: "v2", Resource: "helmreleases"},
 	Kind:    "HelmRelease",
 	Project: project,
@@ -77,25 +77,25 @@ const (
 // Adapter is the HelmRelease adapter.
 type Adapter struct{}
 
-var _ adapter.Adapter = Adapter{}
+var _ adapterkit.Adapter = Adapter{}
 
 // New returns the adapter.
 func New() Adapter { return Adapter{} }
 
-// Name implements adapter.Adapter.
+// Name implements adapterkit.Adapter.
 func (Adapter) Name() string { return "helmrelease" }
 
-// Component implements adapter.Adapter.
-func (Adapter) Component() string { return adapter.ComponentPlatform }
+// Component implements adapterkit.Adapter.
+func (Adapter) Component() string { return adapterkit.ComponentPlatform }
 
-// Sources implements adapter.Adapter.
-func (Adapter) Sources() []adapter.Source { return []adapter.Source{Source} }
+// Sources implements adapterkit.Adapter.
+func (Adapter) Sources() []adapterkit.Source { return []adapterkit.Source{Source} }
 
 // release is what is kept of a HelmRelease.
 type release struct {
 	deps                []string // namespace/name
-	ready               *adapter.Cond
-	stalled             *adapter.Cond
+	ready               *adapterkit.Cond
+	stalled             *adapterkit.Cond
 	retrying            bool
 	observedGen, gen    int64
 	suspended           bool
@@ -104,7 +104,7 @@ type release struct {
 
 func project(u *unstructured.Unstructured) any {
 	r := &release{gen: u.GetGeneration()}
-	for _, c := range adapter.Conditions(u) {
+	for _, c := range adapterkit.Conditions(u) {
 		switch c.Type {
 		case "Ready":
 			r.ready = &c
@@ -118,9 +118,9 @@ func project(u *unstructured.Unstructured) any {
 	}
 	if _, ok, _ := unstructured.NestedFieldNoCopy(u.Object, "status", "observedGeneration"); ok {
 		r.hasObservedGenField = true
-		r.observedGen = adapter.Int(u, "status", "observedGeneration")
+		r.observedGen = adapterkit.Int(u, "status", "observedGeneration")
 	}
-	r.suspended, _ = adapter.Bool(u, "spec", "suspend")
+	r.suspended, _ = adapterkit.Bool(u, "spec", "suspend")
 	deps, _, _ := unstructured.NestedSlice(u.Object, "spec", "dependsOn")
 	for _, d := range deps {
 		m, _ := d.(map[string]any)
@@ -150,7 +150,7 @@ const (
 
 type node struct {
 	key   string
-	obj   *adapter.Object
+	obj   *adapterkit.Object
 	r     *release
 	state state
 	// roots of a waiting release (resolved lazily).
@@ -180,7 +180,7 @@ func (rt *root) describe() string {
 	return fmt.Sprintf("%s (%s: %s)", rt.key, rt.reason, rt.detail)
 }
 
-func classify(o *adapter.Object, r *release) state {
+func classify(o *adapterkit.Object, r *release) state {
 	switch {
 	case r.stalled != nil:
 		return stateFailing
@@ -204,8 +204,8 @@ func classify(o *adapter.Object, r *release) state {
 	return stateProgressing
 }
 
-// Judge implements adapter.Adapter.
-func (Adapter) Judge(in *adapter.Input) []adapter.Finding {
+// Judge implements adapterkit.Adapter.
+func (Adapter) Judge(in *adapterkit.Input) []adapterkit.Finding {
 	objs := in.List(Source.GVR)
 	nodes := make(map[string]*node, len(objs))
 	order := make([]*node, 0, len(objs))
@@ -279,7 +279,7 @@ func (Adapter) Judge(in *adapter.Input) []adapter.Finding {
 	}
 	scopes := map[string]*scopeTally{}
 	component := map[string]string{}
-	var out []adapter.Finding
+	var out []adapterkit.Finding
 	for _, n := range order {
 		scope, comp := in.AppsScope(n.obj.Namespace)
 		component[scope] = comp
@@ -289,8 +289,8 @@ func (Adapter) Judge(in *adapter.Input) []adapter.Finding {
 			scopes[scope] = t
 		}
 		t.total++
-		ref := adapter.Ref(Source, n.obj.Namespace, n.obj.Name)
-		c := rollup.Condition{Type: TypeRelease, Resource: ref}
+		ref := adapterkit.Ref(Source, n.obj.Namespace, n.obj.Name)
+		c := status.Condition{Type: TypeRelease, Resource: ref}
 		switch n.state {
 		case stateReady:
 			t.ready++
@@ -353,9 +353,9 @@ func (Adapter) Judge(in *adapter.Input) []adapter.Finding {
 		if n.r.suspended && n.state != stateSuspended {
 			c.Message += " (suspended)"
 		}
-		c.Message = adapter.Truncate(c.Message)
+		c.Message = status.Truncate(c.Message)
 		t.worst = report.Worse(t.worst, c.Severity)
-		out = append(out, adapter.Finding{Namespace: scope, Component: comp, Condition: c})
+		out = append(out, adapterkit.Finding{Namespace: scope, Component: comp, Condition: c})
 	}
 	// A failing release others wait on says how many.
 	for i := range out {
@@ -366,19 +366,19 @@ func (Adapter) Judge(in *adapter.Input) []adapter.Finding {
 		key := f.Condition.Resource.Namespace + "/" + f.Condition.Resource.Name
 		for rt, k := range waitingOn {
 			if rt.kind == "failing" && rt.key == key {
-				f.Condition.Message = adapter.Truncate(fmt.Sprintf("%s (%d waiting on it)", f.Condition.Message, k))
+				f.Condition.Message = status.Truncate(fmt.Sprintf("%s (%d waiting on it)", f.Condition.Message, k))
 			}
 		}
 	}
 	for scope, t := range scopes {
-		c := rollup.Condition{Type: TypeReleases, Severity: t.worst}
+		c := status.Condition{Type: TypeReleases, Severity: t.worst}
 		if t.ready == t.total {
 			c.Reason, c.Message = ReasonAllReady, fmt.Sprintf("%d of %d ready", t.ready, t.total)
 		} else {
 			c.Reason = ReasonNotReady
-			c.Message = adapter.Truncate(summary(t.ready, t.total, t.roots, t.failing, t.suspended))
+			c.Message = status.Truncate(summary(t.ready, t.total, t.roots, t.failing, t.suspended))
 		}
-		out = append(out, adapter.Finding{Namespace: scope, Component: component[scope], Condition: c})
+		out = append(out, adapterkit.Finding{Namespace: scope, Component: component[scope], Condition: c})
 	}
 	return out
 }
@@ -433,7 +433,7 @@ func summary(ready, total int, waiting map[*root]int, failing []*root, suspended
 	var b strings.Builder
 	fmt.Fprintf(&b, "%d of %d ready", ready, total)
 	if len(causes) > 0 {
-		fmt.Fprintf(&b, "; %s: ", adapter.Plural(len(causes), "root cause", "root causes"))
+		fmt.Fprintf(&b, "; %s: ", adapterkit.Plural(len(causes), "root cause", "root causes"))
 		write(&b, causes)
 	}
 	if len(progressing) > 0 {
@@ -442,7 +442,7 @@ func summary(ready, total int, waiting map[*root]int, failing []*root, suspended
 	}
 	if len(suspended) > 0 {
 		sort.Strings(suspended)
-		fmt.Fprintf(&b, "; %s: %s", adapter.Plural(len(suspended), "suspended", "suspended"), strings.Join(suspended, ", "))
+		fmt.Fprintf(&b, "; %s: %s", adapterkit.Plural(len(suspended), "suspended", "suspended"), strings.Join(suspended, ", "))
 	}
 	return b.String()
 }

@@ -38,22 +38,22 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
-	"github.com/cozystack/cozy-health/aggregator/internal/adapter"
-	"github.com/cozystack/cozy-health/aggregator/internal/rollup"
+	"github.com/cozystack/cozy-health/aggregator/internal/adapterkit"
+	"github.com/cozystack/cozy-health/aggregator/internal/status"
 	"github.com/cozystack/cozy-health/pkg/report"
 )
 
 // Sources.
 var (
-	TenantControlPlanes = adapter.Source{
+	TenantControlPlanes = adapterkit.Source{
 		GVR:  schema.GroupVersionResource{Group: "kamaji.clastix.io", Version: "v1alpha1", Resource: "tenantcontrolplanes"},
 		Kind: "TenantControlPlane", Project: projectTCP,
 	}
-	DataStores = adapter.Source{
+	DataStores = adapterkit.Source{
 		GVR:  schema.GroupVersionResource{Group: "kamaji.clastix.io", Version: "v1alpha1", Resource: "datastores"},
 		Kind: "DataStore", Project: projectDataStore,
 	}
-	EtcdClusters = adapter.Source{
+	EtcdClusters = adapterkit.Source{
 		GVR:  schema.GroupVersionResource{Group: "etcd.aenix.io", Version: "v1alpha1", Resource: "etcdclusters"},
 		Kind: "EtcdCluster", Optional: true, Project: projectEtcd,
 	}
@@ -80,20 +80,20 @@ const (
 // Adapter is the Kamaji adapter.
 type Adapter struct{}
 
-var _ adapter.Adapter = Adapter{}
+var _ adapterkit.Adapter = Adapter{}
 
 // New returns the adapter.
 func New() Adapter { return Adapter{} }
 
-// Name implements adapter.Adapter.
+// Name implements adapterkit.Adapter.
 func (Adapter) Name() string { return "kamaji" }
 
-// Component implements adapter.Adapter.
-func (Adapter) Component() string { return adapter.ComponentControlPlane }
+// Component implements adapterkit.Adapter.
+func (Adapter) Component() string { return adapterkit.ComponentControlPlane }
 
-// Sources implements adapter.Adapter.
-func (Adapter) Sources() []adapter.Source {
-	return []adapter.Source{TenantControlPlanes, DataStores, EtcdClusters}
+// Sources implements adapterkit.Adapter.
+func (Adapter) Sources() []adapterkit.Source {
+	return []adapterkit.Source{TenantControlPlanes, DataStores, EtcdClusters}
 }
 
 type tcp struct {
@@ -113,33 +113,33 @@ type dataStore struct {
 }
 
 type etcd struct {
-	ready, errCond *adapter.Cond
+	ready, errCond *adapterkit.Cond
 }
 
 func projectTCP(u *unstructured.Unstructured) any {
 	t := &tcp{
-		version:       adapter.String(u, "status", "kubernetesResources", "version", "version"),
-		versionStatus: adapter.String(u, "status", "kubernetesResources", "version", "status"),
-		endpoint:      adapter.String(u, "status", "controlPlaneEndpoint"),
-		dataStore:     adapter.String(u, "status", "storage", "dataStoreName"),
-		driver:        adapter.String(u, "status", "storage", "driver"),
+		version:       adapterkit.String(u, "status", "kubernetesResources", "version", "version"),
+		versionStatus: adapterkit.String(u, "status", "kubernetesResources", "version", "status"),
+		endpoint:      adapterkit.String(u, "status", "controlPlaneEndpoint"),
+		dataStore:     adapterkit.String(u, "status", "storage", "dataStoreName"),
+		driver:        adapterkit.String(u, "status", "storage", "driver"),
 	}
 	if t.dataStore == "" {
-		t.dataStore = adapter.String(u, "spec", "dataStore")
+		t.dataStore = adapterkit.String(u, "spec", "dataStore")
 	}
 	if _, ok, _ := unstructured.NestedMap(u.Object, "status", "kubernetesResources", "deployment"); ok {
 		t.hasDeployment = true
-		t.replicas = adapter.Int(u, "status", "kubernetesResources", "deployment", "replicas")
-		t.ready = adapter.Int(u, "status", "kubernetesResources", "deployment", "readyReplicas")
+		t.replicas = adapterkit.Int(u, "status", "kubernetesResources", "deployment", "replicas")
+		t.ready = adapterkit.Int(u, "status", "kubernetesResources", "deployment", "readyReplicas")
 	}
 	return t
 }
 
 func projectDataStore(u *unstructured.Unstructured) any {
-	d := &dataStore{driver: adapter.String(u, "spec", "driver")}
+	d := &dataStore{driver: adapterkit.String(u, "spec", "driver")}
 	d.endpoints, _, _ = unstructured.NestedStringSlice(u.Object, "spec", "endpoints")
-	d.ready, d.readySet = adapter.Bool(u, "status", "ready")
-	for _, c := range adapter.Conditions(u) {
+	d.ready, d.readySet = adapterkit.Bool(u, "status", "ready")
+	for _, c := range adapterkit.Conditions(u) {
 		if c.Status == "False" && c.Message != "" {
 			d.message = c.Message
 		}
@@ -148,17 +148,17 @@ func projectDataStore(u *unstructured.Unstructured) any {
 }
 
 func projectEtcd(u *unstructured.Unstructured) any {
-	conds := adapter.Conditions(u)
-	e := &etcd{ready: adapter.Find(conds, "Ready")}
-	if c := adapter.Find(conds, "Error"); c != nil && c.Status == "True" {
+	conds := adapterkit.Conditions(u)
+	e := &etcd{ready: adapterkit.Find(conds, "Ready")}
+	if c := adapterkit.Find(conds, "Error"); c != nil && c.Status == "True" {
 		e.errCond = c
 	}
 	return e
 }
 
-// Judge implements adapter.Adapter.
-func (Adapter) Judge(in *adapter.Input) []adapter.Finding {
-	var out []adapter.Finding
+// Judge implements adapterkit.Adapter.
+func (Adapter) Judge(in *adapterkit.Input) []adapterkit.Finding {
+	var out []adapterkit.Finding
 	// Control planes sharing a DataStore share its conditions.
 	seen := map[string]bool{}
 	for _, o := range in.List(TenantControlPlanes.GVR) {
@@ -167,7 +167,7 @@ func (Adapter) Judge(in *adapter.Input) []adapter.Finding {
 			continue
 		}
 		scope, _ := in.Scope(o.Namespace)
-		add := func(c rollup.Condition) {
+		add := func(c status.Condition) {
 			if c.Type == TypeDataStore || c.Type == TypeDataStoreEtcd {
 				k := scope + "\x00" + c.Type + "\x00" + c.ResourceKey()
 				if seen[k] {
@@ -175,10 +175,10 @@ func (Adapter) Judge(in *adapter.Input) []adapter.Finding {
 				}
 				seen[k] = true
 			}
-			c.Message = adapter.Truncate(c.Message)
-			out = append(out, adapter.Finding{Namespace: scope, Component: adapter.ComponentControlPlane, Condition: c})
+			c.Message = status.Truncate(c.Message)
+			out = append(out, adapterkit.Finding{Namespace: scope, Component: adapterkit.ComponentControlPlane, Condition: c})
 		}
-		ref := adapter.Ref(TenantControlPlanes, o.Namespace, o.Name)
+		ref := adapterkit.Ref(TenantControlPlanes, o.Namespace, o.Name)
 		add(controlPlane(t, ref))
 		if t.versionStatus != "Sleeping" {
 			add(deployment(t, ref))
@@ -190,8 +190,8 @@ func (Adapter) Judge(in *adapter.Input) []adapter.Finding {
 	return out
 }
 
-func controlPlane(t *tcp, ref *report.ResourceRef) rollup.Condition {
-	c := rollup.Condition{Type: TypeControlPlane, Resource: ref, Reason: t.versionStatus}
+func controlPlane(t *tcp, ref *report.ResourceRef) status.Condition {
+	c := status.Condition{Type: TypeControlPlane, Resource: ref, Reason: t.versionStatus}
 	switch t.versionStatus {
 	case "Ready", "Sleeping":
 		c.Severity = report.StatusHealthy
@@ -213,8 +213,8 @@ func controlPlane(t *tcp, ref *report.ResourceRef) rollup.Condition {
 	return c
 }
 
-func deployment(t *tcp, ref *report.ResourceRef) rollup.Condition {
-	c := rollup.Condition{Type: TypeDeployment, Resource: ref}
+func deployment(t *tcp, ref *report.ResourceRef) status.Condition {
+	c := status.Condition{Type: TypeDeployment, Resource: ref}
 	switch {
 	case !t.hasDeployment:
 		c.Severity, c.Reason, c.Message = report.StatusUnknown, ReasonNoStatus, "Kamaji has not reported the control plane Deployment"
@@ -231,20 +231,20 @@ func deployment(t *tcp, ref *report.ResourceRef) rollup.Condition {
 	return c
 }
 
-func storage(in *adapter.Input, t *tcp) []rollup.Condition {
+func storage(in *adapterkit.Input, t *tcp) []status.Condition {
 	if t.dataStore == "" {
-		return []rollup.Condition{{Type: TypeDataStore, Severity: report.StatusUnknown, Reason: ReasonNoDataStore,
+		return []status.Condition{{Type: TypeDataStore, Severity: report.StatusUnknown, Reason: ReasonNoDataStore,
 			Message: "the control plane names no DataStore yet (status.storage.dataStoreName)"}}
 	}
-	ref := adapter.Ref(DataStores, "", t.dataStore)
+	ref := adapterkit.Ref(DataStores, "", t.dataStore)
 	o := in.Get(DataStores.GVR, "", t.dataStore)
 	if o == nil {
-		return []rollup.Condition{{Type: TypeDataStore, Resource: ref, Severity: report.StatusDown, Reason: ReasonDataStoreMissing,
+		return []status.Condition{{Type: TypeDataStore, Resource: ref, Severity: report.StatusDown, Reason: ReasonDataStoreMissing,
 			Message: fmt.Sprintf("DataStore %s does not exist", t.dataStore)}}
 	}
 	d, _ := o.Data.(*dataStore)
 	desc := fmt.Sprintf("driver %s, endpoints %s", orDash(d.driver), orDash(strings.Join(d.endpoints, ",")))
-	c := rollup.Condition{Type: TypeDataStore, Resource: ref}
+	c := status.Condition{Type: TypeDataStore, Resource: ref}
 	switch {
 	case !d.readySet:
 		c.Severity, c.Reason = report.StatusUnknown, ReasonFieldAbsent
@@ -260,7 +260,7 @@ func storage(in *adapter.Input, t *tcp) []rollup.Condition {
 		}
 		c.Message += "; " + desc
 	}
-	out := []rollup.Condition{c}
+	out := []status.Condition{c}
 	if d.driver == "etcd" && in.Has(EtcdClusters.GVR) {
 		if ec, ok := etcdOf(in, d); ok {
 			out = append(out, ec)
@@ -273,7 +273,7 @@ func storage(in *adapter.Input, t *tcp) []rollup.Condition {
 // the label before "svc" in its endpoints' host names
 // (etcd.tenant-foo.svc:2379, etcd-0.etcd-headless.tenant-foo.svc...), the
 // cluster the one there whose name prefixes the host.
-func etcdOf(in *adapter.Input, d *dataStore) (rollup.Condition, bool) {
+func etcdOf(in *adapterkit.Input, d *dataStore) (status.Condition, bool) {
 	for _, ep := range d.endpoints {
 		host := ep
 		if i := strings.LastIndexByte(host, ':'); i > 0 {
@@ -295,7 +295,7 @@ func etcdOf(in *adapter.Input, d *dataStore) (rollup.Condition, bool) {
 				continue
 			}
 			e, _ := o.Data.(*etcd)
-			c := rollup.Condition{Type: TypeDataStoreEtcd, Resource: adapter.Ref(EtcdClusters, o.Namespace, o.Name)}
+			c := status.Condition{Type: TypeDataStoreEtcd, Resource: adapterkit.Ref(EtcdClusters, o.Namespace, o.Name)}
 			switch {
 			case e.errCond != nil:
 				c.Severity, c.Reason, c.Message = report.StatusDown, e.errCond.Reason, e.errCond.Message
@@ -309,7 +309,7 @@ func etcdOf(in *adapter.Input, d *dataStore) (rollup.Condition, bool) {
 			return c, true
 		}
 	}
-	return rollup.Condition{}, false
+	return status.Condition{}, false
 }
 
 func orDash(s string) string {

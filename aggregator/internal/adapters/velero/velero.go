@@ -5,7 +5,7 @@
 // Failed, PartiallyFailed or FailedValidation one (with its
 // failureReason). A Schedule whose own phase is FailedValidation never
 // runs: its history is judged as failing; a paused one (spec.paused)
-// reads ScheduleSuspended. The rules are adapter.JudgeBackup's.
+// reads ScheduleSuspended. The rules are adapterkit.JudgeBackup's.
 package velero
 
 import (
@@ -14,15 +14,16 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
-	"github.com/cozystack/cozy-health/aggregator/internal/adapter"
+	"github.com/cozystack/cozy-health/aggregator/internal/adapterkit"
+	"github.com/cozystack/cozy-health/aggregator/internal/status"
 )
 
 // Sources.
 var (
-	Schedules = adapter.Source{
+	Schedules = adapterkit.Source{
 		GVR: schema.GroupVersionResource{Group: "velero.io", Version: "v1", Resource: "schedules"}, Kind: "Schedule", Project: projectSchedule,
 	}
-	Backups = adapter.Source{
+	Backups = adapterkit.Source{
 		GVR: schema.GroupVersionResource{Group: "velero.io", Version: "v1", Resource: "backups"}, Kind: "Backup", Project: projectBackup,
 	}
 )
@@ -32,19 +33,19 @@ const scheduleLabel = "velero.io/schedule-name"
 // Adapter is the velero adapter.
 type Adapter struct{}
 
-var _ adapter.Adapter = Adapter{}
+var _ adapterkit.Adapter = Adapter{}
 
 // New returns the adapter.
 func New() Adapter { return Adapter{} }
 
-// Name implements adapter.Adapter.
+// Name implements adapterkit.Adapter.
 func (Adapter) Name() string { return "velero" }
 
-// Component implements adapter.Adapter.
-func (Adapter) Component() string { return adapter.ComponentBackups }
+// Component implements adapterkit.Adapter.
+func (Adapter) Component() string { return adapterkit.ComponentBackups }
 
-// Sources implements adapter.Adapter.
-func (Adapter) Sources() []adapter.Source { return []adapter.Source{Schedules, Backups} }
+// Sources implements adapterkit.Adapter.
+func (Adapter) Sources() []adapterkit.Source { return []adapterkit.Source{Schedules, Backups} }
 
 type schedule struct {
 	cron, phase, validation string
@@ -58,21 +59,21 @@ type backup struct {
 }
 
 func projectSchedule(u *unstructured.Unstructured) any {
-	s := &schedule{cron: adapter.String(u, "spec", "schedule"), phase: adapter.String(u, "status", "phase")}
-	s.paused, _ = adapter.Bool(u, "spec", "paused")
+	s := &schedule{cron: adapterkit.String(u, "spec", "schedule"), phase: adapterkit.String(u, "status", "phase")}
+	s.paused, _ = adapterkit.Bool(u, "spec", "paused")
 	errs, _, _ := unstructured.NestedStringSlice(u.Object, "status", "validationErrors")
 	if len(errs) > 0 {
-		s.validation = adapter.Truncate(errs[0])
+		s.validation = status.Truncate(errs[0])
 	}
 	return s
 }
 
 func projectBackup(u *unstructured.Unstructured) any {
-	b := &backup{schedule: u.GetLabels()[scheduleLabel], phase: adapter.String(u, "status", "phase"),
-		reason: adapter.Truncate(adapter.String(u, "status", "failureReason"))}
-	b.at = adapter.Time(u, "status", "completionTimestamp")
+	b := &backup{schedule: u.GetLabels()[scheduleLabel], phase: adapterkit.String(u, "status", "phase"),
+		reason: status.Truncate(adapterkit.String(u, "status", "failureReason"))}
+	b.at = adapterkit.Time(u, "status", "completionTimestamp")
 	if b.at.IsZero() {
-		b.at = adapter.Time(u, "status", "startTimestamp")
+		b.at = adapterkit.Time(u, "status", "startTimestamp")
 	}
 	if b.at.IsZero() {
 		b.at = u.GetCreationTimestamp().Time
@@ -80,18 +81,18 @@ func projectBackup(u *unstructured.Unstructured) any {
 	return b
 }
 
-// Judge implements adapter.Adapter.
-func (Adapter) Judge(in *adapter.Input) []adapter.Finding {
-	hist := map[string]*adapter.BackupHistory{}
+// Judge implements adapterkit.Adapter.
+func (Adapter) Judge(in *adapterkit.Input) []adapterkit.Finding {
+	hist := map[string]*adapterkit.BackupHistory{}
 	scheds := in.List(Schedules.GVR)
 	for _, o := range scheds {
 		s, ok := o.Data.(*schedule)
 		if !ok {
 			continue
 		}
-		h := &adapter.BackupHistory{Schedule: s.cron, Suspended: s.paused, Since: o.CreationTimestamp.Time}
+		h := &adapterkit.BackupHistory{Schedule: s.cron, Suspended: s.paused, Since: o.CreationTimestamp.Time}
 		if s.paused {
-			h.SuspendedBy = "Schedule " + adapter.Key(o.Namespace, o.Name) + " is paused (spec.paused)"
+			h.SuspendedBy = "Schedule " + adapterkit.Key(o.Namespace, o.Name) + " is paused (spec.paused)"
 		}
 		if s.phase == "FailedValidation" {
 			h.Failing = true
@@ -100,14 +101,14 @@ func (Adapter) Judge(in *adapter.Input) []adapter.Finding {
 				h.FailureMessage += ": " + s.validation
 			}
 		}
-		hist[adapter.Key(o.Namespace, o.Name)] = h
+		hist[adapterkit.Key(o.Namespace, o.Name)] = h
 	}
 	for _, o := range in.List(Backups.GVR) {
 		b, ok := o.Data.(*backup)
 		if !ok || b.schedule == "" {
 			continue
 		}
-		h := hist[adapter.Key(o.Namespace, b.schedule)]
+		h := hist[adapterkit.Key(o.Namespace, b.schedule)]
 		if h == nil {
 			continue
 		}
@@ -126,16 +127,16 @@ func (Adapter) Judge(in *adapter.Input) []adapter.Finding {
 			}
 		}
 	}
-	out := make([]adapter.Finding, 0, len(scheds))
+	out := make([]adapterkit.Finding, 0, len(scheds))
 	for _, o := range scheds {
-		h := hist[adapter.Key(o.Namespace, o.Name)]
+		h := hist[adapterkit.Key(o.Namespace, o.Name)]
 		if h == nil {
 			continue
 		}
 		scope, _ := in.Scope(o.Namespace)
-		c := adapter.JudgeBackup(in.Now, in.MaxAge(scope), *h)
-		c.Resource = adapter.Ref(Schedules, o.Namespace, o.Name)
-		out = append(out, adapter.Finding{Namespace: scope, Component: adapter.ComponentBackups, Condition: c})
+		c := adapterkit.JudgeBackup(in.Now, in.MaxAge(scope), *h)
+		c.Resource = adapterkit.Ref(Schedules, o.Namespace, o.Name)
+		out = append(out, adapterkit.Finding{Namespace: scope, Component: adapterkit.ComponentBackups, Condition: c})
 	}
 	return out
 }

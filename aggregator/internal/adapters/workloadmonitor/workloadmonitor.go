@@ -13,45 +13,44 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
-	"github.com/cozystack/cozy-health/aggregator/internal/adapter"
-	"github.com/cozystack/cozy-health/aggregator/internal/rollup"
+	"github.com/cozystack/cozy-health/aggregator/internal/adapterkit"
+	"github.com/cozystack/cozy-health/aggregator/internal/status"
 	"github.com/cozystack/cozy-health/pkg/report"
 )
 
 // Source is the watched resource.
-var Source = adapter.Source{
+var Source = adapterkit.Source{
 	GVR:  schema.GroupVersionResource{Group: "cozystack.io", Version: "v1alpha1", Resource: "workloadmonitors"},
 	Kind: "WorkloadMonitor", Project: project,
 }
 
 // Condition types and reasons.
 const (
-	TypeWorkload      = "Workload"
-	TypeWorkloads     = "Workloads"
-	ReasonOperational = "Operational"
-	ReasonNotOp       = "NotOperational"
-	ReasonReduced     = "ReplicasUnavailable"
-	ReasonNoStatus    = "NoStatus"
-	ReasonAll         = "AllOperational"
-	ReasonSome        = "WorkloadsNotOperational"
+	TypeWorkload   = "Workload"
+	TypeWorkloads  = "Workloads"
+	ReasonNotOp    = "NotOperational"
+	ReasonReduced  = "ReplicasUnavailable"
+	ReasonNoStatus = "NoStatus"
+	ReasonAll      = "AllOperational"
+	ReasonSome     = "WorkloadsNotOperational"
 )
 
 // Adapter is the WorkloadMonitor adapter.
 type Adapter struct{}
 
-var _ adapter.Adapter = Adapter{}
+var _ adapterkit.Adapter = Adapter{}
 
 // New returns the adapter.
 func New() Adapter { return Adapter{} }
 
-// Name implements adapter.Adapter.
+// Name implements adapterkit.Adapter.
 func (Adapter) Name() string { return "workloadmonitor" }
 
-// Component implements adapter.Adapter.
-func (Adapter) Component() string { return adapter.ComponentPlatform }
+// Component implements adapterkit.Adapter.
+func (Adapter) Component() string { return adapterkit.ComponentPlatform }
 
-// Sources implements adapter.Adapter.
-func (Adapter) Sources() []adapter.Source { return []adapter.Source{Source} }
+// Sources implements adapterkit.Adapter.
+func (Adapter) Sources() []adapterkit.Source { return []adapterkit.Source{Source} }
 
 type monitor struct {
 	kind                         string
@@ -60,26 +59,26 @@ type monitor struct {
 }
 
 func project(u *unstructured.Unstructured) any {
-	m := &monitor{kind: adapter.String(u, "spec", "kind")}
-	m.operational, m.hasOperational = adapter.Bool(u, "status", "operational")
-	m.available = adapter.Int(u, "status", "availableReplicas")
-	m.replicas = adapter.Int(u, "spec", "replicas")
-	m.minimum = adapter.Int(u, "spec", "minReplicas")
+	m := &monitor{kind: adapterkit.String(u, "spec", "kind")}
+	m.operational, m.hasOperational = adapterkit.Bool(u, "status", "operational")
+	m.available = adapterkit.Int(u, "status", "availableReplicas")
+	m.replicas = adapterkit.Int(u, "spec", "replicas")
+	m.minimum = adapterkit.Int(u, "spec", "minReplicas")
 	if m.replicas == 0 {
-		m.replicas = adapter.Int(u, "status", "observedReplicas")
+		m.replicas = adapterkit.Int(u, "status", "observedReplicas")
 	}
 	return m
 }
 
-// Judge implements adapter.Adapter.
-func (Adapter) Judge(in *adapter.Input) []adapter.Finding {
+// Judge implements adapterkit.Adapter.
+func (Adapter) Judge(in *adapterkit.Input) []adapterkit.Finding {
 	type tally struct {
 		total, ok int
 		worst     report.Status
 		comp      string
 	}
 	tallies := map[string]*tally{}
-	var out []adapter.Finding
+	var out []adapterkit.Finding
 	for _, o := range in.List(Source.GVR) {
 		m, ok := o.Data.(*monitor)
 		if !ok {
@@ -92,7 +91,7 @@ func (Adapter) Judge(in *adapter.Input) []adapter.Finding {
 			tallies[scope] = t
 		}
 		t.total++
-		c := rollup.Condition{Type: TypeWorkload, Resource: adapter.Ref(Source, o.Namespace, o.Name),
+		c := status.Condition{Type: TypeWorkload, Resource: adapterkit.Ref(Source, o.Namespace, o.Name),
 			Message: fmt.Sprintf("%d of %d replicas available (minimum %d)", m.available, m.replicas, m.minimum)}
 		switch {
 		case !m.hasOperational:
@@ -106,15 +105,15 @@ func (Adapter) Judge(in *adapter.Input) []adapter.Finding {
 			continue
 		}
 		t.worst = report.Worse(t.worst, c.Severity)
-		out = append(out, adapter.Finding{Namespace: scope, Component: comp, Condition: c})
+		out = append(out, adapterkit.Finding{Namespace: scope, Component: comp, Condition: c})
 	}
 	for scope, t := range tallies {
-		c := rollup.Condition{Type: TypeWorkloads, Severity: t.worst, Reason: ReasonAll,
+		c := status.Condition{Type: TypeWorkloads, Severity: t.worst, Reason: ReasonAll,
 			Message: fmt.Sprintf("%d of %d workloads fully available", t.ok, t.total)}
 		if t.ok < t.total {
 			c.Reason = ReasonSome
 		}
-		out = append(out, adapter.Finding{Namespace: scope, Component: t.comp, Condition: c})
+		out = append(out, adapterkit.Finding{Namespace: scope, Component: t.comp, Condition: c})
 	}
 	return out
 }

@@ -3,7 +3,7 @@ package workloadmonitor
 import (
 	"testing"
 
-	"github.com/cozystack/cozy-health/aggregator/internal/adapter/adaptertest"
+	"github.com/cozystack/cozy-health/aggregator/internal/adapterkit/adaptertest"
 )
 
 func TestGolden(t *testing.T) { adaptertest.Run(t, New(), "testdata") }

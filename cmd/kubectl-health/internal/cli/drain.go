@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+
+	"github.com/cozystack/cozy-health/pkg/drainapi"
 )
 
 // drainOptions are drain-check's flags.
@@ -25,31 +27,6 @@ type drainOptions struct {
 	service        string
 	port           string
 	requestTimeout time.Duration
-}
-
-// drainResponse is the JSON of GET /v1/drain-check (the aggregator's
-// drain.Result).
-type drainResponse struct {
-	Node        string        `json:"node"`
-	Verdict     string        `json:"verdict"`
-	Reasons     []drainReason `json:"reasons"`
-	EvaluatedAt time.Time     `json:"evaluatedAt"`
-	SnapshotAt  time.Time     `json:"snapshotAt"`
-}
-
-type drainReason struct {
-	Rule        string             `json:"rule"`
-	Component   string             `json:"component"`
-	Verdict     string             `json:"verdict"`
-	Message     string             `json:"message"`
-	ResourceRef *resourceRef       `json:"resourceRef,omitempty"`
-	Attributes  map[string]float64 `json:"attributes,omitempty"`
-}
-
-type resourceRef struct {
-	Kind      string `json:"kind"`
-	Name      string `json:"name"`
-	Namespace string `json:"namespace,omitempty"`
 }
 
 func newDrainCheckCmd(o *options) *cobra.Command {
@@ -108,16 +85,16 @@ func (o *options) drainCheck(ctx context.Context, d *drainOptions, node string) 
 		}
 		return fmt.Errorf("drain check of %s via %s: HTTP %d: %s%s", node, via, code, errorText(body), hint)
 	}
-	var res drainResponse
+	var res drainapi.Result
 	if err := json.Unmarshal(body, &res); err != nil {
 		return fmt.Errorf("decode drain check answer: %w", err)
 	}
 	switch res.Verdict {
-	case "safe":
+	case drainapi.Safe:
 		o.exit = ExitOK
-	case "blocked":
+	case drainapi.Blocked:
 		o.exit = ExitBlocked
-	case "unknown":
+	case drainapi.Unknown:
 		o.exit = ExitUnknown
 	default:
 		return fmt.Errorf("drain check answer has verdict %q, want safe, blocked or unknown", res.Verdict)
@@ -140,7 +117,7 @@ func getDirect(ctx context.Context, d *drainOptions, node string) ([]byte, int, 
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return nil, 0, fmt.Errorf("--aggregator-url: want http(s)://host[:port], got %q", d.aggregatorURL)
 	}
-	u.Path = strings.TrimSuffix(u.Path, "/") + "/v1/drain-check"
+	u.Path = strings.TrimSuffix(u.Path, "/") + drainapi.Path
 	u.RawQuery = url.Values{"node": {node}}.Encode()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
 	if err != nil {
@@ -199,8 +176,8 @@ func errorText(body []byte) string {
 	return s
 }
 
-func printDrain(w io.Writer, r *drainResponse) error {
-	fmt.Fprintf(w, "Node %s: %s\n", r.Node, strings.ToUpper(r.Verdict))
+func printDrain(w io.Writer, r *drainapi.Result) error {
+	fmt.Fprintf(w, "Node %s: %s\n", r.Node, strings.ToUpper(string(r.Verdict)))
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "VERDICT\tRULE\tREASON")
 	for _, rs := range r.Reasons {

@@ -1,4 +1,4 @@
-package adapter
+package adapterkit
 
 import (
 	"fmt"
@@ -7,7 +7,7 @@ import (
 
 	"github.com/robfig/cron/v3"
 
-	"github.com/cozystack/cozy-health/aggregator/internal/rollup"
+	"github.com/cozystack/cozy-health/aggregator/internal/status"
 	"github.com/cozystack/cozy-health/pkg/report"
 )
 
@@ -140,9 +140,9 @@ func scheduleInterval(schedule string, now time.Time) (time.Duration, cron.Sched
 //   - else Healthy, BackupRecent.
 //
 // Down wins over Degraded; the typed fields are always filled.
-func JudgeBackup(now time.Time, sla time.Duration, h BackupHistory) rollup.Condition {
-	c := rollup.Condition{Type: TypeBackup}
-	facts := &rollup.BackupFacts{LastSuccessfulAt: h.LastSuccess}
+func JudgeBackup(now time.Time, sla time.Duration, h BackupHistory) status.Condition {
+	c := status.Condition{Type: TypeBackup}
+	facts := &status.BackupFacts{LastSuccessfulAt: h.LastSuccess}
 	c.Backup = facts
 	if !h.LastSuccess.IsZero() {
 		facts.ObservedAge = max(now.Sub(h.LastSuccess), 0)
@@ -153,7 +153,7 @@ func JudgeBackup(now time.Time, sla time.Duration, h BackupHistory) rollup.Condi
 		var err error
 		interval, sched, err = ScheduleInterval(h.Schedule, now)
 		if err != nil {
-			c.Severity, c.Reason, c.Message = report.StatusDegraded, ReasonScheduleInvalid, Truncate(err.Error())
+			c.Severity, c.Reason, c.Message = report.StatusDegraded, ReasonScheduleInvalid, status.Truncate(err.Error())
 			facts.MaxAge = sla
 			return c
 		}
@@ -191,7 +191,7 @@ func JudgeBackup(now time.Time, sla time.Duration, h BackupHistory) rollup.Condi
 			if h.Suspended {
 				c.Message += "; " + suspended
 			}
-			c.Message = Truncate(c.Message)
+			c.Message = status.Truncate(c.Message)
 			return c
 		}
 		switch {
@@ -201,9 +201,9 @@ func JudgeBackup(now time.Time, sla time.Duration, h BackupHistory) rollup.Condi
 			if failed {
 				c.Message += "; " + failMsg
 			}
-			c.Message = Truncate(c.Message)
+			c.Message = status.Truncate(c.Message)
 		case failed:
-			c.Severity, c.Reason, c.Message = report.StatusDegraded, ReasonBackupFailed, Truncate(failMsg)
+			c.Severity, c.Reason, c.Message = report.StatusDegraded, ReasonBackupFailed, status.Truncate(failMsg)
 		default:
 			c.Severity, c.Reason = report.StatusUnknown, ReasonAwaitingFirstBackup
 			c.Message = fmt.Sprintf("no backup has succeeded yet; the first one is expected by %s", deadline.UTC().Format(time.RFC3339))
@@ -227,9 +227,9 @@ func JudgeBackup(now time.Time, sla time.Duration, h BackupHistory) rollup.Condi
 		if failed {
 			c.Message += "; " + failMsg
 		}
-		c.Message = Truncate(c.Message)
+		c.Message = status.Truncate(c.Message)
 	case failed:
-		c.Severity, c.Reason, c.Message = report.StatusDegraded, ReasonBackupFailed, Truncate(failMsg)
+		c.Severity, c.Reason, c.Message = report.StatusDegraded, ReasonBackupFailed, status.Truncate(failMsg)
 	case stale:
 		c.Severity, c.Reason, c.Message = report.StatusDegraded, ReasonBackupStale, age
 	default:

@@ -1,9 +1,11 @@
-package adapter
+package adapterkit
 
 import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/cozystack/cozy-health/aggregator/internal/status"
 )
 
 // Cond is a projected status condition (metav1.Condition's shape, which
@@ -28,7 +30,7 @@ func Conditions(u *unstructured.Unstructured, path ...string) []Cond {
 		if !ok {
 			continue
 		}
-		c := Cond{Type: str(m["type"]), Status: str(m["status"]), Reason: str(m["reason"]), Message: Truncate(str(m["message"]))}
+		c := Cond{Type: str(m["type"]), Status: str(m["status"]), Reason: str(m["reason"]), Message: status.Truncate(str(m["message"]))}
 		if c.Type != "" {
 			out = append(out, c)
 		}

@@ -1,4 +1,4 @@
-package app
+package rollup
 
 import (
 	"context"
@@ -10,62 +10,80 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/cozystack/cozy-health/aggregator/internal/metrics"
-	"github.com/cozystack/cozy-health/aggregator/internal/rollup"
+	"github.com/cozystack/cozy-health/aggregator/internal/quorum"
 	"github.com/cozystack/cozy-health/aggregator/internal/state"
-	"github.com/cozystack/cozy-health/aggregator/internal/writer"
+	"github.com/cozystack/cozy-health/aggregator/internal/status"
 	healthv1alpha1 "github.com/cozystack/cozy-health/pkg/apis/health/v1alpha1"
 	"github.com/cozystack/cozy-health/pkg/report"
 )
 
-// Engine rolls the state up on a period: Compute, then damping, then
-// compaction; it publishes the result to the metrics and hands it to the
-// writer. Every replica runs it; only the leader's writer writes.
+// Engine is the rollup's loop: on a period it rolls the state up (Compute),
+// damps (Damper.Apply), compacts (Compact) and stamps (Damper.Stamp), and
+// hands every node-local component's desired status to one
+// status.Publisher (the metrics and the writer). Every replica runs it;
+// only the leader's writer writes.
 type Engine struct {
 	state     *state.State
-	cfg       rollup.Config
+	cfg       Config
 	maxListed int
-	metrics   *metrics.Metrics
-	writer    *writer.Writer
-	clock     clock.WithTicker
-	log       *zap.Logger
+	// namespace is the platform namespace, where the node-local components
+	// are published.
+	namespace string
+	// metrics counts the rollups (nil for none); pub receives them.
+	metrics *metrics.Metrics
+	pub     status.Publisher
+	clock   clock.WithTicker
+	log     *zap.Logger
 
 	// evalMu serializes Evaluate (the damper is not concurrent).
 	evalMu sync.Mutex
-	damper *rollup.Damper
-	cache  *rollup.Cache
+	damper *Damper
+	cache  *Cache
 	// alwaysRecompute turns retiming off (tests compare both ways).
 	alwaysRecompute bool
 
 	// mu guards latest.
 	mu     sync.RWMutex
-	latest map[string]*rollup.ComponentStatus
+	latest map[string]*status.Component
 }
 
-// NewEngine wires an Engine. w may be nil (no writer).
-func NewEngine(st *state.State, cfg rollup.Config, holds rollup.Holds, maxListed int, m *metrics.Metrics, w *writer.Writer, clk clock.WithTicker, log *zap.Logger) *Engine {
+// NewEngine wires an Engine that publishes into namespace. m and pub may be
+// nil (no rollup metrics, no publisher).
+func NewEngine(st *state.State, cfg Config, holds Holds, maxListed int, namespace string, m *metrics.Metrics, pub status.Publisher, clk clock.WithTicker, log *zap.Logger) *Engine {
 	if maxListed <= 0 {
-		maxListed = rollup.DefaultMaxListed
+		maxListed = DefaultMaxListed
 	}
-	return &Engine{state: st, cfg: cfg, maxListed: maxListed, metrics: m, writer: w, clock: clk, log: log.With(zap.String("component", "rollup")),
-		damper: rollup.NewDamper(holds), cache: rollup.NewCache()}
+	if pub == nil {
+		pub = status.Publishers(nil)
+	}
+	return &Engine{state: st, cfg: cfg, maxListed: maxListed, namespace: namespace, metrics: m, pub: pub, clock: clk, log: log.With(zap.String("component", "rollup")),
+		damper: NewDamper(holds), cache: NewCache()}
+}
+
+// SetRejected hands every raft claim the quorum reader rejects to f
+// (Cache.SetRejected).
+func (e *Engine) SetRejected(f func(quorum.Rejection, string)) {
+	e.evalMu.Lock()
+	defer e.evalMu.Unlock()
+	e.cache.SetRejected(f)
 }
 
 // Seed hands the damper the conditions the Health objects carry (see
-// rollup.Damper.Seed), so lastTransitionTime survives a new leader.
+// Damper.Seed), so lastTransitionTime survives a new leader.
 func (e *Engine) Seed(objs []healthv1alpha1.Health, until time.Time) {
 	e.evalMu.Lock()
 	defer e.evalMu.Unlock()
 	for _, h := range objs {
-		seeds := make(map[rollup.SeedKey]rollup.Seed, len(h.Status.Conditions))
+		seeds := make(map[SeedKey]Seed, len(h.Status.Conditions))
 		for _, c := range h.Status.Conditions {
 			if c.LastTransitionTime.IsZero() {
 				continue
 			}
-			k := rollup.SeedKey{Type: c.Type}
+			k := SeedKey{Type: c.Type}
 			if r := c.ResourceRef; r != nil {
 				k.Kind, k.Name, k.Namespace = r.Kind, r.Name, r.Namespace
 			}
-			seeds[k] = rollup.Seed{Status: metav1.ConditionStatus(c.Status), Reason: c.Reason, LastTransition: c.LastTransitionTime.Time}
+			seeds[k] = Seed{Status: metav1.ConditionStatus(c.Status), Reason: c.Reason, LastTransition: c.LastTransitionTime.Time}
 		}
 		e.damper.Seed(h.Spec.Component, seeds, until)
 	}
@@ -79,23 +97,21 @@ func (e *Engine) Seed(objs []healthv1alpha1.Health, until time.Time) {
 // recomputed: only observedAt and freshUntil move, which the writer's
 // refresh carries. That is the steady state of a large healthy cluster;
 // TestEngineRetimeEqualsRecompute holds it to the full computation.
-func (e *Engine) Evaluate() map[string]*rollup.ComponentStatus {
+func (e *Engine) Evaluate() map[string]*status.Component {
 	e.evalMu.Lock()
 	defer e.evalMu.Unlock()
 	start := time.Now()
 	now := e.clock.Now()
-	var out map[string]*rollup.ComponentStatus
+	var out map[string]*status.Component
 	var observed map[string]time.Time
 	unchanged := false
 	if e.latest != nil && !e.alwaysRecompute && !e.damper.Holding() {
 		e.state.Read(func(nodes map[string]state.Entry) { observed, unchanged = e.cache.Unchanged(nodes, now, e.cfg) })
 	}
 	if unchanged {
-		out = rollup.Retime(e.latest, observed, now, e.cfg)
-		if e.writer != nil {
-			for _, comp := range report.NodeComponents {
-				e.writer.Retimed(out[comp])
-			}
+		out = Retime(e.latest, observed, now, e.cfg)
+		for _, comp := range report.NodeComponents {
+			e.pub.Retime(e.namespace, out[comp])
 		}
 		if e.metrics != nil {
 			e.metrics.ObserveRollup(metrics.RollupRetimed, time.Since(start))
@@ -113,32 +129,22 @@ func (e *Engine) Evaluate() map[string]*rollup.ComponentStatus {
 }
 
 // recompute is the full rollup: Compute, then damping, compaction and
-// stamping, published to the metrics and the writer.
-func (e *Engine) recompute(snap state.Snapshot, now time.Time) map[string]*rollup.ComponentStatus {
-	out := rollup.ComputeCached(snap, now, e.cfg, e.cache)
+// stamping, published.
+func (e *Engine) recompute(snap state.Snapshot, now time.Time) map[string]*status.Component {
+	out := ComputeCached(snap, now, e.cfg, e.cache)
 	for _, comp := range report.NodeComponents {
 		cs := out[comp]
 		e.damper.Apply(cs, now)
-		rollup.Compact(cs, e.maxListed)
+		Compact(cs, e.maxListed)
 		e.damper.Stamp(cs, now)
-		if e.metrics != nil {
-			nodes := make(map[string]report.Status, len(cs.Nodes))
-			for n, ns := range cs.Nodes {
-				nodes[n] = ns.Status
-			}
-			e.metrics.Publish(comp, cs.Overall, nodes)
-			e.metrics.PublishIssues(comp, writer.IssuesOf(cs))
-		}
-		if e.writer != nil {
-			e.writer.Update(cs)
-		}
+		e.pub.Publish(e.namespace, cs)
 	}
 	return out
 }
 
 // Latest is the last published rollup (nil before the first). Callers must
 // not modify it.
-func (e *Engine) Latest() map[string]*rollup.ComponentStatus {
+func (e *Engine) Latest() map[string]*status.Component {
 	e.mu.RLock()
 	defer e.mu.RUnlock()
 	return e.latest

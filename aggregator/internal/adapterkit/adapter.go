@@ -1,5 +1,6 @@
-// Package adapter runs the cluster adapters: small packages (listed in one
-// table, aggregator/internal/adapters) that judge facts living in the
+// Package adapterkit is what every cluster adapter is built from and run
+// by. The adapters themselves are small packages (listed in one table,
+// aggregator/internal/adapters) that judge facts living in the
 // Kubernetes API — Flux HelmReleases, CNPG / Cozystack / velero backups,
 // Kamaji tenant control planes, Cozystack WorkloadMonitors — and turn them
 // into conditions of Health objects in the namespace each fact belongs to.
@@ -29,7 +30,7 @@
 //   - Health objects are written for every (scope, component) with at least
 //     one condition and withdrawn (deleted by the leader) when their last
 //     fact goes away.
-package adapter
+package adapterkit
 
 import (
 	"fmt"
@@ -43,7 +44,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/tools/cache"
 
-	"github.com/cozystack/cozy-health/aggregator/internal/rollup"
+	"github.com/cozystack/cozy-health/aggregator/internal/status"
 	"github.com/cozystack/cozy-health/pkg/report"
 )
 
@@ -125,9 +126,10 @@ func (o *Object) DeepCopyObject() runtime.Object {
 
 var _ runtime.Object = (*Object)(nil)
 
-// Compact builds the cached form of u: name, namespace, generation,
-// creation time, and project(u).
-func Compact(u *unstructured.Unstructured, project func(u *unstructured.Unstructured) any) *Object {
+// CachedObject builds the cached form of u: name, namespace, generation,
+// creation time, and project(u). (rollup.Compact is another thing: it
+// shapes a status for writing.)
+func CachedObject(u *unstructured.Unstructured, project func(u *unstructured.Unstructured) any) *Object {
 	o := &Object{}
 	o.Name = u.GetName()
 	o.Namespace = u.GetNamespace()
@@ -145,7 +147,7 @@ type Finding struct {
 	// Namespace is the scope (Input.Scope of the fact's namespace).
 	Namespace string
 	Component string
-	Condition rollup.Condition
+	Condition status.Condition
 }
 
 // Input is what Judge reads: the cached objects, the time and the scopes.
@@ -221,9 +223,6 @@ func (in *Input) Get(gvr schema.GroupVersionResource, namespace, name string) *O
 	return o
 }
 
-// Platform is the platform namespace.
-func (in *Input) Platform() string { return in.platform }
-
 // Scope is the namespace a fact about an object in namespace belongs to:
 // the tenant namespace itself, else the platform namespace.
 func (in *Input) Scope(namespace string) (scope string, tenant bool) {
@@ -267,18 +266,6 @@ func IsTenantNamespace(name string, labels map[string]string) bool {
 // Ref pins a condition to an object of a source.
 func Ref(s Source, namespace, name string) *report.ResourceRef {
 	return &report.ResourceRef{Kind: s.QualifiedKind(), Namespace: namespace, Name: name}
-}
-
-// Truncate shortens a message to rollup.MaxMessage bytes on a rune boundary.
-func Truncate(s string) string {
-	if len(s) <= rollup.MaxMessage {
-		return s
-	}
-	cut := rollup.MaxMessage - len("...")
-	for cut > 0 && s[cut]&0xC0 == 0x80 {
-		cut--
-	}
-	return s[:cut] + "..."
 }
 
 // Key names an object as namespace/name (name alone when cluster-scoped).

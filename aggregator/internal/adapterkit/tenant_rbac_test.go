@@ -1,4 +1,4 @@
-package adapter_test
+package adapterkit_test
 
 import (
 	"context"
@@ -18,12 +18,13 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
 
-	"github.com/cozystack/cozy-health/aggregator/internal/adapter"
+	"github.com/cozystack/cozy-health/aggregator/internal/adapterkit"
 	"github.com/cozystack/cozy-health/aggregator/internal/adapters"
 	"github.com/cozystack/cozy-health/aggregator/internal/adapters/cnpg"
 	"github.com/cozystack/cozy-health/aggregator/internal/adapters/helmrelease"
 	"github.com/cozystack/cozy-health/aggregator/internal/adapters/kamaji"
 	"github.com/cozystack/cozy-health/aggregator/internal/metrics"
+	"github.com/cozystack/cozy-health/aggregator/internal/status"
 	"github.com/cozystack/cozy-health/aggregator/internal/writer"
 	"github.com/cozystack/cozy-health/deploy"
 	healthv1alpha1 "github.com/cozystack/cozy-health/pkg/apis/health/v1alpha1"
@@ -143,12 +144,12 @@ status:
 	aggDyn, err := dynamic.NewForConfig(aggConfig)
 	require.NoError(t, err)
 	reg := prometheus.NewRegistry()
-	m, err := metrics.New(reg, platformNS)
+	m, err := metrics.New(reg)
 	require.NoError(t, err)
 	log := zaptest.NewLogger(t)
 	w, err := writer.New(writer.Config{Namespace: platformNS, FreshFor: time.Minute, RefreshPeriod: 20 * time.Second, WritesPerSecond: 50, WriteBurst: 50}, aggHealth, m, log, nil)
 	require.NoError(t, err)
-	mgr := adapter.NewManager(adapter.Config{Namespace: platformNS, Debounce: 100 * time.Millisecond, Period: time.Second, SyncTimeout: 5 * time.Second, Metrics: m}, aggDyn, adapters.All(), w, log, nil)
+	mgr := adapterkit.NewManager(adapterkit.Config{Namespace: platformNS, Debounce: 100 * time.Millisecond, Period: time.Second, SyncTimeout: 5 * time.Second, Metrics: m, Ready: w.AdaptersReady}, aggDyn, adapters.All(), status.Publishers{m, w}, log, nil)
 	done := make(chan struct{}, 2)
 	go func() { _ = mgr.Run(ctx); done <- struct{}{} }()
 	go func() { w.Run(ctx); done <- struct{}{} }()
@@ -157,7 +158,7 @@ status:
 	for _, k := range []writer.Key{{Namespace: "tenant-foo", Component: "backups"}, {Namespace: "tenant-foo", Component: "control-plane"},
 		{Namespace: "tenant-bar", Component: "backups"}, {Namespace: "tenant-bar", Component: "control-plane"}, {Namespace: platformNS, Component: "platform"}} {
 		h := e.health(k.Namespace, k.Component, func(h *healthv1alpha1.Health) bool { return h.Status.Overall != "" })
-		assert.Nil(t, cond(h, adapter.TypeSource, ""), "%s: every source synced under the shipped RBAC: %s", k, dump(h))
+		assert.Nil(t, cond(h, adapterkit.TypeSource, ""), "%s: every source synced under the shipped RBAC: %s", k, dump(h))
 	}
 	// The adapters' own metrics say the same, and no list was refused.
 	re := &env{t: t, reg: reg}

@@ -1,4 +1,4 @@
-package adapter
+package adapterkit
 
 import (
 	"testing"
@@ -7,7 +7,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/cozystack/cozy-health/aggregator/internal/rollup"
+	"github.com/cozystack/cozy-health/aggregator/internal/status"
 	"github.com/cozystack/cozy-health/aggregator/internal/writer"
 )
 
@@ -68,8 +68,8 @@ func TestBackupJudgementStableOverTime(t *testing.T) {
 		if !h.LastSuccess.IsZero() {
 			assert.Equal(t, 37*time.Second, b.Backup.ObservedAge-a.Backup.ObservedAge, "%s: observedAge moves", name)
 		}
-		fa := writer.Fingerprint(&rollup.ComponentStatus{Component: ComponentBackups, Overall: a.Severity, Conditions: []rollup.Condition{a}})
-		fb := writer.Fingerprint(&rollup.ComponentStatus{Component: ComponentBackups, Overall: b.Severity, Conditions: []rollup.Condition{b}})
+		fa := writer.Fingerprint(&status.Component{Component: ComponentBackups, Overall: a.Severity, Conditions: []status.Condition{a}})
+		fb := writer.Fingerprint(&status.Component{Component: ComponentBackups, Overall: b.Severity, Conditions: []status.Condition{b}})
 		assert.Equal(t, fa, fb, "%s: %q then %q", name, a.Message, b.Message)
 	}
 	assert.Equal(t, "last successful backup at 2026-11-29T08:00:00Z, stale since 2026-11-30T20:00:00Z (maxAge 36h0m0s)", JudgeBackup(now, 0, histories["stale"]).Message)

@@ -25,7 +25,7 @@ import (
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/tools/cache"
 
-	"github.com/cozystack/cozy-health/aggregator/internal/adapter"
+	"github.com/cozystack/cozy-health/aggregator/internal/adapterkit"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files")
@@ -39,7 +39,7 @@ type testCase struct {
 }
 
 // Run runs every case in dir against a.
-func Run(t *testing.T, a adapter.Adapter, dir string) {
+func Run(t *testing.T, a adapterkit.Adapter, dir string) {
 	t.Helper()
 	files, err := filepath.Glob(filepath.Join(dir, "*.yaml"))
 	require.NoError(t, err)
@@ -60,7 +60,7 @@ func Run(t *testing.T, a adapter.Adapter, dir string) {
 }
 
 // Judge loads one case file and renders what a found.
-func Judge(t *testing.T, a adapter.Adapter, file string) string {
+func Judge(t *testing.T, a adapterkit.Adapter, file string) string {
 	t.Helper()
 	data, err := os.ReadFile(file)
 	require.NoError(t, err)
@@ -105,7 +105,7 @@ func Judge(t *testing.T, a adapter.Adapter, file string) string {
 		}
 		gv, err := schema.ParseGroupVersion(u.GetAPIVersion())
 		require.NoError(t, err)
-		var src *adapter.Source
+		var src *adapterkit.Source
 		for _, s := range a.Sources() {
 			if s.GVR.GroupVersion() == gv && s.Kind == u.GetKind() {
 				src = &s
@@ -115,14 +115,14 @@ func Judge(t *testing.T, a adapter.Adapter, file string) string {
 		if stores[src.GVR] == nil {
 			stores[src.GVR] = cache.NewStore(cache.MetaNamespaceKeyFunc)
 		}
-		require.NoError(t, stores[src.GVR].Add(adapter.Compact(u, src.Project)))
+		require.NoError(t, stores[src.GVR].Add(adapterkit.CachedObject(u, src.Project)))
 	}
 	require.False(t, tc.Now.IsZero(), "%s: no TestCase document with now", file)
 	tenants := map[string]bool{}
 	for _, n := range tc.Tenants {
 		tenants[n] = true
 	}
-	in := adapter.NewInput(tc.Now, "cozy-system", stores, func(ns string) bool { return tenants[ns] },
+	in := adapterkit.NewInput(tc.Now, "cozy-system", stores, func(ns string) bool { return tenants[ns] },
 		func(scope string) time.Duration {
 			if d, ok := tc.MaxAge[scope]; ok {
 				return d
@@ -133,13 +133,13 @@ func Judge(t *testing.T, a adapter.Adapter, file string) string {
 }
 
 // Render prints findings one per line, sorted.
-func Render(fs []adapter.Finding) string {
+func Render(fs []adapterkit.Finding) string {
 	lines := make([]string, 0, len(fs))
 	for _, f := range fs {
 		c := f.Condition
 		ref := "-"
 		if c.Resource != nil {
-			ref = c.Resource.Kind + " " + adapter.Key(c.Resource.Namespace, c.Resource.Name)
+			ref = c.Resource.Kind + " " + adapterkit.Key(c.Resource.Namespace, c.Resource.Name)
 		}
 		line := fmt.Sprintf("%s/%s %s %s(%s) %s [%s] %q", f.Namespace, f.Component, c.Type, c.ConditionStatus(), c.Severity, c.Reason, ref, c.Message)
 		if b := c.Backup; b != nil {

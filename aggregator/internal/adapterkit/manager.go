@@ -1,4 +1,4 @@
-package adapter
+package adapterkit
 
 import (
 	"context"
@@ -21,8 +21,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/cozystack/cozy-health/aggregator/internal/metrics"
-	"github.com/cozystack/cozy-health/aggregator/internal/rollup"
-	"github.com/cozystack/cozy-health/aggregator/internal/writer"
+	"github.com/cozystack/cozy-health/aggregator/internal/status"
 	"github.com/cozystack/cozy-health/pkg/report"
 )
 
@@ -30,14 +29,6 @@ var (
 	crdGVR       = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
 	namespaceGVR = schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}
 )
-
-// Publisher receives the Health objects the adapters have facts for (the
-// writer; it writes only while leading).
-type Publisher interface {
-	UpdateIn(namespace string, cs *rollup.ComponentStatus, spec writer.Spec)
-	Remove(namespace, component string)
-	AdaptersReady()
-}
 
 // Config configures the Manager.
 type Config struct {
@@ -66,23 +57,37 @@ type Config struct {
 	// Metrics receives the adapters' own metrics (applicable, synced,
 	// objects, judgement durations, errors); nil for none.
 	Metrics *metrics.Metrics
+	// Ready, when set, is called once, when every applicable adapter has
+	// published its first answer (the writer's AdaptersReady: from then on
+	// it prunes the adapter objects nobody publishes).
+	Ready func()
 }
+
+// Defaults of Config, the one place they are written (the aggregator's
+// flags default to them too).
+const (
+	DefaultFreshFor     = 10 * time.Minute
+	DefaultPeriod       = 10 * time.Second
+	DefaultDebounce     = 200 * time.Millisecond
+	DefaultSyncTimeout  = 30 * time.Second
+	DefaultJudgeTimeout = 5 * time.Second
+)
 
 func (c *Config) defaults() {
 	if c.Period <= 0 {
-		c.Period = 10 * time.Second
+		c.Period = DefaultPeriod
 	}
 	if c.Debounce <= 0 {
-		c.Debounce = 200 * time.Millisecond
+		c.Debounce = DefaultDebounce
 	}
 	if c.SyncTimeout <= 0 {
-		c.SyncTimeout = 30 * time.Second
+		c.SyncTimeout = DefaultSyncTimeout
 	}
 	if c.JudgeTimeout <= 0 {
-		c.JudgeTimeout = 5 * time.Second
+		c.JudgeTimeout = DefaultJudgeTimeout
 	}
 	if c.FreshFor <= 0 {
-		c.FreshFor = 10 * time.Minute
+		c.FreshFor = DefaultFreshFor
 	}
 	if c.WatchGrace <= 0 {
 		c.WatchGrace = c.SyncTimeout
@@ -94,7 +99,7 @@ type Manager struct {
 	cfg      Config
 	dyn      dynamic.Interface
 	adapters []Adapter
-	pub      Publisher
+	pub      status.Publisher
 	log      *zap.Logger
 	clock    clock.WithTicker
 
@@ -108,7 +113,7 @@ type Manager struct {
 	// states are per adapter (same index as adapters).
 	states []*adapterState
 	// published are the objects published last, by key.
-	published map[writer.Key]bool
+	published map[objectKey]bool
 	// transitions remember each condition's last transition.
 	transitions map[transitionKey]transition
 	ready       bool
@@ -146,6 +151,11 @@ type adapterState struct {
 	notSynced bool
 }
 
+// objectKey names one Health object the adapters publish.
+type objectKey struct {
+	Namespace, Component string
+}
+
 type transitionKey struct {
 	ns, comp, typ, ref string
 }
@@ -156,14 +166,14 @@ type transition struct {
 }
 
 // NewManager builds a Manager; it watches nothing until Run.
-func NewManager(cfg Config, dyn dynamic.Interface, adapters []Adapter, pub Publisher, log *zap.Logger, clk clock.WithTicker) *Manager {
+func NewManager(cfg Config, dyn dynamic.Interface, adapters []Adapter, pub status.Publisher, log *zap.Logger, clk clock.WithTicker) *Manager {
 	cfg.defaults()
 	if clk == nil {
 		clk = clock.RealClock{}
 	}
 	m := &Manager{cfg: cfg, dyn: dyn, adapters: adapters, pub: pub, log: log.With(zap.String("component", "adapters")), clock: clk,
 		wake: make(chan struct{}, 1), watches: map[schema.GroupVersionResource]*watch{},
-		published: map[writer.Key]bool{}, transitions: map[transitionKey]transition{}}
+		published: map[objectKey]bool{}, transitions: map[transitionKey]transition{}}
 	names := make([]string, 0, len(adapters))
 	for _, a := range adapters {
 		m.states = append(m.states, &adapterState{})
@@ -214,7 +224,7 @@ func (m *Manager) Seed(namespace, component string, conds []SeedCondition) {
 	}
 }
 
-// SeedCondition is a written condition (Ref as rollup.Condition.ResourceKey).
+// SeedCondition is a written condition (Ref as status.Condition.ResourceKey).
 type SeedCondition struct {
 	Type, Ref, Status, Reason string
 	At                        time.Time
@@ -311,7 +321,7 @@ func (m *Manager) informer(gvr schema.GroupVersionResource, project func(*unstru
 		if !ok {
 			return obj, nil
 		}
-		return Compact(u, project), nil
+		return CachedObject(u, project), nil
 	})
 	return inf
 }
@@ -550,7 +560,7 @@ func (m *Manager) evaluate(ctx context.Context, full bool) {
 				if reason != "" && m.cfg.Metrics != nil {
 					m.cfg.Metrics.AdapterError(j.a.Name(), reason)
 				}
-				st.findings = m.unknownFindings(j.i, now, ReasonJudgeFailed, Truncate(err.Error()), j.a.Sources()[0])
+				st.findings = m.unknownFindings(j.i, now, ReasonJudgeFailed, status.Truncate(err.Error()), j.a.Sources()[0])
 				st.observedAt = now
 				return
 			}
@@ -677,7 +687,7 @@ func watchFailingMessage(src Source, since time.Time, err error) string {
 		}
 		msg += ": " + err.Error()
 	}
-	return Truncate(msg)
+	return status.Truncate(msg)
 }
 
 // recordStates exports every adapter's applicability, sync and object
@@ -710,7 +720,7 @@ func unsyncedMessage(srcs []Source, since time.Time) string {
 	for i, s := range srcs {
 		names[i] = s.CRDName()
 	}
-	return Truncate(fmt.Sprintf("cannot list and watch %v since %s", names, since.UTC().Format(time.RFC3339)))
+	return status.Truncate(fmt.Sprintf("cannot list and watch %v since %s", names, since.UTC().Format(time.RFC3339)))
 }
 
 // unknownFindings are the findings of an adapter that has no trustworthy
@@ -718,12 +728,12 @@ func unsyncedMessage(srcs []Source, since time.Time) string {
 // published before. m.mu held.
 func (m *Manager) unknownFindings(i int, now time.Time, reason, msg string, src Source) []Finding {
 	a := m.adapters[i]
-	c := rollup.Condition{Type: TypeSource, Severity: report.StatusUnknown, Reason: reason, Message: msg,
+	c := status.Condition{Type: TypeSource, Severity: report.StatusUnknown, Reason: reason, Message: msg,
 		Resource: &report.ResourceRef{Kind: crdKind, Name: src.CRDName()}}
 	out := []Finding{{Namespace: m.cfg.Namespace, Component: a.Component(), Condition: c}}
-	seen := map[writer.Key]bool{{Namespace: m.cfg.Namespace, Component: a.Component()}: true}
+	seen := map[objectKey]bool{{Namespace: m.cfg.Namespace, Component: a.Component()}: true}
 	for _, f := range m.states[i].findings {
-		k := writer.Key{Namespace: f.Namespace, Component: f.Component}
+		k := objectKey{Namespace: f.Namespace, Component: f.Component}
 		if !seen[k] {
 			seen[k] = true
 			out = append(out, Finding{Namespace: f.Namespace, Component: f.Component, Condition: c})
@@ -753,31 +763,30 @@ func (m *Manager) maxAge(scope string) time.Duration {
 func (m *Manager) publish(now time.Time) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	groups := map[writer.Key][]rollup.Condition{}
+	groups := map[objectKey][]status.Condition{}
 	// observed is, per object, the oldest observedAt of the adapters
 	// contributing to it: an object is as fresh as its stalest fact.
-	observed := map[writer.Key]time.Time{}
+	observed := map[objectKey]time.Time{}
 	for _, st := range m.states {
 		if !st.applicable {
 			continue
 		}
 		for _, f := range st.findings {
-			k := writer.Key{Namespace: f.Namespace, Component: f.Component}
+			k := objectKey{Namespace: f.Namespace, Component: f.Component}
 			groups[k] = append(groups[k], f.Condition)
 			if at, ok := observed[k]; !ok || st.observedAt.Before(at) {
 				observed[k] = st.observedAt
 			}
 		}
 	}
-	next := map[writer.Key]bool{}
+	next := map[objectKey]bool{}
 	live := map[transitionKey]bool{}
 	for k, conds := range groups {
 		cs := m.status(k, conds, now, observed[k], live)
-		spec := writer.Spec{}
 		if k.Component == ComponentBackups {
-			spec.MaxAge = m.maxAge(k.Namespace)
+			cs.MaxAge = m.maxAge(k.Namespace)
 		}
-		m.pub.UpdateIn(k.Namespace, cs, spec)
+		m.pub.Publish(k.Namespace, cs)
 		next[k] = true
 	}
 	for k := range m.published {
@@ -800,7 +809,9 @@ func (m *Manager) publish(now time.Time) {
 		}
 		if settled {
 			m.ready = true
-			m.pub.AdaptersReady()
+			if m.cfg.Ready != nil {
+				m.cfg.Ready()
+			}
 			m.log.Info("adapters published their first answer", zap.Int("objects", len(next)))
 		}
 	}
@@ -810,11 +821,11 @@ func (m *Manager) publish(now time.Time) {
 // sorted (worst first, then by type and resource), at most
 // maxConditionsPerObject listed; observedAt is when the API last confirmed
 // its facts, freshUntil FreshFor after. m.mu held.
-func (m *Manager) status(k writer.Key, conds []rollup.Condition, now, observedAt time.Time, live map[transitionKey]bool) *rollup.ComponentStatus {
+func (m *Manager) status(k objectKey, conds []status.Condition, now, observedAt time.Time, live map[transitionKey]bool) *status.Component {
 	if observedAt.IsZero() || observedAt.After(now) {
 		observedAt = now
 	}
-	cs := &rollup.ComponentStatus{Component: k.Component, Overall: report.StatusHealthy, ObservedAt: observedAt, FreshUntil: observedAt.Add(m.cfg.FreshFor)}
+	cs := &status.Component{Component: k.Component, Source: status.FromAdapters, Overall: report.StatusHealthy, ObservedAt: observedAt, FreshUntil: observedAt.Add(m.cfg.FreshFor)}
 	for i := range conds {
 		c := &conds[i]
 		cs.Overall = report.Worse(cs.Overall, c.Severity)
@@ -828,7 +839,11 @@ func (m *Manager) status(k writer.Key, conds []rollup.Condition, now, observedAt
 			m.transitions[tk] = transition{status: st, reason: c.Reason, at: c.LastTransition}
 		}
 		if c.Backup != nil && !c.Backup.LastSuccessfulAt.IsZero() {
-			c.Backup.ObservedAge = max(now.Sub(c.Backup.LastSuccessfulAt), 0)
+			// A copy: the facts are the adapter's finding, shared with the
+			// status published before (status.Publisher keeps what it gets).
+			b := *c.Backup
+			b.ObservedAge = max(now.Sub(b.LastSuccessfulAt), 0)
+			c.Backup = &b
 		}
 	}
 	sort.SliceStable(conds, func(i, j int) bool {

@@ -1,4 +1,4 @@
-package adapter_test
+package adapterkit_test
 
 import (
 	"context"
@@ -27,7 +27,7 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/yaml"
 
-	"github.com/cozystack/cozy-health/aggregator/internal/adapter"
+	"github.com/cozystack/cozy-health/aggregator/internal/adapterkit"
 	"github.com/cozystack/cozy-health/aggregator/internal/adapters"
 	"github.com/cozystack/cozy-health/aggregator/internal/adapters/cnpg"
 	"github.com/cozystack/cozy-health/aggregator/internal/adapters/cozybackup"
@@ -35,6 +35,7 @@ import (
 	"github.com/cozystack/cozy-health/aggregator/internal/adapters/kamaji"
 	"github.com/cozystack/cozy-health/aggregator/internal/adapters/velero"
 	"github.com/cozystack/cozy-health/aggregator/internal/metrics"
+	"github.com/cozystack/cozy-health/aggregator/internal/status"
 	"github.com/cozystack/cozy-health/aggregator/internal/writer"
 	healthv1alpha1 "github.com/cozystack/cozy-health/pkg/apis/health/v1alpha1"
 	"github.com/cozystack/cozy-health/pkg/client/clientset/versioned"
@@ -55,13 +56,13 @@ type env struct {
 // start brings up a control plane with the Health CRD, the platform and
 // tenant namespaces, and a leading writer fed by a Manager whose dynamic
 // client is the one setup returns (the admin's when nil).
-func start(t *testing.T, cfg adapter.Config, setup func(e *env) *rest.Config) *env {
+func start(t *testing.T, cfg adapterkit.Config, setup func(e *env) *rest.Config) *env {
 	t.Helper()
 	return startWith(t, cfg, setup, adapters.All())
 }
 
 // startWith is start with the adapters list.
-func startWith(t *testing.T, cfg adapter.Config, setup func(e *env) *rest.Config, list []adapter.Adapter) *env {
+func startWith(t *testing.T, cfg adapterkit.Config, setup func(e *env) *rest.Config, list []adapterkit.Adapter) *env {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
@@ -84,7 +85,7 @@ func startWith(t *testing.T, cfg adapter.Config, setup func(e *env) *rest.Config
 		rc = setup(e)
 	}
 	e.reg = prometheus.NewRegistry()
-	m, err := metrics.New(e.reg, platformNS)
+	m, err := metrics.New(e.reg)
 	require.NoError(t, err)
 	log := zaptest.NewLogger(t)
 	w, err := writer.New(writer.Config{Namespace: platformNS, FreshFor: time.Minute, RefreshPeriod: 20 * time.Second,
@@ -101,7 +102,8 @@ func startWith(t *testing.T, cfg adapter.Config, setup func(e *env) *rest.Config
 	if cfg.Period == 0 {
 		cfg.Period = 2 * time.Second
 	}
-	mgr := adapter.NewManager(cfg, mdyn, list, w, log, nil)
+	cfg.Ready = w.AdaptersReady
+	mgr := adapterkit.NewManager(cfg, mdyn, list, status.Publishers{m, w}, log, nil)
 	done := make(chan struct{}, 2)
 	go func() { _ = mgr.Run(ctx); done <- struct{}{} }()
 	go func() { w.Run(ctx); done <- struct{}{} }()
@@ -264,7 +266,7 @@ conditions:
 // CRD removed at runtime.
 func TestAdaptersOnTheRealAPIServer(t *testing.T) {
 	ctx := context.Background()
-	e := start(t, adapter.Config{BackupMaxAge: map[string]time.Duration{"tenant-foo": 24 * time.Hour}}, nil)
+	e := start(t, adapterkit.Config{BackupMaxAge: map[string]time.Duration{"tenant-foo": 24 * time.Hour}}, nil)
 	hr := helmrelease.Source.GVR
 
 	// Nothing installed: nothing to say, no object; the adapters' series
@@ -376,7 +378,7 @@ conditions:
 `, last.Format(time.RFC3339), last.Format(time.RFC3339)))
 		h := e.health("tenant-foo", "backups", func(h *healthv1alpha1.Health) bool {
 			c := cond(h, "Backup", "postgres-db")
-			return c != nil && c.Reason == adapter.ReasonBackupStale
+			return c != nil && c.Reason == adapterkit.ReasonBackupStale
 		})
 		c := cond(h, "Backup", "postgres-db")
 		assert.Equal(t, healthv1alpha1.StatusDegraded, h.Status.Overall)
@@ -390,7 +392,7 @@ conditions:
 		// What CozyHealthBackupsStale reads (every replica exports it).
 		assert.Equal(t, 1.0, e.gauge("cozy_health_component_status", map[string]string{"namespace": "tenant-foo", "component": "backups", "status": "Degraded"}))
 		assert.Equal(t, 1.0, e.gauge("cozy_health_issue", map[string]string{"namespace": "tenant-foo", "component": "backups", "node": "",
-			"type": "Backup", "kind": "Cluster.postgresql.cnpg.io", "resource": "postgres-db", "reason": adapter.ReasonBackupStale, "status": "Degraded"}), "cozy_health_issue names the stale backup")
+			"type": "Backup", "kind": "Cluster.postgresql.cnpg.io", "resource": "postgres-db", "reason": adapterkit.ReasonBackupStale, "status": "Degraded"}), "cozy_health_issue names the stale backup")
 		require.NotNil(t, h.Spec.SLA)
 		require.NotNil(t, h.Spec.SLA.MaxAge)
 		assert.Equal(t, 24*time.Hour, h.Spec.SLA.MaxAge.Duration)
@@ -413,7 +415,7 @@ status:
 `, started.Format(time.RFC3339), started.Add(time.Minute).Format(time.RFC3339)))
 		h = e.health("tenant-foo", "backups", func(h *healthv1alpha1.Health) bool {
 			c := cond(h, "Backup", "postgres-db")
-			return c != nil && c.Reason == adapter.ReasonBackupFailed
+			return c != nil && c.Reason == adapterkit.ReasonBackupFailed
 		})
 		assert.Contains(t, cond(h, "Backup", "postgres-db").Message, "AccessDenied")
 	})
@@ -450,7 +452,7 @@ status:
 `, taken.Format(time.RFC3339)))
 		h := e.health("tenant-bar", "backups", func(h *healthv1alpha1.Health) bool {
 			c := cond(h, "Backup", "etcd-daily")
-			return c != nil && c.Reason == adapter.ReasonBackupRecent
+			return c != nil && c.Reason == adapterkit.ReasonBackupRecent
 		})
 		c := cond(h, "Backup", "etcd-daily")
 		assert.Equal(t, "Plan.backups.cozystack.io", c.ResourceRef.Kind)
@@ -491,9 +493,14 @@ status:
   startTimestamp: %q
   completionTimestamp: %q
 `, done.Add(-10*time.Minute).Format(time.RFC3339), done.Format(time.RFC3339)))
-		h := e.health(platformNS, "backups", func(h *healthv1alpha1.Health) bool { return cond(h, "Backup", "nightly") != nil })
+		// The Schedule may be judged before its Backup is: wait for the
+		// judgement that has seen the Backup.
+		h := e.health(platformNS, "backups", func(h *healthv1alpha1.Health) bool {
+			c := cond(h, "Backup", "nightly")
+			return c != nil && c.LastSuccessfulAt != nil
+		})
 		c := cond(h, "Backup", "nightly")
-		assert.Equal(t, adapter.ReasonScheduleSuspended, c.Reason)
+		assert.Equal(t, adapterkit.ReasonScheduleSuspended, c.Reason)
 		assert.Contains(t, c.Message, "Schedule cozy-system/nightly is paused")
 		assert.Equal(t, healthv1alpha1.StatusDegraded, h.Status.Overall)
 		require.NotNil(t, c.MaxAge)
@@ -670,7 +677,7 @@ func (e *env) adapterState(name string, applicable, synced, objects float64) {
 // adapters publish.
 func TestAdapterSourceNotSynced(t *testing.T) {
 	ctx := context.Background()
-	e := start(t, adapter.Config{SyncTimeout: 2 * time.Second}, func(e *env) *rest.Config {
+	e := start(t, adapterkit.Config{SyncTimeout: 2 * time.Second}, func(e *env) *rest.Config {
 		require.NoError(t, e.cp.InstallAdapterCRDs(ctx, "velero.io_schedules", "velero.io_backups", "helm.toolkit.fluxcd.io_helmreleases"))
 		_, err := e.cp.Clientset().RbacV1().ClusterRoles().Create(ctx, &rbacv1.ClusterRole{
 			ObjectMeta: metav1.ObjectMeta{Name: "adapters-without-velero-backups"},
@@ -694,10 +701,10 @@ func TestAdapterSourceNotSynced(t *testing.T) {
 		require.NoError(t, err)
 		return rc
 	})
-	h := e.health(platformNS, "backups", func(h *healthv1alpha1.Health) bool { return cond(h, adapter.TypeSource, "") != nil })
-	c := cond(h, adapter.TypeSource, "")
+	h := e.health(platformNS, "backups", func(h *healthv1alpha1.Health) bool { return cond(h, adapterkit.TypeSource, "") != nil })
+	c := cond(h, adapterkit.TypeSource, "")
 	assert.Equal(t, healthv1alpha1.ConditionUnknown, c.Status)
-	assert.Equal(t, adapter.ReasonSourceNotSynced, c.Reason)
+	assert.Equal(t, adapterkit.ReasonSourceNotSynced, c.Reason)
 	assert.Equal(t, "backups.velero.io", c.ResourceRef.Name)
 	assert.Equal(t, healthv1alpha1.StatusUnknown, h.Status.Overall)
 	e.health(platformNS, "platform", func(h *healthv1alpha1.Health) bool { return h.Status.Overall == healthv1alpha1.StatusHealthy })
@@ -720,10 +727,10 @@ type faulty struct {
 	running, most *atomic.Int32
 }
 
-func (f faulty) Name() string            { return f.name }
-func (faulty) Component() string         { return adapter.ComponentPlatform }
-func (faulty) Sources() []adapter.Source { return []adapter.Source{helmrelease.Source} }
-func (f faulty) Judge(*adapter.Input) []adapter.Finding {
+func (f faulty) Name() string               { return f.name }
+func (faulty) Component() string            { return adapterkit.ComponentPlatform }
+func (faulty) Sources() []adapterkit.Source { return []adapterkit.Source{helmrelease.Source} }
+func (f faulty) Judge(*adapterkit.Input) []adapterkit.Finding {
 	if f.slow {
 		n := f.running.Add(1)
 		defer f.running.Add(-1)
@@ -747,13 +754,13 @@ func (f faulty) Judge(*adapter.Input) []adapter.Finding {
 func TestAdapterJudgeFailures(t *testing.T) {
 	ctx := context.Background()
 	hangs := faulty{name: "hangs", slow: true, running: &atomic.Int32{}, most: &atomic.Int32{}}
-	e := startWith(t, adapter.Config{JudgeTimeout: 300 * time.Millisecond}, func(e *env) *rest.Config {
+	e := startWith(t, adapterkit.Config{JudgeTimeout: 300 * time.Millisecond}, func(e *env) *rest.Config {
 		require.NoError(t, e.cp.InstallAdapterCRDs(ctx, "helm.toolkit.fluxcd.io_helmreleases"))
 		return nil
-	}, []adapter.Adapter{faulty{name: "panics"}, hangs})
-	h := e.health(platformNS, "platform", func(h *healthv1alpha1.Health) bool { return cond(h, adapter.TypeSource, "") != nil })
-	c := cond(h, adapter.TypeSource, "")
-	assert.Equal(t, adapter.ReasonJudgeFailed, c.Reason)
+	}, []adapterkit.Adapter{faulty{name: "panics"}, hangs})
+	h := e.health(platformNS, "platform", func(h *healthv1alpha1.Health) bool { return cond(h, adapterkit.TypeSource, "") != nil })
+	c := cond(h, adapterkit.TypeSource, "")
+	assert.Equal(t, adapterkit.ReasonJudgeFailed, c.Reason)
 	assert.Equal(t, healthv1alpha1.StatusUnknown, h.Status.Overall)
 	require.Eventually(t, func() bool {
 		return e.gauge("cozy_health_adapter_errors_total", map[string]string{"adapter": "panics", "reason": metrics.AdapterErrorPanic}) >= 1 &&
@@ -816,7 +823,7 @@ func TestAdapterWatchFailing(t *testing.T) {
 	ctx := context.Background()
 	dialer := &cutDialer{}
 	hr := helmrelease.Source.GVR
-	e := start(t, adapter.Config{WatchGrace: 3 * time.Second}, func(e *env) *rest.Config {
+	e := start(t, adapterkit.Config{WatchGrace: 3 * time.Second}, func(e *env) *rest.Config {
 		require.NoError(t, e.cp.InstallAdapterCRDs(ctx, "helm.toolkit.fluxcd.io_helmreleases"))
 		e.create(hr, helmRelease(platformNS, "cilium"))
 		e.setStatus(hr, platformNS, "cilium", releaseStatus("True", "InstallSucceeded", "Helm install succeeded"))
@@ -836,7 +843,7 @@ func TestAdapterWatchFailing(t *testing.T) {
 		got, err := e.hc.HealthV1alpha1().Healths(platformNS).Get(ctx, "platform", metav1.GetOptions{})
 		require.NoError(t, err)
 		h = got
-		if c := cond(got, adapter.TypeSource, ""); c != nil && c.Reason == adapter.ReasonWatchFailing {
+		if c := cond(got, adapterkit.TypeSource, ""); c != nil && c.Reason == adapterkit.ReasonWatchFailing {
 			return true
 		}
 		if got.Status.Overall == healthv1alpha1.StatusHealthy {
@@ -848,7 +855,7 @@ func TestAdapterWatchFailing(t *testing.T) {
 	}, 30*time.Second, 50*time.Millisecond, "never WatchFailing; last: %s", dump(h))
 	t.Logf("WatchFailing written %s after the cut (grace 3s)", time.Since(cutAt).Round(100*time.Millisecond))
 	assert.Equal(t, healthv1alpha1.StatusUnknown, h.Status.Overall)
-	c := cond(h, adapter.TypeSource, "")
+	c := cond(h, adapterkit.TypeSource, "")
 	assert.Equal(t, healthv1alpha1.ConditionUnknown, c.Status)
 	assert.Equal(t, "helmreleases.helm.toolkit.fluxcd.io", c.ResourceRef.Name)
 	assert.Contains(t, c.Message, "connection refused")
@@ -861,7 +868,7 @@ func TestAdapterWatchFailing(t *testing.T) {
 		return c != nil && c.Reason == "UpgradeFailed"
 	})
 	assert.Equal(t, healthv1alpha1.StatusDegraded, h.Status.Overall)
-	assert.Nil(t, cond(h, adapter.TypeSource, ""))
+	assert.Nil(t, cond(h, adapterkit.TypeSource, ""))
 	assert.True(t, h.Status.ObservedAt.After(cutAt), "confirmed again after the restore")
 }
 
@@ -872,7 +879,7 @@ func TestAdapterWatchFailing(t *testing.T) {
 // plane's own status says it serves.
 func TestKamajiDataStoreWithoutReady(t *testing.T) {
 	ctx := context.Background()
-	e := start(t, adapter.Config{}, func(e *env) *rest.Config {
+	e := start(t, adapterkit.Config{}, func(e *env) *rest.Config {
 		require.NoError(t, e.cp.InstallAdapterCRDs(ctx, "kamaji.clastix.io_datastores-v1.0.0", "kamaji.clastix.io_tenantcontrolplanes"))
 		return nil
 	})

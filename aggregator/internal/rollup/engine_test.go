@@ -1,4 +1,4 @@
-package app
+package rollup
 
 import (
 	"context"
@@ -18,33 +18,25 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/cozystack/cozy-health/aggregator/internal/metrics"
-	"github.com/cozystack/cozy-health/aggregator/internal/rollup"
 	"github.com/cozystack/cozy-health/aggregator/internal/state"
 	"github.com/cozystack/cozy-health/pkg/report"
+	"github.com/cozystack/cozy-health/pkg/report/reporttest"
 )
 
-func testReport(node string, seq uint64, at time.Time, disk report.Status) *report.NodeReport {
-	return &report.NodeReport{
-		NodeName: node, AgentInstanceID: "agent-" + node, Sequence: seq, SentAt: at, Interval: 5 * time.Second,
-		Observations: []report.Observation{
-			{Component: report.ComponentDisk, Check: report.CheckFsyncProbe, Status: disk, Reason: "Probe" + disk.String(), Message: "probe"},
-			{Component: report.ComponentNode, Check: report.CheckTalosServices, Status: report.StatusHealthy, Reason: "ServicesRunning"},
-		},
-	}
-}
+const testNS = "cozy-system"
 
 // TestHeartbeatExpiryWithFakeClock drives the whole rollup path (state ->
 // Compute -> damping -> compaction -> metrics) on a fake clock.
 func TestHeartbeatExpiryWithFakeClock(t *testing.T) {
 	clk := clocktesting.NewFakeClock(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
 	reg := prometheus.NewRegistry()
-	m, err := metrics.New(reg, "cozy-system")
+	m, err := metrics.New(reg)
 	require.NoError(t, err)
 	st := state.New(m)
-	eng := NewEngine(st, rollup.Config{DefaultInterval: 5 * time.Second, FreshForMultiple: 6}, rollup.Holds{Degraded: 10 * time.Second}, 0, m, nil, clk, zap.NewNop())
+	eng := NewEngine(st, Config{DefaultInterval: 5 * time.Second, FreshForMultiple: 6}, Holds{Degraded: 10 * time.Second}, 0, testNS, m, m, clk, zap.NewNop())
 
-	st.Accept(testReport("a", 1, clk.Now(), report.StatusHealthy), clk.Now())
-	st.Accept(testReport("b", 1, clk.Now(), report.StatusHealthy), clk.Now())
+	st.Accept(reporttest.Disk("a", 1, clk.Now(), report.StatusHealthy), clk.Now())
+	st.Accept(reporttest.Disk("b", 1, clk.Now(), report.StatusHealthy), clk.Now())
 	out := eng.Evaluate()
 	require.Equal(t, report.StatusHealthy, out[report.ComponentDisk].Overall)
 
@@ -52,7 +44,7 @@ func TestHeartbeatExpiryWithFakeClock(t *testing.T) {
 	// still fresh; just past it every entry of a is Unknown/HeartbeatMissed.
 	for i := 1; i <= 3; i++ {
 		clk.Step(5 * time.Second)
-		st.Accept(testReport("b", uint64(1+i), clk.Now(), report.StatusHealthy), clk.Now())
+		st.Accept(reporttest.Disk("b", uint64(1+i), clk.Now(), report.StatusHealthy), clk.Now())
 	}
 	out = eng.Evaluate()
 	assert.Equal(t, report.StatusHealthy, out[report.ComponentDisk].Nodes["a"].Status, "at exactly the grace a is fresh")
@@ -70,17 +62,17 @@ func TestHeartbeatExpiryWithFakeClock(t *testing.T) {
 	assert.Equal(t, 1.0, testutil.ToFloat64(gauge(t, reg, "cozy_health_component_status", map[string]string{"namespace": "cozy-system", "component": "disk", "status": "Unknown"})))
 
 	// a comes back: recovery is published at once.
-	st.Accept(testReport("a", 2, clk.Now(), report.StatusHealthy), clk.Now())
+	st.Accept(reporttest.Disk("a", 2, clk.Now(), report.StatusHealthy), clk.Now())
 	out = eng.Evaluate()
 	assert.Equal(t, report.StatusHealthy, out[report.ComponentDisk].Overall)
 
 	// A Degraded disk on b is held for 10 s, then published.
 	clk.Step(time.Second)
-	st.Accept(testReport("b", 10, clk.Now(), report.StatusDegraded), clk.Now())
+	st.Accept(reporttest.Disk("b", 10, clk.Now(), report.StatusDegraded), clk.Now())
 	assert.Equal(t, report.StatusHealthy, eng.Evaluate()[report.ComponentDisk].Overall)
 	clk.Step(9 * time.Second)
-	st.Accept(testReport("a", 3, clk.Now(), report.StatusHealthy), clk.Now())
-	st.Accept(testReport("b", 11, clk.Now(), report.StatusDegraded), clk.Now())
+	st.Accept(reporttest.Disk("a", 3, clk.Now(), report.StatusHealthy), clk.Now())
+	st.Accept(reporttest.Disk("b", 11, clk.Now(), report.StatusDegraded), clk.Now())
 	assert.Equal(t, report.StatusHealthy, eng.Evaluate()[report.ComponentDisk].Overall)
 	clk.Step(time.Second)
 	out = eng.Evaluate()
@@ -95,7 +87,7 @@ func TestHeartbeatExpiryWithFakeClock(t *testing.T) {
 	assert.NotContains(t, text, `node="b"`)
 	assert.Contains(t, text, `node="a"`)
 	// A report of a deleted node still in flight does not resurrect it.
-	st.Accept(testReport("b", 12, clk.Now(), report.StatusHealthy), clk.Now())
+	st.Accept(reporttest.Disk("b", 12, clk.Now(), report.StatusHealthy), clk.Now())
 	_, ok := st.Get("b")
 	assert.False(t, ok)
 }
@@ -159,13 +151,13 @@ func scrape(t *testing.T, reg *prometheus.Registry) string {
 func TestEngineRetimeEqualsRecompute(t *testing.T) {
 	clk := clocktesting.NewFakeClock(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
 	st := state.New(nil)
-	cfg := rollup.Config{DefaultInterval: 5 * time.Second, FreshForMultiple: 6}
-	holds := rollup.Holds{Degraded: 10 * time.Second}
+	cfg := Config{DefaultInterval: 5 * time.Second, FreshForMultiple: 6}
+	holds := Holds{Degraded: 10 * time.Second}
 	reg := prometheus.NewRegistry()
-	m, err := metrics.New(reg, "cozy-system")
+	m, err := metrics.New(reg)
 	require.NoError(t, err)
-	retiming := NewEngine(st, cfg, holds, 3, m, nil, clk, zap.NewNop())
-	full := NewEngine(st, cfg, holds, 3, nil, nil, clk, zap.NewNop())
+	retiming := NewEngine(st, cfg, holds, 3, testNS, m, m, clk, zap.NewNop())
+	full := NewEngine(st, cfg, holds, 3, testNS, nil, nil, clk, zap.NewNop())
 	// The reference: no memo at all, every evaluation folds every report.
 	full.alwaysRecompute, full.cache = true, nil
 
@@ -177,7 +169,7 @@ func TestEngineRetimeEqualsRecompute(t *testing.T) {
 	silent := map[string]bool{}
 	send := func(n string) {
 		seq[n]++
-		r := testReport(n, seq[n], clk.Now(), disk[n])
+		r := reporttest.Disk(n, seq[n], clk.Now(), disk[n])
 		// New numbers in the messages every time, as real agents send; one
 		// reason for every status, so only the status tells a change.
 		for i := range r.Observations {
@@ -240,8 +232,8 @@ func TestEngineRetimeEqualsRecompute(t *testing.T) {
 func TestRunEvaluatesAtTheHeartbeatDeadline(t *testing.T) {
 	clk := clocktesting.NewFakeClock(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
 	st := state.New(nil)
-	eng := NewEngine(st, rollup.Config{DefaultInterval: 5 * time.Second, FreshForMultiple: 6}, rollup.Holds{}, 0, nil, nil, clk, zap.NewNop())
-	st.Accept(testReport("a", 1, clk.Now(), report.StatusHealthy), clk.Now())
+	eng := NewEngine(st, Config{DefaultInterval: 5 * time.Second, FreshForMultiple: 6}, Holds{}, 0, testNS, nil, nil, clk, zap.NewNop())
+	st.Accept(reporttest.Disk("a", 1, clk.Now(), report.StatusHealthy), clk.Now())
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); eng.Run(ctx, time.Hour) }()

@@ -1,0 +1,64 @@
+// Package drainapi is the drain pre-check's answer as JSON (GET
+// /v1/drain-check), defined once: the aggregator encodes it, `kubectl
+// health drain-check` and the tests decode it. The rules and the verdict
+// precedence are the aggregator's (aggregator/internal/drain).
+package drainapi
+
+import (
+	"time"
+
+	"github.com/cozystack/cozy-health/pkg/report"
+)
+
+// Path is the drain check's HTTP path; the node is the query parameter
+// node.
+const Path = "/v1/drain-check"
+
+// Verdict is the answer of one rule or of the whole check.
+type Verdict string
+
+// The three verdicts.
+const (
+	// Safe: draining the node keeps every rule's invariant.
+	Safe Verdict = "safe"
+	// Blocked: draining the node certainly breaks an invariant.
+	Blocked Verdict = "blocked"
+	// Unknown: the data needed to decide is missing or stale.
+	Unknown Verdict = "unknown"
+)
+
+// Result is the verdict on one node and every reason behind it.
+type Result struct {
+	// Node is the node asked about.
+	Node string `json:"node"`
+	// Verdict is the folded verdict: blocked when any reason is, else
+	// unknown when any reason is, else safe.
+	Verdict Verdict `json:"verdict"`
+	// Reasons are every rule's findings, blocked first.
+	Reasons []Reason `json:"reasons"`
+	// EvaluatedAt is the now the rules were evaluated at.
+	EvaluatedAt time.Time `json:"evaluatedAt"`
+	// SnapshotAt is when the state the rules read was taken.
+	SnapshotAt time.Time `json:"snapshotAt"`
+}
+
+// Reason is one rule's finding.
+type Reason struct {
+	// Rule is the name of the rule that found it.
+	Rule string `json:"rule"`
+	// Component is the component it is about (etcd, linstor, kube-ovn, node).
+	Component string `json:"component"`
+	// Verdict is this finding's verdict.
+	Verdict Verdict `json:"verdict"`
+	// Message is for people, with the numbers; never parsed.
+	Message string `json:"message"`
+	// ResourceRef is the resource the finding is about, if any.
+	ResourceRef *report.ResourceRef `json:"resourceRef,omitempty"`
+	// Attributes are the numbers behind the finding.
+	Attributes map[string]float64 `json:"attributes,omitempty"`
+}
+
+// Error is the body of every answer that is not 200.
+type Error struct {
+	Error string `json:"error"`
+}
