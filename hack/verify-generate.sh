@@ -2,7 +2,8 @@
 # Fails when a generated file differs from what `make generate` produces.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-paths=(pkg/apis pkg/applyconfiguration pkg/client deploy/crds deploy/charts/cozy-health/crds deploy/manifests proto)
+paths=(pkg/apis pkg/applyconfiguration pkg/client deploy/crds deploy/charts/cozy-health/crds deploy/manifests proto
+	test/fixtures/generated aggregator/internal/adapters/cnpg/testdata aggregator/internal/adapters/velero/testdata aggregator/internal/adapters/kamaji/testdata)
 tmp="$(mktemp -d)"
 trap 'rm -rf "${tmp}"' EXIT
 for p in "${paths[@]}"; do mkdir -p "${tmp}/$(dirname "$p")"; cp -a "$p" "${tmp}/$p"; done
