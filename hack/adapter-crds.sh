@@ -61,3 +61,13 @@ NOTE="Kamaji v1.0.0 (the only Kamaji the module proxy serves; test/fixtures mars
 fetch github.com/vmware-tanzu/velero@v1.18.1 \
 	config/crd/v1/bases/velero.io_backups.yaml \
 	config/crd/v1/bases/velero.io_schedules.yaml
+# The oldest supported releases (Cozystack v1.5.4 ships CloudNativePG 1.27.3,
+# not on the module proxy: 1.27.4 is the nearest of its line; velero
+# v1.17.0), beside the shipped ones: test/fixtures/oldest marshals their types.
+fetch github.com/cloudnative-pg/cloudnative-pg@v1.27.4 \
+	config/crd/bases/postgresql.cnpg.io_clusters.yaml=postgresql.cnpg.io_clusters-v1.27.4.yaml \
+	config/crd/bases/postgresql.cnpg.io_backups.yaml=postgresql.cnpg.io_backups-v1.27.4.yaml \
+	config/crd/bases/postgresql.cnpg.io_scheduledbackups.yaml=postgresql.cnpg.io_scheduledbackups-v1.27.4.yaml
+fetch github.com/vmware-tanzu/velero@v1.17.0 \
+	config/crd/v1/bases/velero.io_backups.yaml=velero.io_backups-v1.17.0.yaml \
+	config/crd/v1/bases/velero.io_schedules.yaml=velero.io_schedules-v1.17.0.yaml

@@ -36,5 +36,7 @@ find proto -name '*.pb.go' -delete
 go run ./hack/manifests
 
 # The cluster adapters' fixtures marshalled from the upstream projects' Go
-# types (CNPG, velero, Kamaji), by the test-only module test/fixtures.
+# types (CNPG, velero, Kamaji): test-only modules, at the versions Cozystack
+# ships (test/fixtures) and the oldest supported (test/fixtures/oldest).
 (cd test/fixtures && go run . ../..)
+(cd test/fixtures/oldest && go run . ../../..)

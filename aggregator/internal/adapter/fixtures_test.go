@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -103,38 +104,102 @@ func generatedFixtures(t *testing.T) []string {
 	return out
 }
 
-// fixtureCRDs are the CRDs of the releases whose Go types marshalled the
-// fixtures (test/crds/adapters): CloudNativePG 1.28.2, plugin-barman-cloud
-// v0.13.0, velero v1.18.1 and Kamaji v1.0.0.
-var fixtureCRDs = map[string]string{
-	"postgresql.cnpg.io/Cluster":           "postgresql.cnpg.io_clusters",
-	"postgresql.cnpg.io/Backup":            "postgresql.cnpg.io_backups",
-	"postgresql.cnpg.io/ScheduledBackup":   "postgresql.cnpg.io_scheduledbackups",
-	"barmancloud.cnpg.io/ObjectStore":      "barmancloud.cnpg.io_objectstores",
-	"velero.io/Schedule":                   "velero.io_schedules",
-	"velero.io/Backup":                     "velero.io_backups",
-	"kamaji.clastix.io/DataStore":          "kamaji.clastix.io_datastores-v1.0.0",
-	"kamaji.clastix.io/TenantControlPlane": "kamaji.clastix.io_tenantcontrolplanes-v1.0.0",
+// release is a set of upstream releases whose Go types marshal fixtures,
+// with the CRDs of the same releases (test/crds/adapters).
+type release struct {
+	name    string
+	modules []string          // module@version, as the fixture headers name them
+	crds    map[string]string // group/kind -> CRD file
+}
+
+// releases: the versions Cozystack ships (test/fixtures) and the oldest
+// supported (test/fixtures/oldest). A fixture built from any other version
+// fails the test until its CRDs are here.
+var releases = []release{
+	{
+		name: "shipped",
+		modules: []string{"github.com/cloudnative-pg/cloudnative-pg@v1.28.2", "github.com/cloudnative-pg/plugin-barman-cloud@v0.13.0",
+			"github.com/vmware-tanzu/velero@v1.18.1", "github.com/clastix/kamaji@v1.0.0"},
+		crds: map[string]string{
+			"postgresql.cnpg.io/Cluster":           "postgresql.cnpg.io_clusters",
+			"postgresql.cnpg.io/Backup":            "postgresql.cnpg.io_backups",
+			"postgresql.cnpg.io/ScheduledBackup":   "postgresql.cnpg.io_scheduledbackups",
+			"barmancloud.cnpg.io/ObjectStore":      "barmancloud.cnpg.io_objectstores",
+			"velero.io/Schedule":                   "velero.io_schedules",
+			"velero.io/Backup":                     "velero.io_backups",
+			"kamaji.clastix.io/DataStore":          "kamaji.clastix.io_datastores-v1.0.0",
+			"kamaji.clastix.io/TenantControlPlane": "kamaji.clastix.io_tenantcontrolplanes-v1.0.0",
+		},
+	},
+	{
+		name:    "oldest",
+		modules: []string{"github.com/cloudnative-pg/cloudnative-pg@v1.27.4", "github.com/vmware-tanzu/velero@v1.17.0"},
+		crds: map[string]string{
+			"postgresql.cnpg.io/Cluster":         "postgresql.cnpg.io_clusters-v1.27.4",
+			"postgresql.cnpg.io/Backup":          "postgresql.cnpg.io_backups-v1.27.4",
+			"postgresql.cnpg.io/ScheduledBackup": "postgresql.cnpg.io_scheduledbackups-v1.27.4",
+			"velero.io/Schedule":                 "velero.io_schedules-v1.17.0",
+			"velero.io/Backup":                   "velero.io_backups-v1.17.0",
+		},
+	},
+}
+
+// originLine is the comment test/fixtures writes above each object.
+var originLine = regexp.MustCompile(`(?m)^# \S+ from (\S+@\S+)$`)
+
+// releaseOf is the release every object of data was built from.
+func releaseOf(t *testing.T, file string, data []byte) *release {
+	t.Helper()
+	ms := originLine.FindAllSubmatch(data, -1)
+	require.NotEmpty(t, ms, "%s names no module", file)
+	for i := range releases {
+		all := true
+		for _, m := range ms {
+			all = all && slices.Contains(releases[i].modules, string(m[1]))
+		}
+		if all {
+			return &releases[i]
+		}
+	}
+	require.Fail(t, "no release with CRDs here builds every object", "%s", file)
+	return nil
 }
 
 // TestUpstreamFixturesFitTheirCRDs writes every object of every generated
-// fixture to a real apiserver serving the CRDs of the same releases, its
-// status through the status subresource where the CRD has one, and reads
-// it back: the apiserver must accept each one and keep every field it was
-// given (a field the release's schema lacks would be pruned, a wrong type
-// or enum value refused). Defaults the schema adds are allowed.
+// fixture to a real apiserver serving the CRDs of the releases whose types
+// built it, its status through the status subresource where the CRD has
+// one, and reads it back: the apiserver must accept each one and keep
+// every field it was given (a field the release's schema lacks would be
+// pruned, a wrong type or enum value refused). Defaults the schema adds
+// are allowed.
 func TestUpstreamFixturesFitTheirCRDs(t *testing.T) {
+	byRelease := map[string][]string{}
+	for _, f := range generatedFixtures(t) {
+		data, err := os.ReadFile(f)
+		require.NoError(t, err)
+		r := releaseOf(t, f, data)
+		byRelease[r.name] = append(byRelease[r.name], f)
+	}
+	for _, r := range releases {
+		t.Run(r.name, func(t *testing.T) {
+			require.NotEmpty(t, byRelease[r.name], "no fixture of these releases")
+			fitCRDs(t, r, byRelease[r.name])
+		})
+	}
+}
+
+func fitCRDs(t *testing.T, r release, files []string) {
 	ctx := context.Background()
 	cp := harness.Start(t)
-	names := make([]string, 0, len(fixtureCRDs))
-	for _, n := range fixtureCRDs {
+	names := make([]string, 0, len(r.crds))
+	for _, n := range r.crds {
 		names = append(names, n)
 	}
 	require.NoError(t, cp.InstallAdapterCRDs(ctx, names...))
 	dyn, err := dynamic.NewForConfig(cp.Config)
 	require.NoError(t, err)
 	disco := cp.Clientset().Discovery()
-	for _, f := range generatedFixtures(t) {
+	for _, f := range files {
 		t.Run(filepath.Base(filepath.Dir(filepath.Dir(f)))+"/"+filepath.Base(f), func(t *testing.T) {
 			data, err := os.ReadFile(f)
 			require.NoError(t, err)
@@ -152,7 +217,7 @@ func TestUpstreamFixturesFitTheirCRDs(t *testing.T) {
 					continue
 				}
 				gvk := u.GroupVersionKind()
-				crd, ok := fixtureCRDs[gvk.Group+"/"+gvk.Kind]
+				crd, ok := r.crds[gvk.Group+"/"+gvk.Kind]
 				require.True(t, ok, "no CRD for %s", gvk)
 				res, err := disco.ServerResourcesForGroupVersion(gvk.GroupVersion().String())
 				require.NoError(t, err, crd)
