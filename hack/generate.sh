@@ -3,7 +3,8 @@
 # deepcopy, applyconfigurations and the CRD (controller-gen), the typed clientset
 # (client-gen), and the protobuf/gRPC Go code (buf with protoc-gen-go and
 # protoc-gen-go-grpc), the chart's copy of the CRD and the plain manifests
-# rendered from the chart.
+# rendered from the chart, and the cluster adapters' upstream-typed
+# fixtures (test/fixtures).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -33,3 +34,9 @@ find proto -name '*.pb.go' -delete
 
 # Plain manifests rendered from the chart (make manifests).
 go run ./hack/manifests
+
+# The cluster adapters' fixtures marshalled from the upstream projects' Go
+# types (CNPG, velero, Kamaji): test-only modules, at the versions Cozystack
+# ships (test/fixtures) and the oldest supported (test/fixtures/oldest).
+(cd test/fixtures && go run . ../..)
+(cd test/fixtures/oldest && go run . ../../..)

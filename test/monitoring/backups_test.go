@@ -21,6 +21,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/yaml"
+
+	"github.com/cozystack/cozy-health/test/harness"
 )
 
 // The stale backup the scrape cross-check creates: a CNPG Cluster in a
@@ -52,37 +54,38 @@ func createStaleBackup(ctx context.Context, rc *rest.Config) error {
 	if err != nil {
 		return err
 	}
-	last := time.Now().UTC().Add(-50 * time.Hour).Format(time.RFC3339)
-	cluster := &unstructured.Unstructured{}
-	if err := yaml.Unmarshal([]byte(fmt.Sprintf(`apiVersion: postgresql.cnpg.io/v1
-kind: Cluster
-metadata: {name: %s, namespace: %s}
-spec:
-  instances: 2
-  storage: {size: 10Gi}
-  backup:
-    barmanObjectStore:
-      destinationPath: s3://tenant-lab-backups/
-      s3Credentials:
-        accessKeyId: {name: backup-creds, key: AWS_ACCESS_KEY_ID}
-        secretAccessKey: {name: backup-creds, key: AWS_SECRET_ACCESS_KEY}
-`, staleCluster, staleTenant)), &cluster.Object); err != nil {
+	// The Cluster and ScheduledBackup are marshalled from CNPG's own Go
+	// types (test/fixtures): last success 50 h ago, a daily schedule.
+	now := time.Now().UTC()
+	cluster, err := harness.Fixture("cnpg.yaml", "Cluster", "postgres-db", now)
+	if err != nil {
 		return err
 	}
+	sb, err := harness.Fixture("cnpg.yaml", "ScheduledBackup", "postgres-db-daily", now)
+	if err != nil {
+		return err
+	}
+	cluster.SetNamespace(staleTenant)
+	cluster.SetName(staleCluster)
+	unstructured.RemoveNestedField(cluster.Object, "metadata", "creationTimestamp")
+	status := cluster.Object["status"]
+	delete(cluster.Object, "status")
 	ri := dyn.Resource(cnpgClusters).Namespace(staleTenant)
 	got, err := ri.Create(ctx, cluster, metav1.CreateOptions{})
 	if err != nil {
 		return fmt.Errorf("create Cluster: %w", err)
 	}
-	got.Object["status"] = map[string]any{"phase": "Cluster in healthy state", "instances": int64(2), "readyInstances": int64(2),
-		"lastSuccessfulBackup": last, "conditions": []any{map[string]any{"type": "LastBackupSucceeded", "status": "True",
-			"reason": "LastBackupSucceeded", "message": "Backup was successful", "lastTransitionTime": last}}}
+	got.Object["status"] = status
 	if _, err := ri.UpdateStatus(ctx, got, metav1.UpdateOptions{}); err != nil {
 		return fmt.Errorf("Cluster status: %w", err)
 	}
-	sb := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "postgresql.cnpg.io/v1", "kind": "ScheduledBackup",
-		"metadata": map[string]any{"name": staleCluster + "-daily", "namespace": staleTenant},
-		"spec":     map[string]any{"schedule": "0 0 0 * * *", "backupOwnerReference": "self", "cluster": map[string]any{"name": staleCluster}}}}
+	sb.SetNamespace(staleTenant)
+	sb.SetName(staleCluster + "-daily")
+	unstructured.RemoveNestedField(sb.Object, "metadata", "creationTimestamp")
+	delete(sb.Object, "status")
+	if err := unstructured.SetNestedField(sb.Object, staleCluster, "spec", "cluster", "name"); err != nil {
+		return err
+	}
 	if _, err := dyn.Resource(cnpgScheduledBackups).Namespace(staleTenant).Create(ctx, sb, metav1.CreateOptions{}); err != nil {
 		return fmt.Errorf("create ScheduledBackup: %w", err)
 	}

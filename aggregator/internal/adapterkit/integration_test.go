@@ -139,9 +139,17 @@ func (e *env) gauge(name string, want map[string]string) float64 {
 // through the status subresource as its controller would.
 func (e *env) create(gvr schema.GroupVersionResource, doc string) {
 	e.t.Helper()
-	ctx := context.Background()
 	u := &unstructured.Unstructured{}
 	require.NoError(e.t, yaml.Unmarshal([]byte(doc), &u.Object))
+	e.createObj(gvr, u)
+}
+
+// createObj is create for an object already decoded (a fixture).
+func (e *env) createObj(gvr schema.GroupVersionResource, u *unstructured.Unstructured) {
+	e.t.Helper()
+	ctx := context.Background()
+	u = u.DeepCopy()
+	unstructured.RemoveNestedField(u.Object, "metadata", "creationTimestamp")
 	status, hasStatus := u.Object["status"]
 	delete(u.Object, "status")
 	ri := e.dyn.Resource(gvr).Namespace(u.GetNamespace())
@@ -160,6 +168,14 @@ func (e *env) createWhole(gvr schema.GroupVersionResource, doc string) {
 	e.t.Helper()
 	u := &unstructured.Unstructured{}
 	require.NoError(e.t, yaml.Unmarshal([]byte(doc), &u.Object))
+	e.createWholeObj(gvr, u)
+}
+
+// createWholeObj is createWhole for an object already decoded (a fixture).
+func (e *env) createWholeObj(gvr schema.GroupVersionResource, u *unstructured.Unstructured) {
+	e.t.Helper()
+	u = u.DeepCopy()
+	unstructured.RemoveNestedField(u.Object, "metadata", "creationTimestamp")
 	_, err := e.dyn.Resource(gvr).Namespace(u.GetNamespace()).Create(context.Background(), u, metav1.CreateOptions{})
 	require.NoError(e.t, err, "create %s %s/%s", gvr.Resource, u.GetNamespace(), u.GetName())
 }
@@ -167,9 +183,15 @@ func (e *env) createWhole(gvr schema.GroupVersionResource, doc string) {
 // setStatus replaces an object's status through the status subresource.
 func (e *env) setStatus(gvr schema.GroupVersionResource, ns, name, statusYAML string) {
 	e.t.Helper()
-	ctx := context.Background()
 	var status map[string]any
 	require.NoError(e.t, yaml.Unmarshal([]byte(statusYAML), &status))
+	e.setStatusObj(gvr, ns, name, status)
+}
+
+// setStatusObj is setStatus with the status already decoded (a fixture's).
+func (e *env) setStatusObj(gvr schema.GroupVersionResource, ns, name string, status map[string]any) {
+	e.t.Helper()
+	ctx := context.Background()
 	ri := e.dyn.Resource(gvr).Namespace(ns)
 	got, err := ri.Get(ctx, name, metav1.GetOptions{})
 	require.NoError(e.t, err)
@@ -337,45 +359,15 @@ func TestAdaptersOnTheRealAPIServer(t *testing.T) {
 	require.NoError(t, e.cp.InstallAdapterCRDs(ctx, "postgresql.cnpg.io_clusters", "postgresql.cnpg.io_backups", "postgresql.cnpg.io_scheduledbackups"))
 	t.Run("CNPG backup older than its SLA, then a failed backup", func(t *testing.T) {
 		e.t = t
+		// Objects marshalled from CNPG's own Go types (test/fixtures).
 		now := time.Now().UTC()
-		e.create(cnpg.Clusters.GVR, `apiVersion: postgresql.cnpg.io/v1
-kind: Cluster
-metadata:
-  name: postgres-db
-  namespace: tenant-foo
-spec:
-  instances: 2
-  storage:
-    size: 10Gi
-  backup:
-    barmanObjectStore:
-      destinationPath: s3://backups/
-      s3Credentials:
-        accessKeyId: {name: backup-creds, key: AWS_ACCESS_KEY_ID}
-        secretAccessKey: {name: backup-creds, key: AWS_SECRET_ACCESS_KEY}
-`)
-		e.create(cnpg.ScheduledBackups.GVR, `apiVersion: postgresql.cnpg.io/v1
-kind: ScheduledBackup
-metadata:
-  name: postgres-db-daily
-  namespace: tenant-foo
-spec:
-  schedule: "0 0 0 * * *"
-  cluster:
-    name: postgres-db
-`)
-		last := now.Add(-50 * time.Hour).Truncate(time.Second)
-		e.setStatus(cnpg.Clusters.GVR, "tenant-foo", "postgres-db", fmt.Sprintf(`phase: Cluster in healthy state
-instances: 2
-readyInstances: 2
-lastSuccessfulBackup: %q
-conditions:
-- type: LastBackupSucceeded
-  status: "True"
-  reason: LastBackupSucceeded
-  message: Backup was successful
-  lastTransitionTime: %q
-`, last.Format(time.RFC3339), last.Format(time.RFC3339)))
+		cluster := fixture(t, "cnpg.yaml", "Cluster", "postgres-db", now)
+		e.createObj(cnpg.Clusters.GVR, cluster)
+		e.createObj(cnpg.ScheduledBackups.GVR, fixture(t, "cnpg.yaml", "ScheduledBackup", "postgres-db-daily", now))
+		lastS, _, _ := unstructured.NestedString(cluster.Object, "status", "lastSuccessfulBackup")
+		last, err := time.Parse(time.RFC3339, lastS)
+		require.NoError(t, err)
+		require.InDelta(t, (50 * time.Hour).Seconds(), now.Sub(last).Seconds(), 5, "the fixture's last success is 50 h old")
 		h := e.health("tenant-foo", "backups", func(h *healthv1alpha1.Health) bool {
 			c := cond(h, "Backup", "postgres-db")
 			return c != nil && c.Reason == adapterkit.ReasonBackupStale
@@ -397,22 +389,8 @@ conditions:
 		require.NotNil(t, h.Spec.SLA.MaxAge)
 		assert.Equal(t, 24*time.Hour, h.Spec.SLA.MaxAge.Duration)
 
-		started := now.Add(-10 * time.Minute).Truncate(time.Second)
-		e.create(cnpg.Backups.GVR, fmt.Sprintf(`apiVersion: postgresql.cnpg.io/v1
-kind: Backup
-metadata:
-  name: postgres-db-daily-now
-  namespace: tenant-foo
-spec:
-  cluster:
-    name: postgres-db
-status:
-  phase: failed
-  method: barmanObjectStore
-  startedAt: %q
-  stoppedAt: %q
-  error: "can't upload base backup: AccessDenied"
-`, started.Format(time.RFC3339), started.Add(time.Minute).Format(time.RFC3339)))
+		// A Backup failed 9 minutes ago (BackupStatus.SetAsFailed).
+		e.createObj(cnpg.Backups.GVR, fixture(t, "cnpg.yaml", "Backup", "postgres-db-daily-now", now))
 		h = e.health("tenant-foo", "backups", func(h *healthv1alpha1.Health) bool {
 			c := cond(h, "Backup", "postgres-db")
 			return c != nil && c.Reason == adapterkit.ReasonBackupFailed
@@ -464,35 +442,16 @@ status:
 	require.NoError(t, e.cp.InstallAdapterCRDs(ctx, "velero.io_schedules", "velero.io_backups"))
 	t.Run("paused velero Schedule, no SLA, last success 180 days ago: ScheduleSuspended, not BackupRecent", func(t *testing.T) {
 		e.t = t
-		done := time.Now().UTC().Add(-180 * 24 * time.Hour).Truncate(time.Second)
+		// Objects marshalled from velero's own Go types (test/fixtures);
 		// velero's CRDs have no status subresource: velero writes whole objects.
-		e.createWhole(velero.Schedules.GVR, `apiVersion: velero.io/v1
-kind: Schedule
-metadata:
-  name: nightly
-  namespace: cozy-system
-spec:
-  schedule: "0 2 * * *"
-  paused: true
-  template:
-    includedNamespaces: [tenant-foo]
-status:
-  phase: Enabled
-`)
-		e.createWhole(velero.Backups.GVR, fmt.Sprintf(`apiVersion: velero.io/v1
-kind: Backup
-metadata:
-  name: nightly-1
-  namespace: cozy-system
-  labels:
-    velero.io/schedule-name: nightly
-spec:
-  includedNamespaces: [tenant-foo]
-status:
-  phase: Completed
-  startTimestamp: %q
-  completionTimestamp: %q
-`, done.Add(-10*time.Minute).Format(time.RFC3339), done.Format(time.RFC3339)))
+		now := time.Now().UTC()
+		e.createWholeObj(velero.Schedules.GVR, fixture(t, "velero.yaml", "Schedule", "nightly", now))
+		b := fixture(t, "velero.yaml", "Backup", "", now)
+		e.createWholeObj(velero.Backups.GVR, b)
+		doneS, _, _ := unstructured.NestedString(b.Object, "status", "completionTimestamp")
+		done, err := time.Parse(time.RFC3339, doneS)
+		require.NoError(t, err)
+		require.InDelta(t, (180 * 24 * time.Hour).Seconds(), now.Sub(done).Seconds(), 5, "the fixture's backup completed 180 days ago")
 		// The Schedule may be judged before its Backup is: wait for the
 		// judgement that has seen the Backup.
 		h := e.health(platformNS, "backups", func(h *healthv1alpha1.Health) bool {
@@ -515,70 +474,21 @@ status:
 	require.NoError(t, e.cp.InstallAdapterCRDs(ctx, "kamaji.clastix.io_datastores", "kamaji.clastix.io_tenantcontrolplanes"))
 	t.Run("Kamaji DataStore ready then not ready: configuration validity, not reachability", func(t *testing.T) {
 		e.t = t
-		e.create(kamaji.DataStores.GVR, `apiVersion: kamaji.clastix.io/v1alpha1
-kind: DataStore
-metadata:
-  name: tenant-bar
-spec:
-  driver: etcd
-  endpoints:
-  - etcd.tenant-bar.svc:2379
-  tlsConfig:
-    certificateAuthority:
-      certificate:
-        secretReference: {name: etcd-ca-tls, namespace: tenant-bar, keyPath: tls.crt}
-      privateKey:
-        secretReference: {name: etcd-ca-tls, namespace: tenant-bar, keyPath: tls.key}
-    clientCertificate:
-      certificate:
-        secretReference: {name: etcd-client-tls, namespace: tenant-bar, keyPath: tls.crt}
-      privateKey:
-        secretReference: {name: etcd-client-tls, namespace: tenant-bar, keyPath: tls.key}
-status:
-  ready: true
-  observedGeneration: 1
-  usedBy: [tenant-bar/kubernetes-bar]
-  conditions:
-  - type: kamaji.clastix.io/DataStoreValidation
-    status: "True"
-    reason: DataStoreValidated
-    message: ""
-    lastTransitionTime: "2026-12-01T09:00:00Z"
-`)
-		e.create(kamaji.TenantControlPlanes.GVR, `apiVersion: kamaji.clastix.io/v1alpha1
-kind: TenantControlPlane
-metadata:
-  name: kubernetes-bar
-  namespace: tenant-bar
-spec:
-  dataStore: tenant-bar
-  controlPlane:
-    deployment:
-      replicas: 2
-    service:
-      serviceType: ClusterIP
-  networkProfile:
-    port: 6443
-  kubernetes:
-    version: v1.30.1
-    kubelet:
-      cgroupfs: systemd
-status:
-  controlPlaneEndpoint: 10.96.12.7:6443
-  storage:
-    driver: etcd
-    dataStoreName: tenant-bar
-  kubernetesResources:
-    version:
-      version: v1.30.1
-      status: Ready
-    deployment:
-      name: kubernetes-bar
-      namespace: tenant-bar
-      replicas: 2
-      readyReplicas: 2
-      selector: kamaji.clastix.io/name=kubernetes-bar
-`)
+		// The objects are marshalled from Kamaji's Go types (test/fixtures),
+		// v1.0.0's: the module proxy serves no 26.x-edge version. The
+		// DataStore's status.ready and its validation condition exist only
+		// since 26.3.2-edge, so they are set here by hand, as that
+		// Kamaji's DataStore controller writes them.
+		now := time.Now().UTC()
+		store := fixture(t, "kamaji.yaml", "DataStore", "tenant-bar", now)
+		require.NoError(t, unstructured.SetNestedField(store.Object, true, "status", "ready"))
+		require.NoError(t, unstructured.SetNestedField(store.Object, int64(1), "status", "observedGeneration"))
+		require.NoError(t, unstructured.SetNestedSlice(store.Object, []any{map[string]any{
+			"type": "kamaji.clastix.io/DataStoreValidation", "status": "True", "reason": "DataStoreValidated",
+			"message": "", "lastTransitionTime": now.Add(-time.Hour).Format(time.RFC3339),
+		}}, "status", "conditions"))
+		e.createObj(kamaji.DataStores.GVR, store)
+		e.createObj(kamaji.TenantControlPlanes.GVR, fixture(t, "kamaji.yaml", "TenantControlPlane", "kubernetes-bar", now))
 		h := e.health("tenant-bar", "control-plane", func(h *healthv1alpha1.Health) bool {
 			c := cond(h, kamaji.TypeDataStore, "tenant-bar")
 			// The control plane's status arrives after its creation.
@@ -612,21 +522,10 @@ conditions:
 		})
 		assert.Equal(t, healthv1alpha1.StatusDegraded, h.Status.Overall, "an invalid configuration is not proof of an outage")
 		assert.Contains(t, cond(h, kamaji.TypeDataStore, "tenant-bar").Message, `secrets "etcd-client-tls" not found`)
-		e.setStatus(kamaji.TenantControlPlanes.GVR, "tenant-bar", "kubernetes-bar", `controlPlaneEndpoint: 10.96.12.7:6443
-storage:
-  driver: etcd
-  dataStoreName: tenant-bar
-kubernetesResources:
-  version:
-    version: v1.30.1
-    status: NotReady
-  deployment:
-    name: kubernetes-bar
-    namespace: tenant-bar
-    replicas: 2
-    readyReplicas: 0
-    selector: kamaji.clastix.io/name=kubernetes-bar
-`)
+		// The control plane's own status (Kamaji's Go type): NotReady, no
+		// replica ready.
+		down := fixture(t, "kamaji.yaml", "TenantControlPlane", "kubernetes-bar-notready", now)
+		e.setStatusObj(kamaji.TenantControlPlanes.GVR, "tenant-bar", "kubernetes-bar", down.Object["status"].(map[string]any))
 		h = e.health("tenant-bar", "control-plane", func(h *healthv1alpha1.Health) bool { return h.Status.Overall == healthv1alpha1.StatusDown })
 		assert.Equal(t, "NotReady", cond(h, kamaji.TypeControlPlane, "kubernetes-bar").Reason)
 		assert.Equal(t, kamaji.ReasonNoReplicasReady, cond(h, kamaji.TypeDeployment, "kubernetes-bar").Reason)
@@ -883,68 +782,19 @@ func TestKamajiDataStoreWithoutReady(t *testing.T) {
 		require.NoError(t, e.cp.InstallAdapterCRDs(ctx, "kamaji.clastix.io_datastores-v1.0.0", "kamaji.clastix.io_tenantcontrolplanes"))
 		return nil
 	})
-	e.create(kamaji.DataStores.GVR, `apiVersion: kamaji.clastix.io/v1alpha1
-kind: DataStore
-metadata:
-  name: tenant-bar
-spec:
-  driver: etcd
-  endpoints:
-  - etcd.tenant-bar.svc:2379
-  tlsConfig:
-    certificateAuthority:
-      certificate:
-        secretReference: {name: etcd-ca-tls, namespace: tenant-bar, keyPath: tls.crt}
-      privateKey:
-        secretReference: {name: etcd-ca-tls, namespace: tenant-bar, keyPath: tls.key}
-    clientCertificate:
-      certificate:
-        secretReference: {name: etcd-client-tls, namespace: tenant-bar, keyPath: tls.crt}
-      privateKey:
-        secretReference: {name: etcd-client-tls, namespace: tenant-bar, keyPath: tls.key}
-status:
-  ready: true
-  usedBy: [tenant-bar/kubernetes-bar]
-`)
+	// Kamaji v1.0.0's own objects (test/fixtures). Its DataStoreStatus
+	// has no ready; the ready set here is what a newer Kamaji (26.3.2-edge
+	// and later) writes against this old CRD.
+	now := time.Now().UTC()
+	store := fixture(t, "kamaji.yaml", "DataStore", "tenant-bar", now)
+	require.NoError(t, unstructured.SetNestedField(store.Object, true, "status", "ready"))
+	e.createObj(kamaji.DataStores.GVR, store)
 	// v1.0.0's schema has no status.ready: the apiserver pruned it.
 	got, err := e.dyn.Resource(kamaji.DataStores.GVR).Get(ctx, "tenant-bar", metav1.GetOptions{})
 	require.NoError(t, err)
 	_, has, _ := unstructured.NestedFieldNoCopy(got.Object, "status", "ready")
 	require.False(t, has, "status.ready survived v1.0.0's schema: %v", got.Object["status"])
-	e.create(kamaji.TenantControlPlanes.GVR, `apiVersion: kamaji.clastix.io/v1alpha1
-kind: TenantControlPlane
-metadata:
-  name: kubernetes-bar
-  namespace: tenant-bar
-spec:
-  dataStore: tenant-bar
-  controlPlane:
-    deployment:
-      replicas: 2
-    service:
-      serviceType: ClusterIP
-  networkProfile:
-    port: 6443
-  kubernetes:
-    version: v1.30.1
-    kubelet:
-      cgroupfs: systemd
-status:
-  controlPlaneEndpoint: 10.96.12.7:6443
-  storage:
-    driver: etcd
-    dataStoreName: tenant-bar
-  kubernetesResources:
-    version:
-      version: v1.30.1
-      status: Ready
-    deployment:
-      name: kubernetes-bar
-      namespace: tenant-bar
-      replicas: 2
-      readyReplicas: 2
-      selector: kamaji.clastix.io/name=kubernetes-bar
-`)
+	e.createObj(kamaji.TenantControlPlanes.GVR, fixture(t, "kamaji.yaml", "TenantControlPlane", "kubernetes-bar", now))
 	h := e.health("tenant-bar", "control-plane", func(h *healthv1alpha1.Health) bool {
 		c := cond(h, kamaji.TypeControlPlane, "kubernetes-bar")
 		return cond(h, kamaji.TypeDataStore, "tenant-bar") != nil && c != nil && c.Status == healthv1alpha1.ConditionTrue

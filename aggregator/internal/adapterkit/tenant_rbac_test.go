@@ -86,54 +86,16 @@ func TestTenantScopeWithShippedRBAC(t *testing.T) {
 	}
 
 	// Facts in both tenants and the platform.
+	// The CNPG Cluster and Kamaji TenantControlPlane are marshalled from
+	// their projects' Go types (test/fixtures).
+	now := time.Now().UTC()
 	for _, ns := range []string{"tenant-foo", "tenant-bar"} {
-		e.create(cnpg.Clusters.GVR, `apiVersion: postgresql.cnpg.io/v1
-kind: Cluster
-metadata:
-  name: postgres-db
-  namespace: `+ns+`
-spec:
-  instances: 1
-  storage:
-    size: 1Gi
-  backup:
-    barmanObjectStore:
-      destinationPath: s3://backups/
-      s3Credentials:
-        accessKeyId: {name: backup-creds, key: AWS_ACCESS_KEY_ID}
-        secretAccessKey: {name: backup-creds, key: AWS_SECRET_ACCESS_KEY}
-status:
-  lastSuccessfulBackup: "`+time.Now().UTC().Add(-time.Hour).Format(time.RFC3339)+`"
-`)
-		e.create(kamaji.TenantControlPlanes.GVR, `apiVersion: kamaji.clastix.io/v1alpha1
-kind: TenantControlPlane
-metadata:
-  name: kubernetes
-  namespace: `+ns+`
-spec:
-  controlPlane:
-    deployment:
-      replicas: 1
-    service:
-      serviceType: ClusterIP
-  networkProfile:
-    port: 6443
-  kubernetes:
-    version: v1.30.1
-    kubelet:
-      cgroupfs: systemd
-status:
-  kubernetesResources:
-    version:
-      version: v1.30.1
-      status: Ready
-    deployment:
-      name: kubernetes
-      namespace: `+ns+`
-      selector: kamaji.clastix.io/name=kubernetes
-      replicas: 1
-      readyReplicas: 1
-`)
+		c := fixture(t, "cnpg.yaml", "Cluster", "postgres-db", now)
+		c.SetNamespace(ns)
+		e.createObj(cnpg.Clusters.GVR, c)
+		tcp := fixture(t, "kamaji.yaml", "TenantControlPlane", "kubernetes-bar", now)
+		tcp.SetNamespace(ns)
+		e.createObj(kamaji.TenantControlPlanes.GVR, tcp)
 	}
 	e.create(helmReleaseGVR(), helmRelease(platformNS, "cilium"))
 	e.setStatus(helmReleaseGVR(), platformNS, "cilium", releaseStatus("True", "InstallSucceeded", "Helm install succeeded"))

@@ -131,6 +131,12 @@ func run(b *testing.B, releases, pgs, tenants, samples int) {
 	// The objects, created by 32 workers; status through the subresource.
 	start := time.Now()
 	now := time.Now().UTC()
+	// CNPG objects marshalled from CNPG's own Go types (test/fixtures):
+	// backed up 2 h ago, a daily schedule.
+	pgTmpl, err := harness.Fixture("cnpg.yaml", "Cluster", "postgres-recent", now)
+	require.NoError(b, err)
+	schedTmpl, err := harness.Fixture("cnpg.yaml", "ScheduledBackup", "postgres-recent-daily", now)
+	require.NoError(b, err)
 	type job struct {
 		gvr    schema.GroupVersionResource
 		obj    *unstructured.Unstructured
@@ -175,13 +181,11 @@ func run(b *testing.B, releases, pgs, tenants, samples int) {
 	for i := range pgs {
 		ns := nsNames[i%tenants]
 		name := fmt.Sprintf("pg-%05d", i)
-		jobs <- job{clusters, pgCluster(ns, name), map[string]any{
-			"phase": "Cluster in healthy state", "instances": int64(2), "readyInstances": int64(2),
-			"lastSuccessfulBackup": now.Add(-2 * time.Hour).Format(time.RFC3339),
-			"conditions": []any{map[string]any{"type": "LastBackupSucceeded", "status": "True", "reason": "LastBackupSucceeded",
-				"message": "Backup was successful", "lastTransitionTime": now.Add(-2 * time.Hour).Format(time.RFC3339)}},
-		}}
-		jobs <- job{scheduledBackups, scheduled(ns, name), nil}
+		c, status := fromFixture(pgTmpl, ns, name)
+		jobs <- job{clusters, c, status}
+		sb, _ := fromFixture(schedTmpl, ns, name+"-daily")
+		require.NoError(b, unstructured.SetNestedField(sb.Object, name, "spec", "cluster", "name"))
+		jobs <- job{scheduledBackups, sb, nil}
 	}
 	close(jobs)
 	wg.Wait()
@@ -341,23 +345,14 @@ func readyStatus(status, reason, msg string) map[string]any {
 	}
 }
 
-func pgCluster(ns, name string) *unstructured.Unstructured {
-	return &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": "postgresql.cnpg.io/v1", "kind": "Cluster",
-		"metadata": map[string]any{"name": name, "namespace": ns},
-		"spec": map[string]any{"instances": int64(2), "storage": map[string]any{"size": "10Gi"},
-			"backup": map[string]any{"retentionPolicy": "30d", "barmanObjectStore": map[string]any{
-				"destinationPath": "s3://" + ns + "-backups/" + name, "endpointURL": "http://seaweedfs-s3.tenant-root.svc:8333",
-				"s3Credentials": map[string]any{
-					"accessKeyId":     map[string]any{"name": name + "-s3", "key": "AWS_ACCESS_KEY_ID"},
-					"secretAccessKey": map[string]any{"name": name + "-s3", "key": "AWS_SECRET_ACCESS_KEY"}}}}},
-	}}
-}
-
-func scheduled(ns, name string) *unstructured.Unstructured {
-	return &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": "postgresql.cnpg.io/v1", "kind": "ScheduledBackup",
-		"metadata": map[string]any{"name": name + "-daily", "namespace": ns},
-		"spec":     map[string]any{"schedule": "0 0 3 * * *", "backupOwnerReference": "self", "cluster": map[string]any{"name": name}},
-	}}
+// fromFixture is a copy of tmpl (an upstream-typed fixture) named ns/name,
+// and its status apart (written through the status subresource).
+func fromFixture(tmpl *unstructured.Unstructured, ns, name string) (*unstructured.Unstructured, map[string]any) {
+	u := tmpl.DeepCopy()
+	u.SetNamespace(ns)
+	u.SetName(name)
+	unstructured.RemoveNestedField(u.Object, "metadata", "creationTimestamp")
+	status, _ := u.Object["status"].(map[string]any)
+	delete(u.Object, "status")
+	return u, status
 }

@@ -154,3 +154,23 @@ func Render(fs []adapterkit.Finding) string {
 	sort.Strings(lines)
 	return strings.Join(lines, "\n") + "\n"
 }
+
+// SameVerdicts requires each golden case built from an older release's
+// types (v<version>-<case>.golden, test/fixtures/oldest) to read exactly
+// as the same case built from the shipped release's (<case>.golden): the
+// adapter judges both releases alike.
+func SameVerdicts(t *testing.T, dir string) {
+	t.Helper()
+	older, err := filepath.Glob(filepath.Join(dir, "v[0-9]*-*.golden"))
+	require.NoError(t, err)
+	require.NotEmpty(t, older, "no older release's cases in %s", dir)
+	for _, f := range older {
+		base := filepath.Base(f)
+		shipped := filepath.Join(dir, base[strings.IndexByte(base, '-')+1:])
+		got, err := os.ReadFile(f)
+		require.NoError(t, err)
+		want, err := os.ReadFile(shipped)
+		require.NoError(t, err, "%s has no shipped counterpart", f)
+		require.Equal(t, string(want), string(got), "%s judged unlike %s", base, filepath.Base(shipped))
+	}
+}

@@ -7,3 +7,5 @@ import (
 )
 
 func TestGolden(t *testing.T) { adaptertest.Run(t, New(), "testdata") }
+
+func TestOldestReleaseSameVerdicts(t *testing.T) { adaptertest.SameVerdicts(t, "testdata") }

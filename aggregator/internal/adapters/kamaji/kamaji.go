@@ -13,6 +13,8 @@
 //     moves it), no status is Unknown;
 //   - Deployment (the TCP): the control plane Deployment's readyReplicas
 //     against its replicas: none ready Down, some Degraded, all Healthy;
+//     a deployment status without a name (Kamaji has not reconciled the
+//     Deployment yet: the Go struct marshals it empty) is Unknown NoStatus;
 //   - DataStore (the DataStore named by status.storage.dataStoreName, else
 //     spec.dataStore): missing Down (DataStoreMissing); otherwise judged
 //     from status.ready, which upstream sets from its
@@ -127,7 +129,12 @@ func projectTCP(u *unstructured.Unstructured) any {
 	if t.dataStore == "" {
 		t.dataStore = adapterkit.String(u, "spec", "dataStore")
 	}
-	if _, ok, _ := unstructured.NestedMap(u.Object, "status", "kubernetesResources", "deployment"); ok {
+	// Kamaji's status struct always marshals deployment (a non-pointer
+	// field): before Kamaji has reconciled the Deployment its name,
+	// namespace and selector are empty and it has no replicas. Only a
+	// name says Kamaji has reported one (internal/resources
+	// k8s_deployment_resource.go sets Name with the replica counts).
+	if adapterkit.String(u, "status", "kubernetesResources", "deployment", "name") != "" {
 		t.hasDeployment = true
 		t.replicas = adapterkit.Int(u, "status", "kubernetesResources", "deployment", "replicas")
 		t.ready = adapterkit.Int(u, "status", "kubernetesResources", "deployment", "readyReplicas")
