@@ -40,12 +40,21 @@ func (c *ControlPlane) InstallAdapterCRDs(ctx context.Context, names ...string) 
 	if len(names) == 0 {
 		names = AdapterCRDs
 	}
+	files := make([]string, 0, len(names))
+	for _, n := range names {
+		files = append(files, filepath.Join(RepoRoot(), "test", "crds", "adapters", n+".yaml"))
+	}
+	return c.InstallCRDFiles(ctx, files...)
+}
+
+// InstallCRDFiles applies the CRDs in files (one a file) and waits until
+// each is Established.
+func (c *ControlPlane) InstallCRDFiles(ctx context.Context, files ...string) error {
 	dyn, err := dynamic.NewForConfig(c.Config)
 	if err != nil {
 		return fmt.Errorf("dynamic client: %w", err)
 	}
-	for _, n := range names {
-		f := filepath.Join(RepoRoot(), "test", "crds", "adapters", n+".yaml")
+	for _, f := range files {
 		raw, err := os.ReadFile(f)
 		if err != nil {
 			return fmt.Errorf("read %s: %w", f, err)

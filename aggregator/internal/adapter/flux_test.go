@@ -1,0 +1,278 @@
+package adapter_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"helm.sh/helm/v3/pkg/chart"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
+
+	"github.com/cozystack/cozy-health/aggregator/internal/adapter"
+	"github.com/cozystack/cozy-health/aggregator/internal/adapters/helmrelease"
+	healthv1alpha1 "github.com/cozystack/cozy-health/pkg/apis/health/v1alpha1"
+	"github.com/cozystack/cozy-health/test/harness"
+)
+
+var helmRepositories = schema.GroupVersionResource{Group: "source.toolkit.fluxcd.io", Version: "v1", Resource: "helmrepositories"}
+
+// fluxCharts are the charts the test's repository serves: app 0.1.0 and
+// 0.3.0 install one ConfigMap; app 0.2.0 adds a ConfigMap whose name the
+// apiserver rejects, so installing or upgrading to it really fails.
+func fluxCharts() []*chart.Chart {
+	cm := func(v string) string {
+		return fmt.Sprintf("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {{ .Release.Name }}\ndata:\n  version: %q\n", v)
+	}
+	return []*chart.Chart{
+		harness.Chart("app", "0.1.0", map[string]string{"cm.yaml": cm("0.1.0")}),
+		harness.Chart("app", "0.2.0", map[string]string{"cm.yaml": cm("0.2.0"), "bad.yaml": "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: Not_A_DNS_Name\ndata: {}\n"}),
+		harness.Chart("app", "0.3.0", map[string]string{"cm.yaml": cm("0.3.0")}),
+	}
+}
+
+// fluxRelease is a HelmRelease of chart app at version from the test's
+// repository: no wait (nothing runs pods here), one remediation retry for
+// install and upgrade.
+func fluxRelease(name, version string, suspend bool, deps ...string) string {
+	s := fmt.Sprintf(`apiVersion: helm.toolkit.fluxcd.io/v2
+kind: HelmRelease
+metadata:
+  name: %s
+  namespace: cozy-system
+spec:
+  interval: 1m
+  suspend: %t
+  chart:
+    spec:
+      chart: app
+      version: %q
+      interval: 1m
+      sourceRef:
+        kind: HelmRepository
+        name: charts
+  install:
+    disableWait: true
+    remediation:
+      retries: 1
+  upgrade:
+    disableWait: true
+    remediation:
+      retries: 1
+`, name, suspend, version)
+	if len(deps) > 0 {
+		s += "  dependsOn:\n"
+		for _, d := range deps {
+			s += "  - name: " + d + "\n"
+		}
+	}
+	return s
+}
+
+// releaseRecorder logs every distinct status helm-controller writes on a
+// HelmRelease (the evidence of what the adapter reads) and keeps the last.
+type releaseRecorder struct {
+	mu   sync.Mutex
+	last map[string]*unstructured.Unstructured
+	seen map[string]bool
+}
+
+func summarizeRelease(u *unstructured.Unstructured) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "gen=%d observed=%d", u.GetGeneration(), adapter.Int(u, "status", "observedGeneration"))
+	for _, c := range adapter.Conditions(u) {
+		fmt.Fprintf(&b, " %s=%s/%s", c.Type, c.Status, c.Reason)
+	}
+	return b.String()
+}
+
+func (r *releaseRecorder) run(ctx context.Context, t *testing.T, e *env) {
+	w, err := e.dyn.Resource(helmrelease.Source.GVR).Namespace(platformNS).Watch(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Errorf("watch HelmReleases: %v", err)
+		return
+	}
+	defer w.Stop()
+	for ev := range w.ResultChan() {
+		u, ok := ev.Object.(*unstructured.Unstructured)
+		if !ok || ev.Type == watch.Deleted {
+			continue
+		}
+		s := u.GetName() + ": " + summarizeRelease(u)
+		r.mu.Lock()
+		r.last[u.GetName()] = u
+		if !r.seen[s] {
+			r.seen[s] = true
+			t.Logf("helm-controller wrote %s", s)
+		}
+		r.mu.Unlock()
+	}
+}
+
+// release waits until helm-controller's status of HelmRelease name
+// satisfies ok, and returns it.
+func (r *releaseRecorder) release(t *testing.T, name string, ok func(u *unstructured.Unstructured) bool) *unstructured.Unstructured {
+	t.Helper()
+	var last *unstructured.Unstructured
+	if !assert.Eventually(t, func() bool {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		last = r.last[name]
+		return last != nil && ok(last)
+	}, 4*time.Minute, 100*time.Millisecond) {
+		s := "none"
+		if last != nil {
+			s = summarizeRelease(last)
+		}
+		t.Fatalf("HelmRelease %s never matched; last: %s", name, s)
+	}
+	return last
+}
+
+func fluxCond(u *unstructured.Unstructured, typ string) adapter.Cond {
+	for _, c := range adapter.Conditions(u) {
+		if c.Type == typ {
+			return c
+		}
+	}
+	return adapter.Cond{}
+}
+
+func condIs(typ, status, reason string) func(u *unstructured.Unstructured) bool {
+	return func(u *unstructured.Unstructured) bool {
+		c := fluxCond(u, typ)
+		return c.Status == status && (reason == "" || c.Reason == reason)
+	}
+}
+
+// TestHelmReleasesWrittenByFlux runs Flux's own source-controller and
+// helm-controller (the versions Cozystack ships, built from the Go module
+// proxy) against the real apiserver, with charts served from a loopback
+// Helm repository, and reads the Health verdicts the HelmRelease adapter
+// makes of what the controllers really write: a release whose install the
+// apiserver rejects (the root cause) with a chain waiting on it
+// (dependsOn), a dependency that does not exist, a suspended release, an
+// upgrade whose remediation retries run out, then the recovery of all.
+func TestHelmReleasesWrittenByFlux(t *testing.T) {
+	e := startWith(t, adapter.Config{}, nil, []adapter.Adapter{helmrelease.New()})
+	e.cp.StartFlux(t, harness.FluxOptions{DependencyRequeue: 2 * time.Second, MaxRetryDelay: 5 * time.Second})
+	url := harness.ServeCharts(t, fluxCharts()...)
+	ctx, cancel := context.WithCancel(context.Background())
+	rec := &releaseRecorder{last: map[string]*unstructured.Unstructured{}, seen: map[string]bool{}}
+	done := make(chan struct{})
+	go func() { rec.run(ctx, t, e); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+
+	hr := helmrelease.Source.GVR
+	e.create(helmRepositories, fmt.Sprintf(`apiVersion: source.toolkit.fluxcd.io/v1
+kind: HelmRepository
+metadata:
+  name: charts
+  namespace: cozy-system
+spec:
+  interval: 1m
+  url: %s
+`, url))
+	e.create(hr, fluxRelease("base", "0.1.0", false))
+	e.create(hr, fluxRelease("broken", "0.2.0", false, "base"))
+	e.create(hr, fluxRelease("waiter", "0.1.0", false, "broken"))
+	e.create(hr, fluxRelease("chained", "0.1.0", false, "waiter"))
+	e.create(hr, fluxRelease("orphan", "0.1.0", false, "absent"))
+	e.create(hr, fluxRelease("paused", "0.1.0", false))
+	e.create(hr, fluxRelease("upgrader", "0.1.0", false))
+
+	t.Run("install fails: one root cause, a chain waiting on it", func(t *testing.T) {
+		e.t = t
+		rec.release(t, "base", condIs("Ready", "True", "InstallSucceeded"))
+		broken := rec.release(t, "broken", condIs("Stalled", "True", "RetriesExceeded"))
+		rec.release(t, "waiter", condIs("Ready", "False", "DependencyNotReady"))
+		rec.release(t, "chained", condIs("Ready", "False", "DependencyNotReady"))
+		rec.release(t, "orphan", condIs("Ready", "False", "DependencyNotReady"))
+		ready := fluxCond(broken, "Ready")
+		t.Logf("broken: Ready=%s %s %q", ready.Status, ready.Reason, ready.Message)
+		h := e.health(platformNS, "platform", func(h *healthv1alpha1.Health) bool {
+			c := cond(h, helmrelease.TypeReleases, "")
+			return c != nil && strings.Contains(c.Message, "cozy-system/broken") && strings.Contains(c.Message, "2 waiting on it")
+		})
+		assert.Equal(t, healthv1alpha1.StatusDegraded, h.Status.Overall)
+		c := cond(h, helmrelease.TypeRelease, "broken")
+		require.NotNil(t, c)
+		assert.Equal(t, healthv1alpha1.ConditionFalse, c.Status)
+		assert.Equal(t, ready.Reason, c.Reason, "the root cause's reason is helm-controller's")
+		assert.Contains(t, c.Message, "Not_A_DNS_Name", "the apiserver's rejection reaches the root cause")
+		for _, n := range []string{"waiter", "chained"} {
+			c := cond(h, helmrelease.TypeRelease, n)
+			require.NotNil(t, c, n)
+			assert.Equal(t, helmrelease.ReasonDependencyNotReady, c.Reason, n)
+			assert.Equal(t, healthv1alpha1.ConditionFalse, c.Status, n)
+			assert.Contains(t, c.Message, "waiting on root cause cozy-system/broken ("+ready.Reason, n)
+		}
+		c = cond(h, helmrelease.TypeRelease, "orphan")
+		require.NotNil(t, c)
+		assert.Equal(t, helmrelease.ReasonDependencyMissing, c.Reason)
+		assert.Contains(t, c.Message, "cozy-system/absent (missing)")
+		assert.Nil(t, cond(h, helmrelease.TypeRelease, "base"), "a ready release has no condition of its own")
+		t.Logf("Releases: %s", cond(h, helmrelease.TypeReleases, "").Message)
+	})
+
+	t.Run("suspended", func(t *testing.T) {
+		e.t = t
+		rec.release(t, "paused", condIs("Ready", "True", "InstallSucceeded"))
+		e.patch(hr, "paused", `{"spec":{"suspend":true}}`)
+		h := e.health(platformNS, "platform", func(h *healthv1alpha1.Health) bool {
+			c := cond(h, helmrelease.TypeRelease, "paused")
+			return c != nil && c.Reason == helmrelease.ReasonSuspended
+		})
+		c := cond(h, helmrelease.TypeRelease, "paused")
+		assert.Equal(t, healthv1alpha1.ConditionFalse, c.Status)
+		assert.Contains(t, cond(h, helmrelease.TypeReleases, "").Message, "1 suspended: cozy-system/paused")
+	})
+
+	t.Run("upgrade remediation retries exhausted", func(t *testing.T) {
+		e.t = t
+		rec.release(t, "upgrader", condIs("Ready", "True", "InstallSucceeded"))
+		e.patch(hr, "upgrader", `{"spec":{"chart":{"spec":{"version":"0.2.0"}}}}`)
+		up := rec.release(t, "upgrader", func(u *unstructured.Unstructured) bool {
+			return u.GetGeneration() == 2 && condIs("Stalled", "True", "RetriesExceeded")(u)
+		})
+		ready := fluxCond(up, "Ready")
+		t.Logf("upgrader: Ready=%s %s %q", ready.Status, ready.Reason, ready.Message)
+		h := e.health(platformNS, "platform", func(h *healthv1alpha1.Health) bool {
+			c := cond(h, helmrelease.TypeRelease, "upgrader")
+			return c != nil && c.Status == healthv1alpha1.ConditionFalse
+		})
+		c := cond(h, helmrelease.TypeRelease, "upgrader")
+		assert.Equal(t, ready.Reason, c.Reason)
+		assert.Contains(t, c.Message, "stalled: Failed to upgrade after 2 attempt(s)")
+		assert.Equal(t, healthv1alpha1.StatusDegraded, h.Status.Overall)
+	})
+
+	t.Run("recovery", func(t *testing.T) {
+		e.t = t
+		e.patch(hr, "broken", `{"spec":{"chart":{"spec":{"version":"0.3.0"}}}}`)
+		e.patch(hr, "upgrader", `{"spec":{"chart":{"spec":{"version":"0.3.0"}}}}`)
+		e.patch(hr, "orphan", `{"spec":{"dependsOn":[{"name":"base"}]}}`)
+		e.patch(hr, "paused", `{"spec":{"suspend":false}}`)
+		rec.release(t, "broken", condIs("Ready", "True", ""))
+		rec.release(t, "upgrader", condIs("Ready", "True", "UpgradeSucceeded"))
+		rec.release(t, "chained", condIs("Ready", "True", "InstallSucceeded"))
+		rec.release(t, "orphan", condIs("Ready", "True", "InstallSucceeded"))
+		h := e.health(platformNS, "platform", func(h *healthv1alpha1.Health) bool { return h.Status.Overall == healthv1alpha1.StatusHealthy })
+		assert.Equal(t, "7 of 7 ready", cond(h, helmrelease.TypeReleases, "").Message)
+	})
+}
+
+// patch merge-patches HelmRelease name's spec.
+func (e *env) patch(gvr schema.GroupVersionResource, name, patch string) {
+	e.t.Helper()
+	_, err := e.dyn.Resource(gvr).Namespace(platformNS).Patch(context.Background(), name, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
+	require.NoError(e.t, err, "patch %s", name)
+}
