@@ -91,8 +91,12 @@ func (c *ControlPlane) StartFlux(t testing.TB, o FluxOptions) {
 	if err != nil {
 		t.Fatalf("flux: %v", err)
 	}
+	store := filepath.Join(c.Dir, "flux-storage")
+	if err := os.MkdirAll(store, 0o700); err != nil {
+		t.Fatalf("flux: %v", err)
+	}
 	scArgs, scHealth := common()
-	scArgs = append(scArgs, "--storage-path="+filepath.Join(c.Dir, "flux-storage"), "--storage-addr="+storage, "--storage-adv-addr="+storage)
+	scArgs = append(scArgs, "--storage-path="+store, "--storage-addr="+storage, "--storage-adv-addr="+storage)
 	hcArgs, hcHealth := common()
 	for _, s := range []struct {
 		name   string

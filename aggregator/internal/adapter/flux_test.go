@@ -3,6 +3,9 @@ package adapter_test
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
 	"strings"
 	"sync"
 	"testing"
@@ -16,10 +19,14 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/tools/cache"
+	"sigs.k8s.io/yaml"
 
 	"github.com/cozystack/cozy-health/aggregator/internal/adapter"
 	"github.com/cozystack/cozy-health/aggregator/internal/adapters/helmrelease"
+	"github.com/cozystack/cozy-health/aggregator/internal/rollup"
 	healthv1alpha1 "github.com/cozystack/cozy-health/pkg/apis/health/v1alpha1"
+	"github.com/cozystack/cozy-health/pkg/report"
 	"github.com/cozystack/cozy-health/test/harness"
 )
 
@@ -79,10 +86,58 @@ spec:
 
 // releaseRecorder logs every distinct status helm-controller writes on a
 // HelmRelease (the evidence of what the adapter reads) and keeps the last.
+// On every write it judges the whole set as the adapter would at that
+// instant and keeps what contradicts the controller: a release Flux does not
+// call Ready that the adapter counts ready (false green), or one merely
+// waiting for its chart (SourceNotReady) judged Degraded (false red).
 type releaseRecorder struct {
-	mu   sync.Mutex
-	last map[string]*unstructured.Unstructured
-	seen map[string]bool
+	mu         sync.Mutex
+	last       map[string]*unstructured.Unstructured
+	seen       map[string]bool
+	verdicts   map[string]bool
+	violations []string
+	// fetching is the set as it was the first time a release waited for
+	// its chart (Ready=False SourceNotReady).
+	fetching []*unstructured.Unstructured
+}
+
+// judge runs the adapter on the recorded set; mu is held.
+func (r *releaseRecorder) judge(t *testing.T) {
+	var objs []*adapter.Object
+	for _, u := range r.last {
+		objs = append(objs, adapter.Compact(u, helmrelease.Source.Project))
+	}
+	in := adapter.NewInput(time.Now(), platformNS, map[schema.GroupVersionResource]cache.Store{helmrelease.Source.GVR: adapter.StoreOf(objs...)}, nil, nil)
+	verdict := map[string]rollup.Condition{}
+	for _, f := range helmrelease.New().Judge(in) {
+		if f.Condition.Type == helmrelease.TypeRelease && f.Condition.Resource != nil {
+			verdict[f.Condition.Resource.Name] = f.Condition
+		}
+	}
+	for name, u := range r.last {
+		ready, stalled := fluxCond(u, "Ready"), fluxCond(u, "Stalled")
+		v, judged := verdict[name]
+		got := "ready"
+		if judged {
+			got = fmt.Sprintf("%v/%s", v.Severity, v.Reason)
+		}
+		line := fmt.Sprintf("%s [%s] -> %s", name, summarizeRelease(u), got)
+		if !r.verdicts[line] {
+			r.verdicts[line] = true
+			t.Logf("adapter judged %s", line)
+		}
+		switch {
+		case ready.Status != "True" && !judged:
+			r.violations = append(r.violations, "false green: "+line)
+		case ready.Status == "False" && ready.Reason == helmrelease.ReasonSourceNotReady && stalled.Status != "True" && judged && v.Severity == report.StatusDegraded:
+			r.violations = append(r.violations, "false red: "+line)
+		}
+		if ready.Reason == helmrelease.ReasonSourceNotReady && r.fetching == nil {
+			for _, u := range r.last {
+				r.fetching = append(r.fetching, u.DeepCopy())
+			}
+		}
+	}
 }
 
 func summarizeRelease(u *unstructured.Unstructured) string {
@@ -113,6 +168,7 @@ func (r *releaseRecorder) run(ctx context.Context, t *testing.T, e *env) {
 			r.seen[s] = true
 			t.Logf("helm-controller wrote %s", s)
 		}
+		r.judge(t)
 		r.mu.Unlock()
 	}
 }
@@ -166,7 +222,7 @@ func TestHelmReleasesWrittenByFlux(t *testing.T) {
 	e.cp.StartFlux(t, harness.FluxOptions{DependencyRequeue: 2 * time.Second, MaxRetryDelay: 5 * time.Second})
 	url := harness.ServeCharts(t, fluxCharts()...)
 	ctx, cancel := context.WithCancel(context.Background())
-	rec := &releaseRecorder{last: map[string]*unstructured.Unstructured{}, seen: map[string]bool{}}
+	rec := &releaseRecorder{last: map[string]*unstructured.Unstructured{}, seen: map[string]bool{}, verdicts: map[string]bool{}}
 	done := make(chan struct{})
 	go func() { rec.run(ctx, t, e); close(done) }()
 	t.Cleanup(func() { cancel(); <-done })
@@ -198,16 +254,22 @@ spec:
 		rec.release(t, "orphan", condIs("Ready", "False", "DependencyNotReady"))
 		ready := fluxCond(broken, "Ready")
 		t.Logf("broken: Ready=%s %s %q", ready.Status, ready.Reason, ready.Message)
+		require.Equal(t, "InstallFailed", ready.Reason)
 		h := e.health(platformNS, "platform", func(h *healthv1alpha1.Health) bool {
 			c := cond(h, helmrelease.TypeReleases, "")
-			return c != nil && strings.Contains(c.Message, "cozy-system/broken") && strings.Contains(c.Message, "2 waiting on it")
+			return c != nil && strings.HasPrefix(c.Message, "3 of 7 ready; 2 root causes: ")
 		})
 		assert.Equal(t, healthv1alpha1.StatusDegraded, h.Status.Overall)
+		// Helm's error runs to hundreds of bytes: the summary still names
+		// both root causes and how many wait on each.
+		sum := cond(h, helmrelease.TypeReleases, "").Message
+		assert.Regexp(t, `^3 of 7 ready; 2 root causes: cozy-system/broken \(InstallFailed: Helm install failed for release cozy-system/broken with chart app@0\.2\.0: [^;]*\), 2 waiting on it; cozy-system/absent \(missing\), 1 waiting on it$`, sum)
 		c := cond(h, helmrelease.TypeRelease, "broken")
 		require.NotNil(t, c)
 		assert.Equal(t, healthv1alpha1.ConditionFalse, c.Status)
-		assert.Equal(t, ready.Reason, c.Reason, "the root cause's reason is helm-controller's")
-		assert.Contains(t, c.Message, "Not_A_DNS_Name", "the apiserver's rejection reaches the root cause")
+		assert.Equal(t, "InstallFailed", c.Reason, "the root cause's reason is helm-controller's")
+		assert.Contains(t, c.Message, `ConfigMap "Not_A_DNS_Name" is invalid`, "the apiserver's rejection reaches the root cause")
+		assert.True(t, strings.HasSuffix(c.Message, "; stalled: Failed to install after 2 attempt(s) (2 waiting on it)"), c.Message)
 		for _, n := range []string{"waiter", "chained"} {
 			c := cond(h, helmrelease.TypeRelease, n)
 			require.NotNil(t, c, n)
@@ -245,14 +307,20 @@ spec:
 		})
 		ready := fluxCond(up, "Ready")
 		t.Logf("upgrader: Ready=%s %s %q", ready.Status, ready.Reason, ready.Message)
+		// helm-controller rolled the upgrade back: its Ready copies the
+		// remediation's success, the failure is in Released.
+		require.Equal(t, "RollbackSucceeded", ready.Reason)
+		require.Equal(t, "UpgradeFailed", fluxCond(up, "Released").Reason)
 		h := e.health(platformNS, "platform", func(h *healthv1alpha1.Health) bool {
 			c := cond(h, helmrelease.TypeRelease, "upgrader")
 			return c != nil && c.Status == healthv1alpha1.ConditionFalse
 		})
 		c := cond(h, helmrelease.TypeRelease, "upgrader")
-		assert.Equal(t, ready.Reason, c.Reason)
-		assert.Contains(t, c.Message, "stalled: Failed to upgrade after 2 attempt(s)")
+		assert.Equal(t, "UpgradeFailed", c.Reason, "the failed action, not its remediation's success")
+		assert.Regexp(t, `^Helm upgrade failed for release cozy-system/upgrader with chart app@0\.2\.0: .*Not_A_DNS_Name.*; stalled: Failed to upgrade after 2 attempt\(s\); remediated: RollbackSucceeded$`, c.Message)
 		assert.Equal(t, healthv1alpha1.StatusDegraded, h.Status.Overall)
+		assert.Contains(t, cond(h, helmrelease.TypeReleases, "").Message, "cozy-system/upgrader (UpgradeFailed")
+		rec.dump(t, "flux-v1.4.3-failures.yaml", nil)
 	})
 
 	t.Run("recovery", func(t *testing.T) {
@@ -268,6 +336,47 @@ spec:
 		h := e.health(platformNS, "platform", func(h *healthv1alpha1.Health) bool { return h.Status.Overall == healthv1alpha1.StatusHealthy })
 		assert.Equal(t, "7 of 7 ready", cond(h, helmrelease.TypeReleases, "").Message)
 	})
+
+	cancel()
+	<-done
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	assert.Empty(t, rec.violations, "the adapter contradicted what helm-controller wrote")
+	assert.NotEmpty(t, rec.fetching, "no release was seen waiting for its chart (SourceNotReady)")
+	rec.dump(t, "flux-v1.4.3-fetching.yaml", rec.fetching)
+}
+
+// dump writes the releases (the recorded set when objs is nil) as an
+// adapter golden case under $COZY_HEALTH_FLUX_RECORD, when set: how the
+// golden cases of real controller-written objects in
+// aggregator/internal/adapters/helmrelease/testdata were recorded.
+func (r *releaseRecorder) dump(t *testing.T, file string, objs []*unstructured.Unstructured) {
+	t.Helper()
+	dir := os.Getenv("COZY_HEALTH_FLUX_RECORD")
+	if dir == "" {
+		return
+	}
+	if objs == nil {
+		r.mu.Lock()
+		for _, u := range r.last {
+			objs = append(objs, u.DeepCopy())
+		}
+		r.mu.Unlock()
+	}
+	sort.Slice(objs, func(i, j int) bool { return objs[i].GetName() < objs[j].GetName() })
+	var b strings.Builder
+	fmt.Fprintf(&b, "# Written by Flux helm-controller v1.4.3 (source-controller v1.7.3) on the harness apiserver:\n# TestHelmReleasesWrittenByFlux with COZY_HEALTH_FLUX_RECORD (aggregator/internal/adapter/flux_test.go).\n---\nkind: TestCase\nnow: %q\n", time.Now().UTC().Format(time.RFC3339))
+	for _, u := range objs {
+		u = u.DeepCopy()
+		for _, f := range []string{"managedFields", "uid", "resourceVersion", "finalizers"} {
+			unstructured.RemoveNestedField(u.Object, "metadata", f)
+		}
+		out, err := yaml.Marshal(u.Object)
+		require.NoError(t, err)
+		b.WriteString("---\n")
+		b.Write(out)
+	}
+	require.NoError(t, os.WriteFile(filepath.Join(dir, file), []byte(b.String()), 0o644))
 }
 
 // patch merge-patches HelmRelease name's spec.

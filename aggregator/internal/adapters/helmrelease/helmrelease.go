@@ -70,6 +70,7 @@ const (
 	ReasonGenerationNotObserved = "GenerationNotObserved"
 	ReasonNoStatus              = "NoStatus"
 	ReasonSuspended             = "Suspended"
+	ReasonSourceNotReady        = "SourceNotReady"
 	ReasonAllReady              = "AllReleasesReady"
 	ReasonNotReady              = "ReleasesNotReady"
 )
@@ -96,6 +97,8 @@ type release struct {
 	deps                []string // namespace/name
 	ready               *adapter.Cond
 	stalled             *adapter.Cond
+	released            *adapter.Cond // the last release action's outcome
+	remediated          *adapter.Cond // only when True
 	retrying            bool
 	observedGen, gen    int64
 	suspended           bool
@@ -114,6 +117,12 @@ func project(u *unstructured.Unstructured) any {
 			}
 		case "Reconciling":
 			r.retrying = c.Status == "True" && c.Reason == "ProgressingWithRetry"
+		case "Released":
+			r.released = &c
+		case "Remediated":
+			if c.Status == "True" {
+				r.remediated = &c
+			}
 		}
 	}
 	if _, ok, _ := unstructured.NestedFieldNoCopy(u.Object, "status", "observedGeneration"); ok {
@@ -167,18 +176,67 @@ type root struct {
 	detail string
 }
 
-func (rt *root) describe() string {
+// describe names the root cause, its detail cut to budget bytes (none
+// when budget is 0).
+func (rt *root) describe(budget int) string {
 	switch rt.kind {
 	case "missing":
 		return rt.key + " (missing)"
 	case "cycle":
 		return "cycle " + rt.detail
 	}
-	if rt.detail == "" {
+	if rt.detail == "" || budget <= 0 {
 		return fmt.Sprintf("%s (%s)", rt.key, rt.reason)
 	}
-	return fmt.Sprintf("%s (%s: %s)", rt.key, rt.reason, rt.detail)
+	return fmt.Sprintf("%s (%s: %s)", rt.key, rt.reason, clip(rt.detail, budget))
 }
+
+// detailBudgets are the lengths a root cause's detail is cut to, longest
+// first, until a message that names several fits rollup.MaxMessage: Helm's
+// errors run to hundreds of bytes, and one of them must not push the
+// counts and the other root causes out of the message.
+var detailBudgets = []int{rollup.MaxMessage, 120, 60, 0}
+
+// fit is the first of render(budget) over detailBudgets that fits
+// rollup.MaxMessage, else the last one truncated.
+func fit(render func(budget int) string) string {
+	var s string
+	for _, b := range detailBudgets {
+		if s = render(b); len(s) <= rollup.MaxMessage {
+			return s
+		}
+	}
+	return adapter.Truncate(s)
+}
+
+// clip is s on one line (whitespace runs collapsed: Helm's errors are
+// multi-line lists) cut to n bytes on a rune boundary, "..." marking a cut.
+func clip(s string, n int) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if len(s) <= n {
+		return s
+	}
+	cut := n - len("...")
+	if cut < 0 {
+		cut = 0
+	}
+	for cut > 0 && s[cut]&0xC0 == 0x80 {
+		cut--
+	}
+	return s[:cut] + "..."
+}
+
+// withSuffix is msg cut so that suffix still fits limit bytes.
+func withSuffix(msg, suffix string, limit int) string {
+	if len(msg)+len(suffix) <= limit {
+		return msg + suffix
+	}
+	return clip(msg, limit-len(suffix)) + suffix
+}
+
+// waitingReserve is room kept at the end of a failing release's message
+// for " (N waiting on it)", added once every release is judged.
+const waitingReserve = len(" (9999 waiting on it)")
 
 func classify(o *adapter.Object, r *release) state {
 	switch {
@@ -196,6 +254,12 @@ func classify(o *adapter.Object, r *release) state {
 		return stateReady
 	case r.ready.Status == "False" && r.ready.Reason == ReasonDependencyNotReady:
 		return stateWaiting
+	case r.ready.Status == "False" && r.ready.Reason == ReasonSourceNotReady:
+		// helm-controller writes it while its HelmChart is not Ready: on
+		// every install, upgrade and chart change until source-controller
+		// has fetched the chart, and as long as a repository fails. From
+		// the release alone the two cannot be told apart: no verdict.
+		return stateProgressing
 	case r.ready.Status == "False":
 		return stateFailing
 	case r.retrying:
@@ -322,12 +386,12 @@ func (Adapter) Judge(in *adapter.Input) []adapter.Finding {
 		case stateWaiting:
 			roots := resolve(n)
 			c.Severity, c.Reason = report.StatusUnknown, ReasonDependencyNotReady
-			var named []string
+			var canonRoots []*root
 			for _, rt := range roots {
 				rt = canon(rt)
+				canonRoots = append(canonRoots, rt)
 				waitingOn[rt]++
 				t.roots[rt]++
-				named = append(named, rt.describe())
 				if rt.kind != "progressing" {
 					c.Severity = report.StatusDegraded
 				}
@@ -338,6 +402,13 @@ func (Adapter) Judge(in *adapter.Input) []adapter.Finding {
 					c.Reason = ReasonDependencyCycle
 				}
 			}
+			named := func(budget int) string {
+				var s []string
+				for _, rt := range canonRoots {
+					s = append(s, rt.describe(budget))
+				}
+				return strings.Join(s, ", ")
+			}
 			switch {
 			case len(roots) == 0:
 				c.Message = "its dependencies are ready; waiting for its next reconciliation"
@@ -345,13 +416,13 @@ func (Adapter) Judge(in *adapter.Input) []adapter.Finding {
 				c.Message = "dependency cycle: " + cycleOf(roots)
 			case c.Severity == report.StatusUnknown:
 				// Every dependency it waits on is still progressing.
-				c.Message = "waiting on " + strings.Join(named, ", ")
+				c.Message = fit(func(b int) string { return "waiting on " + named(b) })
 			default:
-				c.Message = "waiting on root cause " + strings.Join(named, ", ")
+				c.Message = fit(func(b int) string { return "waiting on root cause " + named(b) })
 			}
 		}
 		if n.r.suspended && n.state != stateSuspended {
-			c.Message += " (suspended)"
+			c.Message = withSuffix(c.Message, " (suspended)", rollup.MaxMessage)
 		}
 		c.Message = adapter.Truncate(c.Message)
 		t.worst = report.Worse(t.worst, c.Severity)
@@ -366,7 +437,7 @@ func (Adapter) Judge(in *adapter.Input) []adapter.Finding {
 		key := f.Condition.Resource.Namespace + "/" + f.Condition.Resource.Name
 		for rt, k := range waitingOn {
 			if rt.kind == "failing" && rt.key == key {
-				f.Condition.Message = adapter.Truncate(fmt.Sprintf("%s (%d waiting on it)", f.Condition.Message, k))
+				f.Condition.Message = withSuffix(f.Condition.Message, fmt.Sprintf(" (%d waiting on it)", k), rollup.MaxMessage)
 			}
 		}
 	}
@@ -376,7 +447,7 @@ func (Adapter) Judge(in *adapter.Input) []adapter.Finding {
 			c.Reason, c.Message = ReasonAllReady, fmt.Sprintf("%d of %d ready", t.ready, t.total)
 		} else {
 			c.Reason = ReasonNotReady
-			c.Message = adapter.Truncate(summary(t.ready, t.total, t.roots, t.failing, t.suspended))
+			c.Message = fit(func(b int) string { return summary(t.ready, t.total, t.roots, t.failing, t.suspended, b) })
 		}
 		out = append(out, adapter.Finding{Namespace: scope, Component: component[scope], Condition: c})
 	}
@@ -387,7 +458,7 @@ func (Adapter) Judge(in *adapter.Input) []adapter.Finding {
 // waiting on it; waiting on progressing: Y (Progressing), 2 waiting on it;
 // 1 suspended: Z". Failing releases nobody waits on are root causes too;
 // a progressing dependency is no root cause.
-func summary(ready, total int, waiting map[*root]int, failing []*root, suspended []string) string {
+func summary(ready, total int, waiting map[*root]int, failing []*root, suspended []string, budget int) string {
 	type entry struct {
 		desc string
 		n    int
@@ -396,17 +467,17 @@ func summary(ready, total int, waiting map[*root]int, failing []*root, suspended
 	named := map[string]bool{}
 	for rt, n := range waiting {
 		if rt.kind == "progressing" {
-			progressing = append(progressing, entry{rt.describe(), n})
+			progressing = append(progressing, entry{rt.describe(budget), n})
 			continue
 		}
-		causes = append(causes, entry{rt.describe(), n})
+		causes = append(causes, entry{rt.describe(budget), n})
 		if rt.kind == "failing" {
 			named[rt.key] = true
 		}
 	}
 	for _, rt := range failing {
 		if !named[rt.key] {
-			causes = append(causes, entry{rt.describe(), 0})
+			causes = append(causes, entry{rt.describe(budget), 0})
 		}
 	}
 	order := func(entries []entry) {
@@ -480,6 +551,9 @@ func onCycle(rt *root, key string) bool {
 // failReason is Ready's reason when Ready=False (helm-controller copies the
 // failing action's there: UpgradeFailed, InstallFailed...), else Stalled's.
 func (r *release) failReason() string {
+	if r.remediatedFailure() {
+		return r.released.Reason
+	}
 	if r.ready != nil && r.ready.Status == "False" && r.ready.Reason != "" {
 		return r.ready.Reason
 	}
@@ -492,18 +566,43 @@ func (r *release) failReason() string {
 	return "ReconciliationFailed"
 }
 
+//
+// A failed action that helm-controller remediated (rolled back, or
+// uninstalled) leaves Ready=False copying Remediated=True
+// (RollbackSucceeded, "Helm rollback to ... succeeded"): the failure is then
+// the Released condition's (UpgradeFailed and the error), and the
+// remediation is said after it.
 func (r *release) failMessage() string {
-	var parts []string
-	if r.ready != nil && r.ready.Status == "False" && r.ready.Message != "" {
-		parts = append(parts, r.ready.Message)
+	var head string
+	var tail []string
+	switch {
+	case r.remediatedFailure():
+		head = r.released.Message
+		tail = append(tail, "remediated: "+r.remediated.Reason)
+	case r.ready != nil && r.ready.Status == "False":
+		head = r.ready.Message
 	}
 	if r.stalled != nil && r.stalled.Message != "" {
-		parts = append(parts, "stalled: "+r.stalled.Message)
+		tail = append([]string{"stalled: " + r.stalled.Message}, tail...)
 	}
-	if len(parts) == 0 && r.ready != nil {
-		parts = append(parts, r.ready.Message)
+	if head == "" && len(tail) == 0 && r.ready != nil {
+		head = r.ready.Message
 	}
-	return strings.Join(parts, "; ")
+	if head == "" {
+		return strings.Join(tail, "; ")
+	}
+	limit := rollup.MaxMessage - waitingReserve
+	if len(tail) == 0 {
+		return clip(head, limit)
+	}
+	return withSuffix(clip(head, limit), "; "+strings.Join(tail, "; "), limit)
+}
+
+// remediatedFailure says Ready=False is helm-controller's copy of
+// Remediated=True after a failed release action (Released=False).
+func (r *release) remediatedFailure() bool {
+	return r.ready != nil && r.ready.Status == "False" && r.remediated != nil && r.ready.Reason == r.remediated.Reason &&
+		r.released != nil && r.released.Status == "False" && r.released.Reason != ""
 }
 
 func indexOf(s []string, v string) int {
