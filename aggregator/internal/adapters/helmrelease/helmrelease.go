@@ -566,7 +566,6 @@ func (r *release) failReason() string {
 	return "ReconciliationFailed"
 }
 
-//
 // A failed action that helm-controller remediated (rolled back, or
 // uninstalled) leaves Ready=False copying Remediated=True
 // (RollbackSucceeded, "Helm rollback to ... succeeded"): the failure is then
