@@ -549,7 +549,8 @@ func onCycle(rt *root, key string) bool {
 }
 
 // failReason is Ready's reason when Ready=False (helm-controller copies the
-// failing action's there: UpgradeFailed, InstallFailed...), else Stalled's.
+// failing action's there: UpgradeFailed, InstallFailed...), else Stalled's;
+// Released's when Ready copies a remediation (see failMessage).
 func (r *release) failReason() string {
 	if r.remediatedFailure() {
 		return r.released.Reason
@@ -566,6 +567,9 @@ func (r *release) failReason() string {
 	return "ReconciliationFailed"
 }
 
+// failMessage is Ready's message when Ready=False, then Stalled's, cut to
+// leave room for " (N waiting on it)" and on one line.
+//
 // A failed action that helm-controller remediated (rolled back, or
 // uninstalled) leaves Ready=False copying Remediated=True
 // (RollbackSucceeded, "Helm rollback to ... succeeded"): the failure is then
