@@ -36,12 +36,11 @@ start=$(date +%s)
 (cd "${mods}/sourcecontroller" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "${tmp}/source-controller" github.com/fluxcd/source-controller)
 (cd "${mods}/helmcontroller" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "${tmp}/helm-controller" github.com/fluxcd/helm-controller)
 # The CRDs the controllers serve, from the same module versions.
-for m in sourcecontroller helmcontroller; do
-	(cd "${mods}/${m}" && go list -m -f '{{.Dir}}' "github.com/fluxcd/$([[ ${m} == sourcecontroller ]] && echo source || echo helm)-controller") >>"${tmp}/.moddirs"
-done
 mkdir -p "${tmp}/crds"
-while read -r d; do cp "${d}"/config/crd/bases/*.yaml "${tmp}/crds/"; done <"${tmp}/.moddirs"
-rm -f "${tmp}/.moddirs"
+for c in source helm; do
+	src="$(cd "${mods}/${c}controller" && go list -m -f '{{.Dir}}' "github.com/fluxcd/${c}-controller")"
+	cp "${src}"/config/crd/bases/*.yaml "${tmp}/crds/"
+done
 chmod -R u+w "${tmp}"
 mv "${tmp}" "${dir}"
 trap - EXIT

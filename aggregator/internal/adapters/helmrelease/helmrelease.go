@@ -14,10 +14,17 @@
 //   - Ready=True with an older observedGeneration: Unknown,
 //     GenerationNotObserved (its spec changed; no verdict on it yet).
 //   - Stalled=True, or Ready=False for any reason other than
-//     DependencyNotReady, or Reconciling=True with ProgressingWithRetry:
-//     failing, Degraded, with the release's own reason (UpgradeFailed,
-//     InstallFailed, ArtifactFailed, ...). A failing release is a root
-//     cause.
+//     DependencyNotReady and SourceNotReady, or Reconciling=True with
+//     ProgressingWithRetry: failing, Degraded, with the release's own
+//     reason (UpgradeFailed, InstallFailed, ArtifactFailed, ...). A failing
+//     release is a root cause. When helm-controller remediated the failed
+//     action, its Ready copies the remediation's success (RollbackSucceeded,
+//     UninstallSucceeded); the reason and error are then Released's, the
+//     remediation named after them.
+//   - Ready=False with SourceNotReady: Unknown, no root cause.
+//     helm-controller writes it on every install, upgrade and chart change
+//     until source-controller has fetched the chart (and as long as the
+//     source fails: the release alone cannot tell).
 //   - Ready=False with DependencyNotReady: waiting. spec.dependsOn is walked
 //     (namespace defaults to the release's own) to the first releases up
 //     the chain that are not waiting: failing ones, missing ones
@@ -33,7 +40,9 @@
 // the object's Releases condition summarises the scope: "91 of 98 ready;
 // 1 root cause: cozy-system/x (UpgradeFailed: ...), 7 waiting on it;
 // waiting on progressing: cozy-system/y (Progressing), 2 waiting on it;
-// 1 suspended: cozy-system/z".
+// 1 suspended: cozy-system/z". Helm's errors run to hundreds of bytes: a
+// message naming root causes cuts their details (to 120, 60, then 0 bytes)
+// until it fits, so the counts and every root cause stay in it.
 // Releases in a Cozystack tenant namespace land in that tenant's apps
 // object, all others in the platform namespace's platform object.
 package helmrelease
