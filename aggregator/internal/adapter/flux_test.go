@@ -88,8 +88,9 @@ spec:
 // HelmRelease (the evidence of what the adapter reads) and keeps the last.
 // On every write it judges the whole set as the adapter would at that
 // instant and keeps what contradicts the controller: a release Flux does not
-// call Ready that the adapter counts ready (false green), or one merely
-// waiting for its chart (SourceNotReady) judged Degraded (false red).
+// call Ready that the adapter counts ready (false green), one merely
+// waiting for its chart (SourceNotReady) judged Degraded (false red), or
+// one whose last action failed read Unknown while it is run again.
 type releaseRecorder struct {
 	mu         sync.Mutex
 	last       map[string]*unstructured.Unstructured
@@ -99,6 +100,17 @@ type releaseRecorder struct {
 	// fetching is the set as it was the first time a release waited for
 	// its chart (Ready=False SourceNotReady).
 	fetching []*unstructured.Unstructured
+	// retrying is the set as it was the first time a release ran an
+	// action again after a failed one (Ready=Unknown, Released=False).
+	retrying []*unstructured.Unstructured
+}
+
+func copyAll(m map[string]*unstructured.Unstructured) []*unstructured.Unstructured {
+	var out []*unstructured.Unstructured
+	for _, u := range m {
+		out = append(out, u.DeepCopy())
+	}
+	return out
 }
 
 // judge runs the adapter on the recorded set; mu is held.
@@ -129,13 +141,16 @@ func (r *releaseRecorder) judge(t *testing.T) {
 		switch {
 		case ready.Status != "True" && !judged:
 			r.violations = append(r.violations, "false green: "+line)
-		case ready.Status == "False" && ready.Reason == helmrelease.ReasonSourceNotReady && stalled.Status != "True" && judged && v.Severity == report.StatusDegraded:
+		case ready.Status == "False" && ready.Reason == helmrelease.ReasonSourceNotReady && stalled.Status != "True" && fluxCond(u, "Released").Status != "False" && judged && v.Severity == report.StatusDegraded:
 			r.violations = append(r.violations, "false red: "+line)
+		case ready.Status == "Unknown" && fluxCond(u, "Released").Status == "False" && (!judged || v.Severity != report.StatusDegraded):
+			r.violations = append(r.violations, "failure hidden while retried: "+line)
 		}
 		if ready.Reason == helmrelease.ReasonSourceNotReady && r.fetching == nil {
-			for _, u := range r.last {
-				r.fetching = append(r.fetching, u.DeepCopy())
-			}
+			r.fetching = copyAll(r.last)
+		}
+		if ready.Status == "Unknown" && fluxCond(u, "Released").Status == "False" && r.retrying == nil {
+			r.retrying = copyAll(r.last)
 		}
 	}
 }
@@ -216,7 +231,8 @@ func condIs(typ, status, reason string) func(u *unstructured.Unstructured) bool 
 // makes of what the controllers really write: a release whose install the
 // apiserver rejects (the root cause) with a chain waiting on it
 // (dependsOn), a dependency that does not exist, a suspended release, an
-// upgrade whose remediation retries run out, then the recovery of all.
+// upgrade whose remediation retries run out, an install retried without
+// end as Cozystack's releases are, then the recovery of all.
 func TestHelmReleasesWrittenByFlux(t *testing.T) {
 	e := startWith(t, adapter.Config{}, nil, []adapter.Adapter{helmrelease.New()})
 	e.cp.StartFlux(t, harness.FluxOptions{DependencyRequeue: 2 * time.Second, MaxRetryDelay: 5 * time.Second})
@@ -325,8 +341,38 @@ spec:
 		rec.dump(t, "flux-v1.4.3-failures.yaml", nil)
 	})
 
+	t.Run("install retried without end (Cozystack's RetryOnFailure strategy)", func(t *testing.T) {
+		e.t = t
+		// Cozystack's own HelmReleases retry a failed install or upgrade
+		// every retryInterval and never stall (cozystack-api's
+		// convertApplicationToHelmRelease, cozystack-operator).
+		e.create(hr, strings.Replace(fluxRelease("retrier", "0.2.0", false), `  install:
+    disableWait: true
+    remediation:
+      retries: 1
+`, `  install:
+    disableWait: true
+    strategy:
+      name: RetryOnFailure
+      retryInterval: 2s
+`, 1))
+		rt := rec.release(t, "retrier", func(u *unstructured.Unstructured) bool {
+			return condIs("Ready", "False", "InstallFailed")(u) && condIs("Reconciling", "True", "ProgressingWithRetry")(u)
+		})
+		assert.Empty(t, fluxCond(rt, "Stalled").Status, "RetryOnFailure never stalls")
+		h := e.health(platformNS, "platform", func(h *healthv1alpha1.Health) bool {
+			c := cond(h, helmrelease.TypeRelease, "retrier")
+			return c != nil && c.Reason == "InstallFailed"
+		})
+		c := cond(h, helmrelease.TypeRelease, "retrier")
+		assert.Equal(t, healthv1alpha1.ConditionFalse, c.Status)
+		assert.Regexp(t, `^Helm install failed for release cozy-system/retrier with chart app@0\.2\.0: .*Not_A_DNS_Name`, c.Message)
+		assert.Contains(t, cond(h, helmrelease.TypeReleases, "").Message, "cozy-system/retrier (InstallFailed")
+	})
+
 	t.Run("recovery", func(t *testing.T) {
 		e.t = t
+		e.patch(hr, "retrier", `{"spec":{"chart":{"spec":{"version":"0.3.0"}}}}`)
 		e.patch(hr, "broken", `{"spec":{"chart":{"spec":{"version":"0.3.0"}}}}`)
 		e.patch(hr, "upgrader", `{"spec":{"chart":{"spec":{"version":"0.3.0"}}}}`)
 		e.patch(hr, "orphan", `{"spec":{"dependsOn":[{"name":"base"}]}}`)
@@ -335,8 +381,9 @@ spec:
 		rec.release(t, "upgrader", condIs("Ready", "True", "UpgradeSucceeded"))
 		rec.release(t, "chained", condIs("Ready", "True", "InstallSucceeded"))
 		rec.release(t, "orphan", condIs("Ready", "True", "InstallSucceeded"))
+		rec.release(t, "retrier", condIs("Ready", "True", ""))
 		h := e.health(platformNS, "platform", func(h *healthv1alpha1.Health) bool { return h.Status.Overall == healthv1alpha1.StatusHealthy })
-		assert.Equal(t, "7 of 7 ready", cond(h, helmrelease.TypeReleases, "").Message)
+		assert.Equal(t, "8 of 8 ready", cond(h, helmrelease.TypeReleases, "").Message)
 	})
 
 	cancel()
@@ -345,7 +392,9 @@ spec:
 	defer rec.mu.Unlock()
 	assert.Empty(t, rec.violations, "the adapter contradicted what helm-controller wrote")
 	assert.NotEmpty(t, rec.fetching, "no release was seen waiting for its chart (SourceNotReady)")
+	assert.NotEmpty(t, rec.retrying, "no release was seen running an action again after a failed one")
 	rec.dump(t, "flux-v1.4.3-fetching.yaml", rec.fetching)
+	rec.dump(t, "flux-v1.4.3-retrying.yaml", rec.retrying)
 }
 
 // dump writes the releases (the recorded set when objs is nil) as an
@@ -360,9 +409,7 @@ func (r *releaseRecorder) dump(t *testing.T, file string, objs []*unstructured.U
 	}
 	if objs == nil {
 		r.mu.Lock()
-		for _, u := range r.last {
-			objs = append(objs, u.DeepCopy())
-		}
+		objs = copyAll(r.last)
 		r.mu.Unlock()
 	}
 	sort.Slice(objs, func(i, j int) bool { return objs[i].GetName() < objs[j].GetName() })

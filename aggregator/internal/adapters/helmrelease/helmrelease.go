@@ -21,6 +21,10 @@
 //     action, its Ready copies the remediation's success (RollbackSucceeded,
 //     UninstallSucceeded); the reason and error are then Released's, the
 //     remediation named after them.
+//   - Ready=Unknown with Released=False: failing with Released's reason
+//     and error, "retrying": helm-controller runs the action again after
+//     a failed one (with Cozystack's RetryOnFailure strategy a release that
+//     keeps failing spends most of its time so).
 //   - Ready=False with SourceNotReady: Unknown, no root cause.
 //     helm-controller writes it on every install, upgrade and chart change
 //     until source-controller has fetched the chart (and as long as the
@@ -272,6 +276,13 @@ func classify(o *adapter.Object, r *release) state {
 	case r.ready.Status == "False":
 		return stateFailing
 	case r.retrying:
+		return stateFailing
+	case r.released != nil && r.released.Status == "False":
+		// Ready=Unknown while helm-controller runs the action again after
+		// a failed one (Reconciling=True Progressing, "Running 'install'
+		// action with timeout of ..."): the release is not released until
+		// it succeeds. With a retry strategy (Cozystack's RetryOnFailure)
+		// a release that keeps failing spends most of its time here.
 		return stateFailing
 	}
 	return stateProgressing
@@ -561,7 +572,7 @@ func onCycle(rt *root, key string) bool {
 // failing action's there: UpgradeFailed, InstallFailed...), else Stalled's;
 // Released's when Ready copies a remediation (see failMessage).
 func (r *release) failReason() string {
-	if r.remediatedFailure() {
+	if r.remediatedFailure() || r.retryingFailure() {
 		return r.released.Reason
 	}
 	if r.ready != nil && r.ready.Status == "False" && r.ready.Reason != "" {
@@ -591,6 +602,9 @@ func (r *release) failMessage() string {
 	case r.remediatedFailure():
 		head = r.released.Message
 		tail = append(tail, "remediated: "+r.remediated.Reason)
+	case r.retryingFailure():
+		head = r.released.Message
+		tail = append(tail, "retrying")
 	case r.ready != nil && r.ready.Status == "False":
 		head = r.ready.Message
 	}
@@ -608,6 +622,13 @@ func (r *release) failMessage() string {
 		return clip(head, limit)
 	}
 	return withSuffix(clip(head, limit), "; "+strings.Join(tail, "; "), limit)
+}
+
+// retryingFailure says helm-controller runs a release action again after
+// a failed one (Ready not False, Released=False).
+func (r *release) retryingFailure() bool {
+	return (r.ready == nil || r.ready.Status != "False") && r.stalled == nil &&
+		r.released != nil && r.released.Status == "False" && r.released.Reason != ""
 }
 
 // remediatedFailure says Ready=False is helm-controller's copy of
