@@ -110,7 +110,7 @@ type release struct {
 	deps                []string // namespace/name
 	ready               *adapter.Cond
 	stalled             *adapter.Cond
-	released            *adapter.Cond // the last release action's outcome
+	released            *adapter.Cond // only when False: the last release action failed
 	remediated          *adapter.Cond // only when True
 	retrying            bool
 	observedGen, gen    int64
@@ -131,7 +131,9 @@ func project(u *unstructured.Unstructured) any {
 		case "Reconciling":
 			r.retrying = c.Status == "True" && c.Reason == "ProgressingWithRetry"
 		case "Released":
-			r.released = &c
+			if c.Status == "False" {
+				r.released = &c
+			}
 		case "Remediated":
 			if c.Status == "True" {
 				r.remediated = &c
