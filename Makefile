@@ -16,6 +16,9 @@ NODEBIN = $(shell bash hack/nodebin.sh)
 PROMTOOL = $(shell bash hack/promtool.sh)
 # vmalert and victoria-metrics single for the alert evaluation test (built once, cached).
 VMALERT = $(shell bash hack/vmalert.sh)
+# Flux's source-controller and helm-controller (and their CRDs) for the
+# HelmRelease adapter's test on the real controllers (built once, cached).
+FLUX = $(shell bash hack/flux.sh)
 
 .PHONY: help
 help: ## Show this help.
@@ -45,6 +48,10 @@ promtool: ## Build (once, cached outside the repo) Prometheus's promtool for the
 vmalert: ## Build (once, cached outside the repo) VictoriaMetrics's vmalert and victoria-metrics single for the alert evaluation test.
 	@bash hack/vmalert.sh
 
+.PHONY: flux
+flux: ## Build (once, cached outside the repo) Flux's source-controller v1.7.3 and helm-controller v1.4.3 for the HelmRelease adapter's test.
+	@bash hack/flux.sh
+
 .PHONY: nodebin
 nodebin: testbin ## Build (once, cached outside the repo) kubelet, kube-proxy, kube-controller-manager, kube-scheduler v1.37.2 and CoreDNS for the test node.
 	@bash hack/nodebin.sh
@@ -54,8 +61,8 @@ testdeps: ## Install (as root, with apt; fast when already there) the Debian pac
 	@bash hack/testdeps.sh
 
 .PHONY: test
-test: testdeps testbin nodebin promtool vmalert build image ## Run every test: unit, integration on a real kube-apiserver + etcd, e2e on a real kubelet node (with the images `make image` ships), alert rules.
-	COZY_HEALTH_TESTBIN="$(TESTBIN)" COZY_HEALTH_NODEBIN="$(NODEBIN)" COZY_HEALTH_PROMTOOL="$(PROMTOOL)" COZY_HEALTH_VMALERT="$(VMALERT)" COZY_HEALTH_BIN="$(CURDIR)/$(BIN)" COZY_HEALTH_IMAGES="$(CURDIR)/$(BIN)/images" go test $(GO_TEST_FLAGS) ./...
+test: testdeps testbin nodebin promtool vmalert flux build image ## Run every test: unit, integration on a real kube-apiserver + etcd, e2e on a real kubelet node (with the images `make image` ships), alert rules.
+	COZY_HEALTH_TESTBIN="$(TESTBIN)" COZY_HEALTH_NODEBIN="$(NODEBIN)" COZY_HEALTH_PROMTOOL="$(PROMTOOL)" COZY_HEALTH_VMALERT="$(VMALERT)" COZY_HEALTH_FLUX="$(FLUX)" COZY_HEALTH_BIN="$(CURDIR)/$(BIN)" COZY_HEALTH_IMAGES="$(CURDIR)/$(BIN)/images" go test $(GO_TEST_FLAGS) ./...
 
 .PHONY: alerts-timing
 alerts-timing: testbin vmalert build ## Measure every alert of the fault matrix on Debian's prometheus and on vmalert + victoria-metrics, with the shipped rules, `for` and intervals (~25 min; not in make test).

@@ -3,7 +3,6 @@ package harness
 import (
 	"context"
 	"fmt"
-	"os"
 	"path/filepath"
 	"time"
 
@@ -12,7 +11,6 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
-	"sigs.k8s.io/yaml"
 )
 
 // AdapterCRDs are the file names (without .yaml) under test/crds/adapters,
@@ -40,28 +38,11 @@ func (c *ControlPlane) InstallAdapterCRDs(ctx context.Context, names ...string) 
 	if len(names) == 0 {
 		names = AdapterCRDs
 	}
-	dyn, err := dynamic.NewForConfig(c.Config)
-	if err != nil {
-		return fmt.Errorf("dynamic client: %w", err)
-	}
+	files := make([]string, 0, len(names))
 	for _, n := range names {
-		f := filepath.Join(RepoRoot(), "test", "crds", "adapters", n+".yaml")
-		raw, err := os.ReadFile(f)
-		if err != nil {
-			return fmt.Errorf("read %s: %w", f, err)
-		}
-		obj := &unstructured.Unstructured{}
-		if err := yaml.Unmarshal(raw, &obj.Object); err != nil {
-			return fmt.Errorf("decode %s: %w", f, err)
-		}
-		if _, err := dyn.Resource(crdGVR).Apply(ctx, obj.GetName(), obj, metav1.ApplyOptions{FieldManager: "cozy-health-harness", Force: true}); err != nil {
-			return fmt.Errorf("apply CRD %s: %w", obj.GetName(), err)
-		}
-		if err := waitEstablished(ctx, dyn, obj.GetName()); err != nil {
-			return err
-		}
+		files = append(files, filepath.Join(RepoRoot(), "test", "crds", "adapters", n+".yaml"))
 	}
-	return nil
+	return c.InstallCRDFiles(ctx, files...)
 }
 
 // DeleteCRD deletes a CRD and waits until it is gone (its objects with it).

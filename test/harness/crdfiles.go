@@ -11,12 +11,16 @@ import (
 )
 
 // InstallCRDFiles applies every CustomResourceDefinition in the given files
-// (paths relative to test/crds, e.g. "cozystack/cozystack.io_packages.yaml":
-// the projects' own CRD YAML, each file saying where it came from) and waits
+// (absolute paths, or paths relative to test/crds, e.g.
+// "cozystack/cozystack.io_packages.yaml": the projects' own CRD YAML, each
+// file saying where it came from; one or more documents a file) and waits
 // until each is Established.
 func (c *ControlPlane) InstallCRDFiles(ctx context.Context, files ...string) error {
 	for _, n := range files {
-		f := filepath.Join(RepoRoot(), "test", "crds", n)
+		f := n
+		if !filepath.IsAbs(f) {
+			f = filepath.Join(RepoRoot(), "test", "crds", n)
+		}
 		raw, err := os.ReadFile(f)
 		if err != nil {
 			return fmt.Errorf("read %s: %w", f, err)

@@ -550,16 +550,20 @@ func (c *ControlPlane) spawn(name string, args []string) (*process, error) {
 	return spawnProcess(filepath.Join(c.Dir, name+".log"), name, filepath.Join(c.bin, name), args, c.detach)
 }
 
-// spawnProcess starts bin with args, its output appended to logPath.
-// Detached processes get their own session and outlive the caller; the
-// others are killed with it (parent death signal) even when it is killed.
-func spawnProcess(logPath, name, bin string, args []string, detach bool) (*process, error) {
+// spawnProcess starts bin with args (and env on top of this process's
+// environment), its output appended to logPath. Detached processes get
+// their own session and outlive the caller; the others are killed with it
+// (parent death signal) even when it is killed.
+func spawnProcess(logPath, name, bin string, args []string, detach bool, env ...string) (*process, error) {
 	f, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("open %s log: %w", name, err)
 	}
 	cmd := exec.Command(bin, args...)
 	cmd.Stdout, cmd.Stderr = f, f
+	if len(env) > 0 {
+		cmd.Env = append(os.Environ(), env...)
+	}
 	if detach {
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	} else {

@@ -14,10 +14,21 @@
 //   - Ready=True with an older observedGeneration: Unknown,
 //     GenerationNotObserved (its spec changed; no verdict on it yet).
 //   - Stalled=True, or Ready=False for any reason other than
-//     DependencyNotReady, or Reconciling=True with ProgressingWithRetry:
-//     failing, Degraded, with the release's own reason (UpgradeFailed,
-//     InstallFailed, ArtifactFailed, ...). A failing release is a root
-//     cause.
+//     DependencyNotReady and SourceNotReady, or Reconciling=True with
+//     ProgressingWithRetry: failing, Degraded, with the release's own
+//     reason (UpgradeFailed, InstallFailed, ArtifactFailed, ...). A failing
+//     release is a root cause. When helm-controller remediated the failed
+//     action, its Ready copies the remediation's success (RollbackSucceeded,
+//     UninstallSucceeded); the reason and error are then Released's, the
+//     remediation named after them.
+//   - Ready=Unknown with Released=False: failing with Released's reason
+//     and error, "retrying": helm-controller runs the action again after
+//     a failed one (with Cozystack's RetryOnFailure strategy a release that
+//     keeps failing spends most of its time so).
+//   - Ready=False with SourceNotReady: Unknown, no root cause.
+//     helm-controller writes it on every install, upgrade and chart change
+//     until source-controller has fetched the chart (and as long as the
+//     source fails: the release alone cannot tell).
 //   - Ready=False with DependencyNotReady: waiting. spec.dependsOn is walked
 //     (namespace defaults to the release's own) to the first releases up
 //     the chain that are not waiting: failing ones, missing ones
@@ -33,7 +44,9 @@
 // the object's Releases condition summarises the scope: "91 of 98 ready;
 // 1 root cause: cozy-system/x (UpgradeFailed: ...), 7 waiting on it;
 // waiting on progressing: cozy-system/y (Progressing), 2 waiting on it;
-// 1 suspended: cozy-system/z".
+// 1 suspended: cozy-system/z". Helm's errors run to hundreds of bytes: a
+// message naming root causes cuts their details (to 120, 60, then 0 bytes)
+// until it fits, so the counts and every root cause stay in it.
 // Releases in a Cozystack tenant namespace land in that tenant's apps
 // object, all others in the platform namespace's platform object.
 package helmrelease
@@ -70,16 +83,17 @@ const (
 	ReasonGenerationNotObserved = "GenerationNotObserved"
 	ReasonNoStatus              = "NoStatus"
 	ReasonSuspended             = "Suspended"
+	ReasonSourceNotReady        = "SourceNotReady"
 	ReasonAllReady              = "AllReleasesReady"
 	ReasonNotReady              = "ReleasesNotReady"
 )
 
-// Adapter is the HelmRelease adapter.
+// Adapter is the HelmRelease adapterkit.
 type Adapter struct{}
 
 var _ adapterkit.Adapter = Adapter{}
 
-// New returns the adapter.
+// New returns the adapterkit.
 func New() Adapter { return Adapter{} }
 
 // Name implements adapterkit.Adapter.
@@ -96,6 +110,8 @@ type release struct {
 	deps                []string // namespace/name
 	ready               *adapterkit.Cond
 	stalled             *adapterkit.Cond
+	released            *adapterkit.Cond // only when False: the last release action failed
+	remediated          *adapterkit.Cond // only when True
 	retrying            bool
 	observedGen, gen    int64
 	suspended           bool
@@ -114,6 +130,14 @@ func project(u *unstructured.Unstructured) any {
 			}
 		case "Reconciling":
 			r.retrying = c.Status == "True" && c.Reason == "ProgressingWithRetry"
+		case "Released":
+			if c.Status == "False" {
+				r.released = &c
+			}
+		case "Remediated":
+			if c.Status == "True" {
+				r.remediated = &c
+			}
 		}
 	}
 	if _, ok, _ := unstructured.NestedFieldNoCopy(u.Object, "status", "observedGeneration"); ok {
@@ -167,18 +191,67 @@ type root struct {
 	detail string
 }
 
-func (rt *root) describe() string {
+// describe names the root cause, its detail cut to budget bytes (none
+// when budget is 0).
+func (rt *root) describe(budget int) string {
 	switch rt.kind {
 	case "missing":
 		return rt.key + " (missing)"
 	case "cycle":
 		return "cycle " + rt.detail
 	}
-	if rt.detail == "" {
+	if rt.detail == "" || budget <= 0 {
 		return fmt.Sprintf("%s (%s)", rt.key, rt.reason)
 	}
-	return fmt.Sprintf("%s (%s: %s)", rt.key, rt.reason, rt.detail)
+	return fmt.Sprintf("%s (%s: %s)", rt.key, rt.reason, clip(rt.detail, budget))
 }
+
+// detailBudgets are the lengths a root cause's detail is cut to, longest
+// first, until a message that names several fits status.MaxMessage: Helm's
+// errors run to hundreds of bytes, and one of them must not push the
+// counts and the other root causes out of the message.
+var detailBudgets = []int{status.MaxMessage, 120, 60, 0}
+
+// fit is the first of render(budget) over detailBudgets that fits
+// status.MaxMessage, else the last one truncated.
+func fit(render func(budget int) string) string {
+	var s string
+	for _, b := range detailBudgets {
+		if s = render(b); len(s) <= status.MaxMessage {
+			return s
+		}
+	}
+	return status.Truncate(s)
+}
+
+// clip is s on one line (whitespace runs collapsed: Helm's errors are
+// multi-line lists) cut to n bytes on a rune boundary, "..." marking a cut.
+func clip(s string, n int) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if len(s) <= n {
+		return s
+	}
+	cut := n - len("...")
+	if cut < 0 {
+		cut = 0
+	}
+	for cut > 0 && s[cut]&0xC0 == 0x80 {
+		cut--
+	}
+	return s[:cut] + "..."
+}
+
+// withSuffix is msg cut so that suffix still fits limit bytes.
+func withSuffix(msg, suffix string, limit int) string {
+	if len(msg)+len(suffix) <= limit {
+		return msg + suffix
+	}
+	return clip(msg, limit-len(suffix)) + suffix
+}
+
+// waitingReserve is room kept at the end of a failing release's message
+// for " (N waiting on it)", added once every release is judged.
+const waitingReserve = len(" (9999 waiting on it)")
 
 func classify(o *adapterkit.Object, r *release) state {
 	switch {
@@ -196,9 +269,22 @@ func classify(o *adapterkit.Object, r *release) state {
 		return stateReady
 	case r.ready.Status == "False" && r.ready.Reason == ReasonDependencyNotReady:
 		return stateWaiting
+	case r.ready.Status == "False" && r.ready.Reason == ReasonSourceNotReady:
+		// helm-controller writes it while its HelmChart is not Ready: on
+		// every install, upgrade and chart change until source-controller
+		// has fetched the chart, and as long as a repository fails. From
+		// the release alone the two cannot be told apart: no verdict.
+		return stateProgressing
 	case r.ready.Status == "False":
 		return stateFailing
 	case r.retrying:
+		return stateFailing
+	case r.released != nil && r.released.Status == "False":
+		// Ready=Unknown while helm-controller runs the action again after
+		// a failed one (Reconciling=True Progressing, "Running 'install'
+		// action with timeout of ..."): the release is not released until
+		// it succeeds. With a retry strategy (Cozystack's RetryOnFailure)
+		// a release that keeps failing spends most of its time here.
 		return stateFailing
 	}
 	return stateProgressing
@@ -322,12 +408,12 @@ func (Adapter) Judge(in *adapterkit.Input) []adapterkit.Finding {
 		case stateWaiting:
 			roots := resolve(n)
 			c.Severity, c.Reason = report.StatusUnknown, ReasonDependencyNotReady
-			var named []string
+			var canonRoots []*root
 			for _, rt := range roots {
 				rt = canon(rt)
+				canonRoots = append(canonRoots, rt)
 				waitingOn[rt]++
 				t.roots[rt]++
-				named = append(named, rt.describe())
 				if rt.kind != "progressing" {
 					c.Severity = report.StatusDegraded
 				}
@@ -338,6 +424,13 @@ func (Adapter) Judge(in *adapterkit.Input) []adapterkit.Finding {
 					c.Reason = ReasonDependencyCycle
 				}
 			}
+			named := func(budget int) string {
+				var s []string
+				for _, rt := range canonRoots {
+					s = append(s, rt.describe(budget))
+				}
+				return strings.Join(s, ", ")
+			}
 			switch {
 			case len(roots) == 0:
 				c.Message = "its dependencies are ready; waiting for its next reconciliation"
@@ -345,13 +438,13 @@ func (Adapter) Judge(in *adapterkit.Input) []adapterkit.Finding {
 				c.Message = "dependency cycle: " + cycleOf(roots)
 			case c.Severity == report.StatusUnknown:
 				// Every dependency it waits on is still progressing.
-				c.Message = "waiting on " + strings.Join(named, ", ")
+				c.Message = fit(func(b int) string { return "waiting on " + named(b) })
 			default:
-				c.Message = "waiting on root cause " + strings.Join(named, ", ")
+				c.Message = fit(func(b int) string { return "waiting on root cause " + named(b) })
 			}
 		}
 		if n.r.suspended && n.state != stateSuspended {
-			c.Message += " (suspended)"
+			c.Message = withSuffix(c.Message, " (suspended)", status.MaxMessage)
 		}
 		c.Message = status.Truncate(c.Message)
 		t.worst = report.Worse(t.worst, c.Severity)
@@ -366,7 +459,7 @@ func (Adapter) Judge(in *adapterkit.Input) []adapterkit.Finding {
 		key := f.Condition.Resource.Namespace + "/" + f.Condition.Resource.Name
 		for rt, k := range waitingOn {
 			if rt.kind == "failing" && rt.key == key {
-				f.Condition.Message = status.Truncate(fmt.Sprintf("%s (%d waiting on it)", f.Condition.Message, k))
+				f.Condition.Message = withSuffix(f.Condition.Message, fmt.Sprintf(" (%d waiting on it)", k), status.MaxMessage)
 			}
 		}
 	}
@@ -376,7 +469,7 @@ func (Adapter) Judge(in *adapterkit.Input) []adapterkit.Finding {
 			c.Reason, c.Message = ReasonAllReady, fmt.Sprintf("%d of %d ready", t.ready, t.total)
 		} else {
 			c.Reason = ReasonNotReady
-			c.Message = status.Truncate(summary(t.ready, t.total, t.roots, t.failing, t.suspended))
+			c.Message = fit(func(b int) string { return summary(t.ready, t.total, t.roots, t.failing, t.suspended, b) })
 		}
 		out = append(out, adapterkit.Finding{Namespace: scope, Component: component[scope], Condition: c})
 	}
@@ -387,7 +480,7 @@ func (Adapter) Judge(in *adapterkit.Input) []adapterkit.Finding {
 // waiting on it; waiting on progressing: Y (Progressing), 2 waiting on it;
 // 1 suspended: Z". Failing releases nobody waits on are root causes too;
 // a progressing dependency is no root cause.
-func summary(ready, total int, waiting map[*root]int, failing []*root, suspended []string) string {
+func summary(ready, total int, waiting map[*root]int, failing []*root, suspended []string, budget int) string {
 	type entry struct {
 		desc string
 		n    int
@@ -396,17 +489,17 @@ func summary(ready, total int, waiting map[*root]int, failing []*root, suspended
 	named := map[string]bool{}
 	for rt, n := range waiting {
 		if rt.kind == "progressing" {
-			progressing = append(progressing, entry{rt.describe(), n})
+			progressing = append(progressing, entry{rt.describe(budget), n})
 			continue
 		}
-		causes = append(causes, entry{rt.describe(), n})
+		causes = append(causes, entry{rt.describe(budget), n})
 		if rt.kind == "failing" {
 			named[rt.key] = true
 		}
 	}
 	for _, rt := range failing {
 		if !named[rt.key] {
-			causes = append(causes, entry{rt.describe(), 0})
+			causes = append(causes, entry{rt.describe(budget), 0})
 		}
 	}
 	order := func(entries []entry) {
@@ -478,8 +571,12 @@ func onCycle(rt *root, key string) bool {
 }
 
 // failReason is Ready's reason when Ready=False (helm-controller copies the
-// failing action's there: UpgradeFailed, InstallFailed...), else Stalled's.
+// failing action's there: UpgradeFailed, InstallFailed...), else Stalled's;
+// Released's when Ready copies a remediation (see failMessage).
 func (r *release) failReason() string {
+	if r.remediatedFailure() || r.retryingFailure() {
+		return r.released.Reason
+	}
 	if r.ready != nil && r.ready.Status == "False" && r.ready.Reason != "" {
 		return r.ready.Reason
 	}
@@ -492,18 +589,55 @@ func (r *release) failReason() string {
 	return "ReconciliationFailed"
 }
 
+// failMessage is Ready's message when Ready=False, then Stalled's, cut to
+// leave room for " (N waiting on it)" and on one line.
+//
+// A failed action that helm-controller remediated (rolled back, or
+// uninstalled) leaves Ready=False copying Remediated=True
+// (RollbackSucceeded, "Helm rollback to ... succeeded"): the failure is then
+// the Released condition's (UpgradeFailed and the error), and the
+// remediation is said after it.
 func (r *release) failMessage() string {
-	var parts []string
-	if r.ready != nil && r.ready.Status == "False" && r.ready.Message != "" {
-		parts = append(parts, r.ready.Message)
+	var head string
+	var tail []string
+	switch {
+	case r.remediatedFailure():
+		head = r.released.Message
+		tail = append(tail, "remediated: "+r.remediated.Reason)
+	case r.retryingFailure():
+		head = r.released.Message
+		tail = append(tail, "retrying")
+	case r.ready != nil && r.ready.Status == "False":
+		head = r.ready.Message
 	}
 	if r.stalled != nil && r.stalled.Message != "" {
-		parts = append(parts, "stalled: "+r.stalled.Message)
+		tail = append([]string{"stalled: " + r.stalled.Message}, tail...)
 	}
-	if len(parts) == 0 && r.ready != nil {
-		parts = append(parts, r.ready.Message)
+	if head == "" && len(tail) == 0 && r.ready != nil {
+		head = r.ready.Message
 	}
-	return strings.Join(parts, "; ")
+	if head == "" {
+		return strings.Join(tail, "; ")
+	}
+	limit := status.MaxMessage - waitingReserve
+	if len(tail) == 0 {
+		return clip(head, limit)
+	}
+	return withSuffix(clip(head, limit), "; "+strings.Join(tail, "; "), limit)
+}
+
+// retryingFailure says helm-controller runs a release action again after
+// a failed one (Ready not False, Released=False).
+func (r *release) retryingFailure() bool {
+	return (r.ready == nil || r.ready.Status != "False") && r.stalled == nil &&
+		r.released != nil && r.released.Status == "False" && r.released.Reason != ""
+}
+
+// remediatedFailure says Ready=False is helm-controller's copy of
+// Remediated=True after a failed release action (Released=False).
+func (r *release) remediatedFailure() bool {
+	return r.ready != nil && r.ready.Status == "False" && r.remediated != nil && r.ready.Reason == r.remediated.Reason &&
+		r.released != nil && r.released.Status == "False" && r.released.Reason != ""
 }
 
 func indexOf(s []string, v string) int {
