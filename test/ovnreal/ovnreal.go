@@ -103,6 +103,13 @@ type Proc struct {
 	args []string
 	env  []string
 	log  string
+	// netns starts the process in a network namespace of its own (as
+	// root): ovs-vswitchd's netdev datapath creates the tap devices
+	// ovs-netdev and br-int, which are global to a network namespace, so
+	// two fixtures (or one a killed fixture left behind) would collide on
+	// the host's; a private namespace goes, with its taps, when the
+	// process does.
+	netns bool
 
 	mu     sync.Mutex
 	cmd    *exec.Cmd
@@ -128,6 +135,9 @@ func (p *Proc) start() error {
 	cmd.Env = append(os.Environ(), p.env...)
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if p.netns && os.Geteuid() == 0 {
+		cmd.SysProcAttr.Cloneflags = syscall.CLONE_NEWNET
+	}
 	if err := cmd.Start(); err != nil {
 		out.Close()
 		return fmt.Errorf("start %s: %w", p.Name, err)
@@ -511,6 +521,7 @@ func (c *Cluster) startOVS(ctx context.Context) error {
 	n.Vswitchd = c.proc(m, "ovs-vswitchd", filepath.Join(logs, "ovs-vswitchd.out"), []string{"ovs-vswitchd", "unix:" + n.DBSocket,
 		"--disable-system", "--pidfile=" + filepath.Join(n.OVSRunDir, "ovs-vswitchd.pid"), "--no-chdir",
 		"--log-file=" + filepath.Join(logs, "ovs-vswitchd.log")})
+	n.Vswitchd.netns = true
 	if err := n.Vswitchd.start(); err != nil {
 		return err
 	}
