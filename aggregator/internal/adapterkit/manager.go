@@ -149,6 +149,9 @@ type adapterState struct {
 	// notSynced is set while the adapter reads SourceNotSynced (its error
 	// is counted once per occurrence).
 	notSynced bool
+	// pending counts the watch events on the adapter's sources since its
+	// last judgement started: its queue depth.
+	pending int
 }
 
 // objectKey names one Health object the adapters publish.
@@ -440,9 +443,21 @@ func (m *Manager) watchErrorHandler(gvr schema.GroupVersionResource, confirm *co
 	}
 }
 
+// markDirty marks every adapter reading gvr dirty on a watch event, and
+// counts the event for each.
 func (m *Manager) markDirty(gvr schema.GroupVersionResource) {
 	m.mu.Lock()
-	m.markUsers(gvr)
+	for i, a := range m.adapters {
+		for _, s := range a.Sources() {
+			if s.GVR == gvr {
+				m.states[i].dirty = true
+				m.states[i].pending++
+				if m.cfg.Metrics != nil {
+					m.cfg.Metrics.AdapterEvent(a.Name())
+				}
+			}
+		}
+	}
 	m.mu.Unlock()
 	m.poke()
 }
@@ -468,7 +483,7 @@ func (m *Manager) evaluate(ctx context.Context, full bool) {
 	}
 	var jobs []job
 	m.mu.Lock()
-	m.recordStates()
+	m.recordStates(now)
 	for i, a := range m.adapters {
 		st := m.states[i]
 		if !st.applicable || (!st.dirty && !full) {
@@ -535,6 +550,7 @@ func (m *Manager) evaluate(ctx context.Context, full bool) {
 		}
 		st.watchFailing = false
 		st.judging = true
+		st.pending = 0
 		jobs = append(jobs, job{i, a, stores, observedAt})
 	}
 	m.mu.Unlock()
@@ -690,9 +706,9 @@ func watchFailingMessage(src Source, since time.Time, err error) string {
 	return status.Truncate(msg)
 }
 
-// recordStates exports every adapter's applicability, sync and object
-// count. m.mu held.
-func (m *Manager) recordStates() {
+// recordStates exports every adapter's applicability, sync, object count,
+// queue depth and when the API last confirmed its caches. m.mu held.
+func (m *Manager) recordStates(now time.Time) {
 	if m.cfg.Metrics == nil {
 		return
 	}
@@ -710,6 +726,11 @@ func (m *Manager) recordStates() {
 			}
 		}
 		m.cfg.Metrics.AdapterState(a.Name(), st.applicable, synced, objects)
+		m.cfg.Metrics.AdapterPending(a.Name(), st.pending)
+		if st.applicable && synced {
+			at, _, _ := m.confirmedAt(a, now)
+			m.cfg.Metrics.AdapterConfirmed(a.Name(), at)
+		}
 	}
 }
 

@@ -37,6 +37,9 @@ type adapterMetrics struct {
 	judgeSeconds *prometheus.HistogramVec
 	errors       *prometheus.CounterVec
 	skipped      *prometheus.CounterVec
+	events       *prometheus.CounterVec
+	pending      *prometheus.GaugeVec
+	confirmed    *prometheus.GaugeVec
 }
 
 func newAdapterMetrics() *adapterMetrics {
@@ -66,11 +69,23 @@ func newAdapterMetrics() *adapterMetrics {
 			Name: "cozy_health_adapter_judges_skipped_total",
 			Help: "Periodic judgements of a cluster adapter not started because its previous judgement, past its deadline, still runs (one judgement per adapter at a time).",
 		}, []string{"adapter"}),
+		events: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "cozy_health_adapter_events_total",
+			Help: "Watch events (adds, updates, deletes) on a cluster adapter's sources, each one a reason to judge the adapter again.",
+		}, []string{"adapter"}),
+		pending: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "cozy_health_adapter_pending_events",
+			Help: "Watch events on a cluster adapter's sources since its last judgement started (its queue depth), as of the manager's last pass.",
+		}, []string{"adapter"}),
+		confirmed: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "cozy_health_adapter_last_confirmed_timestamp_seconds",
+			Help: "Unix time the API last confirmed a cluster adapter's caches (its stalest source: an open watch confirms continuously), as of the manager's last pass; absent until its informers first synced. Past the watch grace the adapter reads WatchFailing.",
+		}, []string{"adapter"}),
 	}
 }
 
 func (a *adapterMetrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{a.applicable, a.synced, a.objects, a.judgeSeconds, a.errors, a.skipped}
+	return []prometheus.Collector{a.applicable, a.synced, a.objects, a.judgeSeconds, a.errors, a.skipped, a.events, a.pending, a.confirmed}
 }
 
 // AdaptersKnown creates every adapter's series (0, and each error reason at
@@ -82,6 +97,8 @@ func (m *Metrics) AdaptersKnown(names []string) {
 		m.adapters.synced.WithLabelValues(n)
 		m.adapters.objects.WithLabelValues(n)
 		m.adapters.skipped.WithLabelValues(n)
+		m.adapters.events.WithLabelValues(n)
+		m.adapters.pending.WithLabelValues(n)
 		for _, r := range AdapterErrorReasons {
 			m.adapters.errors.WithLabelValues(n, r)
 		}
@@ -106,6 +123,22 @@ func (m *Metrics) AdapterJudgeSkipped(name string) {
 // when it finally returns).
 func (m *Metrics) AdapterJudged(name string, took time.Duration) {
 	m.adapters.judgeSeconds.WithLabelValues(name).Observe(took.Seconds())
+}
+
+// AdapterEvent counts one watch event on one of the adapter's sources.
+func (m *Metrics) AdapterEvent(name string) {
+	m.adapters.events.WithLabelValues(name).Inc()
+}
+
+// AdapterPending records the watch events not yet judged (queue depth).
+func (m *Metrics) AdapterPending(name string, events int) {
+	m.adapters.pending.WithLabelValues(name).Set(float64(events))
+}
+
+// AdapterConfirmed records when the API last confirmed the adapter's
+// caches.
+func (m *Metrics) AdapterConfirmed(name string, at time.Time) {
+	m.adapters.confirmed.WithLabelValues(name).Set(float64(at.UnixNano()) / 1e9)
 }
 
 // AdapterError counts one failure of an adapter (reason: one of

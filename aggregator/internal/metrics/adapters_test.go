@@ -41,6 +41,17 @@ cozy_health_adapter_objects{adapter="velero"} 0
 	assert.Equal(t, 10, testutil.CollectAndCount(m.adapters.errors), "every adapter x reason exists from the start")
 	assert.Equal(t, 1.0, testutil.ToFloat64(m.adapters.errors.WithLabelValues("cnpg", AdapterErrorWatch)))
 	assert.Equal(t, 0.0, testutil.ToFloat64(m.adapters.errors.WithLabelValues("velero", AdapterErrorWatch)))
+	// Queue depth, events and the API's last confirmation.
+	m.AdapterEvent("cnpg")
+	m.AdapterEvent("cnpg")
+	m.AdapterPending("cnpg", 2)
+	at := time.Unix(1_700_000_000, 500_000_000)
+	m.AdapterConfirmed("cnpg", at)
+	assert.Equal(t, 2.0, testutil.ToFloat64(m.adapters.events.WithLabelValues("cnpg")))
+	assert.Equal(t, 0.0, testutil.ToFloat64(m.adapters.events.WithLabelValues("velero")), "events exist from the start")
+	assert.Equal(t, 2.0, testutil.ToFloat64(m.adapters.pending.WithLabelValues("cnpg")))
+	assert.InDelta(t, 1_700_000_000.5, testutil.ToFloat64(m.adapters.confirmed.WithLabelValues("cnpg")), 1e-3)
+	assert.Equal(t, 1, testutil.CollectAndCount(m.adapters.confirmed), "no confirmation series before an adapter first synced")
 	for _, c := range m.adapters.collectors() {
 		problems, err := testutil.CollectAndLint(c)
 		require.NoError(t, err)
