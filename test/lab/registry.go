@@ -3,6 +3,8 @@ package lab
 import (
 	"context"
 	"fmt"
+	"io"
+	"log"
 	"net"
 	"net/http"
 	"os"
@@ -34,7 +36,7 @@ func StartRegistry() (*Registry, error) {
 		return nil, fmt.Errorf("start registry: %w", err)
 	}
 	r := &Registry{Host: l.Addr().String()}
-	reg := registry.New()
+	reg := registry.New(registry.Logger(log.New(io.Discard, "", 0)))
 	r.srv = &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		r.mu.Lock()
 		r.seen = append(r.seen, req.Method+" "+req.URL.Path)
