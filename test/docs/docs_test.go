@@ -314,6 +314,8 @@ EOF`)
 	require.NoError(t, err)
 	_, err = h.Upgrade(ctx, rel.Config)
 	require.NoError(t, err)
+	code, out = sh("kubectl -n cozy-health rollout status deploy/cozy-health-aggregator --timeout=5m")
+	require.Equal(t, 0, code, out)
 
 	hc, err := versioned.NewForConfig(c.Config)
 	require.NoError(t, err)
