@@ -129,6 +129,7 @@ func TestChartOnRealNode(t *testing.T) {
 		require.Len(t, pod.Status.ContainerStatuses, 1)
 		assert.Equal(t, repo+"@"+p.Digest, pod.Status.ContainerStatuses[0].ImageID, "%s runs the pushed index", pod.Name)
 		path := strings.TrimPrefix(repo, reg.Host)
+		t.Logf("%s runs %s, pulled from the loopback registry", pod.Name, pod.Status.ContainerStatuses[0].ImageID)
 		asked := reg.Requests()[pushedRequests:]
 		assert.True(t, slices.Contains(asked, "GET /v2"+path+"/manifests/"+p.Digest) || slices.Contains(asked, "HEAD /v2"+path+"/manifests/"+p.Digest),
 			"the node asked the registry for %s by digest: %v", p.Name, asked)
