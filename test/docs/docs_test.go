@@ -264,7 +264,6 @@ func TestDocsCommandsRunOnTheLab(t *testing.T) {
 	// What the backups commands look at: a CNPG Cluster whose only
 	// ScheduledBackup is suspended (the adapters pick the CRDs up live).
 	require.NoError(t, c.ControlPlane.InstallAdapterCRDs(ctx, "postgresql.cnpg.io_clusters", "postgresql.cnpg.io_backups", "postgresql.cnpg.io_scheduledbackups"))
-	require.NoError(t, c.EnsureNamespace(ctx, docsNS))
 	kubectl := c.Binary("kubectl")
 	env := append(os.Environ(), "KUBECONFIG="+c.Kubeconfig,
 		"PATH="+filepath.Dir(kubectl)+string(os.PathListSeparator)+bin+string(os.PathListSeparator)+os.Getenv("PATH"))
@@ -283,7 +282,15 @@ func TestDocsCommandsRunOnTheLab(t *testing.T) {
 		}
 		return code, out.String()
 	}
+	// A tenant namespace as Cozystack's tenant chart labels it, so the
+	// backups Health object is written there, beside the Cluster.
 	code, out := sh(`kubectl apply -f - <<'EOF'
+apiVersion: v1
+kind: Namespace
+metadata:
+  name: ` + docsNS + `
+  labels: {tenant.cozystack.io/tenant-root: "", tenant.cozystack.io/` + docsNS + `: ""}
+---
 apiVersion: postgresql.cnpg.io/v1
 kind: Cluster
 metadata: {name: postgres-docs, namespace: ` + docsNS + `}
