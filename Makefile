@@ -19,6 +19,14 @@ VMALERT = $(shell bash hack/vmalert.sh)
 # Flux's source-controller and helm-controller (and their CRDs) for the
 # HelmRelease adapter's test on the real controllers (built once, cached).
 FLUX = $(shell bash hack/flux.sh)
+# Where `make push` publishes the images, REGISTRY/NAME:IMAGE_TAG: Cozystack's
+# image path by default (its hack/common-envs.mk). IMAGE_TAG: default the
+# chart's appVersion. PUSH=0 writes the values without pushing.
+REGISTRY ?= ghcr.io/cozystack/cozystack
+IMAGE_TAG ?=
+PUSH ?= 1
+# The values files `make push` pins the references in (FILE=KEY-PREFIX).
+PUSH_VALUES ?= deploy/charts/cozy-health/values.yaml deploy/cozystack/packages/system/cozy-health/values.yaml=cozy-health.
 
 .PHONY: help
 help: ## Show this help.
@@ -34,7 +42,12 @@ build: ## Build cozy-health-agent, cozy-health-aggregator, kubectl-health and co
 
 .PHONY: image
 image: ## OCI images of the agent and aggregator (linux/amd64+arm64, no Docker) as archives in bin/images; prints sizes and digests.
-	go run ./hack/image -out $(BIN)/images -version $(VERSION)
+	go run ./hack/image -out $(BIN)/images -version $(VERSION) -registry $(REGISTRY) $(if $(IMAGE_TAG),-tag $(IMAGE_TAG))
+
+.PHONY: push
+push: image ## Push both images (whole amd64+arm64 index, digests kept) to REGISTRY (ghcr.io/cozystack/cozystack), pin REGISTRY/NAME:TAG@DIGEST in the chart and package values, render deploy/manifests.
+	go run ./hack/image push -in $(BIN)/images -registry $(REGISTRY) $(if $(IMAGE_TAG),-tag $(IMAGE_TAG)) $(foreach v,$(PUSH_VALUES),-values $(v)) $(if $(filter 0,$(PUSH)),-dry-run)
+	go run ./hack/manifests
 
 .PHONY: testbin
 testbin: ## Build (once, cached outside the repo) kube-apiserver, kubectl and etcd v1.37.2 for tests.

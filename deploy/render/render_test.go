@@ -78,7 +78,9 @@ func TestSchemaAndChecksRejectBadValues(t *testing.T) {
 		{"fsync window below samples", map[string]any{"agent": map[string]any{"sources": map[string]any{"fsyncProbe": map[string]any{"samples": 10, "window": 5}}}}, "agent.sources.fsyncProbe.window 5"},
 		{"URL without scheme", map[string]any{"agent": map[string]any{"sources": map[string]any{"linstor": map[string]any{"url": "linstor:3371"}}}}, "/agent/sources/linstor/url"},
 		{"relative host path", map[string]any{"agent": map[string]any{"sources": map[string]any{"cilium": map[string]any{"runPath": "run/cilium"}}}}, "/agent/sources/cilium/runPath"},
-		{"digest not sha256", map[string]any{"aggregator": map[string]any{"image": map[string]any{"digest": "latest"}}}, "/aggregator/image/digest"},
+		{"digest not sha256", map[string]any{"aggregator": map[string]any{"image": "ghcr.io/cozystack/cozystack/cozy-health-aggregator:0.1.0@latest"}}, "/aggregator/image"},
+		{"image without tag or digest", map[string]any{"agent": map[string]any{"image": "ghcr.io/cozystack/cozystack/cozy-health-agent"}}, "/agent/image"},
+		{"image as the old mapping", map[string]any{"agent": map[string]any{"image": map[string]any{"digest": "sha256:" + strings.Repeat("ab", 32)}}}, "/agent/image"},
 		{"drain auth", map[string]any{"aggregator": map[string]any{"drainAuth": "open"}}, "/aggregator/drainAuth"},
 		{"root aggregator", map[string]any{"aggregator": map[string]any{"runAsUser": 0}}, "/aggregator/runAsUser"},
 		{"renew deadline", map[string]any{"aggregator": map[string]any{"leaderElection": map[string]any{"renewDeadline": "20s"}}}, "aggregator.leaderElection.renewDeadline 20s"},
@@ -152,7 +154,8 @@ func TestDefaultsRender(t *testing.T) {
 		"--ovn-controller-pidfile=/var/run/ovn/ovn-controller.pid", "--ovn-db-dir=/var/lib/ovn", "--cilium-health-socket=/var/run/cilium/health.sock", "--kube-ovn-pinger-url="} {
 		assert.Contains(t, args, a)
 	}
-	assert.Equal(t, "ghcr.io/cozystack/cozy-health-agent:0.1.0", nested(t, ds, "spec", "template", "spec", "containers", 0, "image"))
+	// Cozystack's image path, pinned by `make push`.
+	assert.Regexp(t, `^ghcr\.io/cozystack/cozystack/cozy-health-agent:0\.1\.0@sha256:[0-9a-f]{64}$`, nested(t, ds, "spec", "template", "spec", "containers", 0, "image"))
 	assert.Equal(t, "RuntimeDefault", nested(t, ds, "spec", "template", "spec", "securityContext", "seccompProfile", "type"))
 	assert.Equal(t, "127.0.0.1", nested(t, ds, "spec", "template", "spec", "containers", 0, "livenessProbe", "httpGet", "host"))
 
@@ -188,11 +191,12 @@ func TestDelegatedDrainAuth(t *testing.T) {
 
 func TestImageByDigest(t *testing.T) {
 	d := "sha256:" + strings.Repeat("ab", 32)
-	r, err := Render(Options{Set: []string{"agent.image.digest=" + d, "image.registry=registry.example:5000/cozy", "agent.image.tag=v1"}})
+	ref := "registry.example:5000/cozy/cozy-health-agent:v1@" + d
+	r, err := Render(Options{Set: []string{"agent.image=" + ref}})
 	require.NoError(t, err)
 	ds, err := r.Object("DaemonSet", "cozy-health-agent")
 	require.NoError(t, err)
-	assert.Equal(t, "registry.example:5000/cozy/cozy-health-agent:v1@"+d, nested(t, ds, "spec", "template", "spec", "containers", 0, "image"))
+	assert.Equal(t, ref, nested(t, ds, "spec", "template", "spec", "containers", 0, "image"))
 }
 
 func TestDisabledSourcesDropTheirMounts(t *testing.T) {

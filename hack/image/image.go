@@ -8,7 +8,14 @@
 // built with -trimpath and an empty build ID, and tar entries are sorted, so
 // the same sources give the same digests.
 //
-//	go run ./hack/image [-out bin/images] [-registry ghcr.io/cozystack] [-tag 0.1.0] [-version v0.1.0]
+//	go run ./hack/image [-out bin/images] [-registry ghcr.io/cozystack/cozystack] [-tag 0.1.0] [-version v0.1.0]
+//
+// `push` (make push) publishes what it built: the whole multi-platform index
+// of each image to REGISTRY/NAME:TAG, digests preserved, and pins
+// REGISTRY/NAME:TAG@DIGEST in the chart's and the Cozystack package's values
+// (package hack/image/push).
+//
+//	go run ./hack/image push -registry REGISTRY [-tag 0.1.0] [-in bin/images] [-values FILE[=PREFIX]]... [-dry-run]
 package main
 
 import (
@@ -24,7 +31,6 @@ import (
 	"path/filepath"
 	"sort"
 	"strconv"
-	"strings"
 	"time"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
@@ -61,6 +67,10 @@ var Programs = []Program{
 	{Name: "cozy-health-agent", Package: "./agent", User: "0:0"},
 	{Name: "cozy-health-aggregator", Package: "./aggregator", User: "65532:65532"},
 }
+
+// DefaultRegistry is where Cozystack keeps the images of its packages
+// (its hack/common-envs.mk REGISTRY): REGISTRY/NAME:TAG@DIGEST.
+const DefaultRegistry = "ghcr.io/cozystack/cozystack"
 
 // Platforms are the architectures built.
 var Platforms = []string{"amd64", "arm64"}
@@ -112,9 +122,12 @@ type PlatformImage struct {
 }
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == "push" {
+		os.Exit(pushMain(os.Args[2:]))
+	}
 	var o Options
 	flag.StringVar(&o.Out, "out", "bin/images", "output directory")
-	flag.StringVar(&o.Registry, "registry", "ghcr.io/cozystack", "registry/namespace of the image references")
+	flag.StringVar(&o.Registry, "registry", DefaultRegistry, "registry/namespace of the image references")
 	flag.StringVar(&o.Tag, "tag", "", "image tag (default: the chart's appVersion, which the chart uses by default)")
 	flag.StringVar(&o.Version, "version", "dev", "version linked into the binaries")
 	flag.Parse()
@@ -147,9 +160,7 @@ func main() {
 			fmt.Printf("  linux/%-6s %s  pull %s, binary %s\n", p, pi.Digest, mib(pi.CompressedBytes), mib(pi.BinaryBytes))
 		}
 	}
-	fmt.Printf("\nimport on a node: ctr -n k8s.io images import --digests --base-name %s/<name> %s/<name>.oci.tar\n", o.Registry, o.Out)
-	fmt.Println("  (--digests with --base-name names the image by its digest too, which a pinned pod asks for)")
-	fmt.Printf("pin in the chart: --set agent.image.digest=%s --set aggregator.image.digest=%s\n", digestOf(results, "cozy-health-agent"), digestOf(results, "cozy-health-aggregator"))
+	fmt.Printf("\npublish and pin: make push REGISTRY=%s (pushes both platforms, writes NAME:%s@DIGEST into the values)\n", o.Registry, o.Tag)
 }
 
 // Build builds every program for every platform and writes one archive per
@@ -434,13 +445,4 @@ func sortedKeys(m map[string]PlatformImage) []string {
 	}
 	sort.Strings(keys)
 	return keys
-}
-
-func digestOf(rs []Result, name string) string {
-	for _, r := range rs {
-		if r.Name == name {
-			return r.Digest
-		}
-	}
-	return strings.Repeat("?", 8)
 }

@@ -49,7 +49,7 @@ func TestImageIsReproducibleAndImportable(t *testing.T) {
 	require.NoError(t, err)
 	agent := []Program{Programs[0]}
 	build := func() Result {
-		o := Options{Out: t.TempDir(), Registry: "ghcr.io/cozystack", Tag: "0.1.0", Version: "test", Epoch: time.Unix(0, 0).UTC(),
+		o := Options{Out: t.TempDir(), Registry: DefaultRegistry, Tag: "0.1.0", Version: "test", Epoch: time.Unix(0, 0).UTC(),
 			Programs: agent, Platforms: []string{"amd64"}, Source: src}
 		rs, err := Build(o)
 		require.NoError(t, err)
@@ -72,7 +72,7 @@ func TestImageIsReproducibleAndImportable(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, json.Unmarshal(raw, &top))
 	require.Len(t, top.Manifests, 1)
-	assert.Equal(t, "ghcr.io/cozystack/cozy-health-agent:0.1.0", top.Manifests[0].Annotations["io.containerd.image.name"])
+	assert.Equal(t, "ghcr.io/cozystack/cozystack/cozy-health-agent:0.1.0", top.Manifests[0].Annotations["io.containerd.image.name"])
 	assert.Equal(t, a.Digest, top.Manifests[0].Digest.String())
 	_, err = os.Stat(filepath.Join(dir, "oci-layout"))
 	require.NoError(t, err)

@@ -145,13 +145,18 @@ func (n *Node) ImportImages(ctx context.Context, archives ...string) error {
 	return nil
 }
 
-// ImportImagePinned imports an OCI image archive whose image is named
-// repository:tag and also names it repository@digest (ctr's --digests with
-// --base-name), so a pod that pins the image to its digest, as the chart's
-// image.digest does, finds it: the CRI matches a digest reference by name.
-func (n *Node) ImportImagePinned(ctx context.Context, archive, repository string) error {
-	if _, err := n.ctr(ctx, "images", "import", "--platform", "linux/"+runtime.GOARCH, "--digests", "--base-name", repository, archive); err != nil {
-		return fmt.Errorf("import image %s: %w", archive, err)
+// TrustRegistry lets the node's containerd pull from the plain-HTTP
+// registry at host (host:port on loopback), as a registry mirror entry in
+// its certs.d (config_path) does on a real node; containerd reads it at
+// every pull.
+func (n *Node) TrustRegistry(host string) error {
+	dir := filepath.Join(filepath.Dir(n.State.ContainerdSocket), "certs.d", host)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("trust registry %s: %w", host, err)
+	}
+	cfg := fmt.Sprintf("server = %q\n\n[host.%q]\n  capabilities = [\"pull\", \"resolve\"]\n", "http://"+host, "http://"+host)
+	if err := os.WriteFile(filepath.Join(dir, "hosts.toml"), []byte(cfg), 0o600); err != nil {
+		return fmt.Errorf("trust registry %s: %w", host, err)
 	}
 	return nil
 }

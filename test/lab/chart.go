@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
-	"strings"
 	"time"
 
 	"helm.sh/helm/v3/pkg/action"
@@ -72,45 +70,6 @@ func (h *Helm) Uninstall() error {
 // Last returns the release's latest revision.
 func (h *Helm) Last() (*release.Release, error) { return h.cfg.Releases.Last(h.Release) }
 
-// ShippedImages imports the images `make image` wrote into dir (the OCI
-// archives its images.json lists: what a release publishes) into the
-// node's containerd and returns the chart values that run them: the chart's
-// own references (registry, repository, the appVersion tag) pinned to each
-// image's digest, as `make image` tells an operator to, never pulled.
-func ShippedImages(ctx context.Context, c *harness.Cluster, dir string) (map[string]any, error) {
-	b, err := os.ReadFile(filepath.Join(dir, "images.json"))
-	if err != nil {
-		return nil, fmt.Errorf("the images `make image` writes: %w", err)
-	}
-	var built []shippedImage
-	if err := json.Unmarshal(b, &built); err != nil {
-		return nil, fmt.Errorf("%s: %w", filepath.Join(dir, "images.json"), err)
-	}
-	values := map[string]any{"image": map[string]any{"pullPolicy": "Never"}}
-	for _, want := range []struct{ name, key string }{{"cozy-health-agent", "agent"}, {"cozy-health-aggregator", "aggregator"}} {
-		i := slices.IndexFunc(built, func(r shippedImage) bool { return r.Name == want.name })
-		if i < 0 || built[i].Digest == "" {
-			return nil, fmt.Errorf("%s lists no %s image with a digest", filepath.Join(dir, "images.json"), want.name)
-		}
-		ref := built[i].Ref
-		colon := strings.LastIndex(ref, ":")
-		repository := ref[:max(colon, 0)]
-		if colon < 0 || strings.Contains(ref[colon:], "/") {
-			return nil, fmt.Errorf("%s: %s has no tag in its reference %q", filepath.Join(dir, "images.json"), want.name, built[i].Ref)
-		}
-		if err := c.Node.ImportImagePinned(ctx, filepath.Join(dir, filepath.Base(built[i].Archive)), repository); err != nil {
-			return nil, err
-		}
-		values[want.key] = map[string]any{"image": map[string]any{"digest": built[i].Digest}}
-	}
-	return values, nil
-}
-
-// shippedImage is an entry of images.json (hack/image's Result).
-type shippedImage struct {
-	Name, Ref, Digest, Archive string
-}
-
 // ImportImages makes the agent and aggregator images (a static binary from
 // binDir each, FROM scratch) as OCI archives in dir, imports them into the
 // node's containerd and returns the chart values that select them (tag
@@ -129,9 +88,9 @@ func ImportImages(ctx context.Context, c *harness.Cluster, binDir, dir string) (
 		return nil, err
 	}
 	return map[string]any{
-		"image":      map[string]any{"registry": "ghcr.io/cozystack", "pullPolicy": "Never"},
-		"agent":      map[string]any{"image": map[string]any{"tag": "lab"}},
-		"aggregator": map[string]any{"image": map[string]any{"tag": "lab"}},
+		"image":      map[string]any{"pullPolicy": "Never"},
+		"agent":      map[string]any{"image": "ghcr.io/cozystack/cozy-health-agent:lab"},
+		"aggregator": map[string]any{"image": "ghcr.io/cozystack/cozy-health-aggregator:lab"},
 	}, nil
 }
 

@@ -16,6 +16,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -56,13 +57,18 @@ func TestChartOnRealNode(t *testing.T) {
 
 	bin := os.Getenv("COZY_HEALTH_BIN")
 	require.NotEmpty(t, bin, "COZY_HEALTH_BIN (make build) is required")
-	// The images a release ships (`make image`), run as the chart names
-	// them, pinned to their digests.
+	// The images a release ships (`make image`), published as `make push`
+	// does to a registry on loopback, and pulled by the node's containerd
+	// by the digests `make push` wrote into the values.
 	imagesDir := os.Getenv("COZY_HEALTH_IMAGES")
 	require.NotEmpty(t, imagesDir, "COZY_HEALTH_IMAGES (make image) is required")
 	stateDir := t.TempDir()
-	images, err := lab.ShippedImages(ctx, c, imagesDir)
+	reg, err := lab.StartRegistry()
 	require.NoError(t, err)
+	t.Cleanup(func() { _ = reg.Stop() })
+	images, pushed, err := lab.PushedImages(ctx, c, reg, imagesDir, t.TempDir())
+	require.NoError(t, err)
+	pushedRequests := len(reg.Requests())
 	values := lab.MergeValues(images, lab.NodeValues(stateDir))
 	h, err := lab.NewHelm(c.Kubeconfig, releaseName, releaseNS)
 	require.NoError(t, err)
@@ -111,6 +117,23 @@ func TestChartOnRealNode(t *testing.T) {
 	assert.Equal(t, nodeName, agentPod.Spec.NodeName)
 	aggPods := waitReady(ctx, t, cs, "app.kubernetes.io/name=cozy-health-aggregator", 3)
 	t.Logf("agent and 3 aggregators Ready %s after helm install", time.Since(installedAt).Round(time.Millisecond))
+
+	// The node pulled each image from the registry by its index digest.
+	for _, p := range pushed {
+		pod := agentPod
+		if p.Name == "cozy-health-aggregator" {
+			pod = aggPods[0]
+		}
+		repo, _, _ := strings.Cut(p.Ref, ":0.1.0@")
+		assert.Equal(t, p.Ref, pod.Spec.Containers[0].Image)
+		require.Len(t, pod.Status.ContainerStatuses, 1)
+		assert.Equal(t, repo+"@"+p.Digest, pod.Status.ContainerStatuses[0].ImageID, "%s runs the pushed index", pod.Name)
+		path := strings.TrimPrefix(repo, reg.Host)
+		t.Logf("%s runs %s, pulled from the loopback registry", pod.Name, pod.Status.ContainerStatuses[0].ImageID)
+		asked := reg.Requests()[pushedRequests:]
+		assert.True(t, slices.Contains(asked, "GET /v2"+path+"/manifests/"+p.Digest) || slices.Contains(asked, "HEAD /v2"+path+"/manifests/"+p.Digest),
+			"the node asked the registry for %s by digest: %v", p.Name, asked)
+	}
 
 	// The in-cluster leader writes Health objects from the agent's reports.
 	disk := waitFresh(ctx, t, hc, "disk", func(h *healthv1alpha1.Health) bool {

@@ -16,12 +16,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/cozystack/cozy-health/pkg/drainapi"
 	"github.com/cozystack/cozy-health/test/harness"
@@ -322,3 +324,38 @@ func TestKubectlHealthDrainCheckProxyRoundTrip(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// TestKubectlHealthDrainCheckWait runs the built plugin's --wait against
+// this package's handler: it keeps asking while node-1 is blocked and exits
+// 0 as soon as the aggregator's state makes it safe.
+func TestKubectlHealthDrainCheckWait(t *testing.T) {
+	var nodes atomic.Pointer[map[string]NodeInfo]
+	blocked := blockedCluster()
+	nodes.Store(&blocked)
+	clk := clocktesting.NewFakeClock(t0)
+	svc, err := NewService(Config{}, func(time.Time) map[string]NodeInfo { return *nodes.Load() }, clk, nil, prometheus.NewRegistry())
+	require.NoError(t, err)
+	base := serveHTTP(t, NewHandler(svc, nil))
+
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, plugin(t), "drain-check", "node-1", "--wait", "--interval", "100ms", "--timeout", "90s", "--aggregator-url", base)
+	cmd.Env = append(os.Environ(), "KUBECONFIG=/nonexistent")
+	var out, errOut syncWriter
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	require.NoError(t, cmd.Start())
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	require.Eventually(t, func() bool { return strings.Contains(errOut.String(), "drain-check node-1: blocked (etcd-quorum: ") }, time.Minute, 50*time.Millisecond)
+	select {
+	case err := <-done:
+		t.Fatalf("--wait returned while node-1 is blocked: %v\n%s%s", err, out.String(), errOut.String())
+	default:
+	}
+	healthy := etcdCluster(3, nil)
+	nodes.Store(&healthy)
+	clk.Step(2 * time.Second) // past the cached snapshot's age
+	require.NoError(t, <-done, "exit 0 once safe:\n%s%s", out.String(), errOut.String())
+	assert.Contains(t, out.String(), "Node node-1: SAFE")
+	assert.Contains(t, errOut.String(), "drain-check node-1: safe after ")
+}

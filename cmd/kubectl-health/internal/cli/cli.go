@@ -84,7 +84,8 @@ Commands:
   kubectl health                  every Health object (-n NS to restrict, -A all namespaces, -w to watch)
   kubectl health nodes            one line per node across components
   kubectl health node NAME        one node across components, with its conditions
-  kubectl health drain-check NODE can NODE be drained now? exit 0 safe, 1 blocked, 2 unknown or error`,
+  kubectl health drain-check NODE can NODE be drained now? exit 0 safe, 1 blocked, 2 unknown or error
+                                  (--wait: ask again until safe or --timeout)`,
 		Version:       version.Version,
 		SilenceUsage:  true,
 		SilenceErrors: true,

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -27,21 +28,39 @@ type drainOptions struct {
 	service        string
 	port           string
 	requestTimeout time.Duration
+	// timeoutSet: --timeout was given (else --wait waits defaultWaitTimeout).
+	timeoutSet bool
+	wait       bool
+	interval   time.Duration
 }
+
+const (
+	// defaultWaitTimeout bounds --wait without --timeout.
+	defaultWaitTimeout = 10 * time.Minute
+	// perRequestTimeout bounds one question of --wait.
+	perRequestTimeout = 30 * time.Second
+)
 
 func newDrainCheckCmd(o *options) *cobra.Command {
 	d := &drainOptions{}
 	cmd := &cobra.Command{
-		Use:   "drain-check NODE",
-		Short: "Can NODE be drained now? Exit 0 safe, 1 blocked, 2 unknown or error",
+		Use:   "drain-check NODE [--wait [--timeout 10m]]",
+		Short: "Can NODE be drained now? Exit 0 safe, 1 blocked, 2 unknown or error; --wait blocks until safe",
 		Long: `drain-check asks the cozy-health aggregator whether NODE can be drained now and prints the
 verdict with every reason. Exit code: 0 safe, 1 blocked, 2 unknown or any error.
 
 By default the request goes through the Kubernetes API service proxy with your kubeconfig
 (GET /api/v1/namespaces/NS/services/SVC:PORT/proxy/v1/drain-check?node=NODE), which needs
-"get" on services/proxy for that Service. --aggregator-url talks to the aggregator directly.`,
+"get" on services/proxy for that Service. --aggregator-url talks to the aggregator directly.
+
+--wait asks again every --interval until NODE is safe (exit 0) or --timeout (default 10m with
+--wait) passes, then exits with the last answer's code: 1 blocked, 2 unknown, or 2 when no answer
+came (the aggregator or the API unreachable the whole time). A rolling reboot gates each node on it:
+
+  kubectl health drain-check --wait CP1 && talosctl -n CP1 reboot --drain`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			d.timeoutSet = cmd.Flags().Changed("timeout")
 			return o.drainCheck(cmd.Context(), d, args[0])
 		},
 	}
@@ -52,7 +71,9 @@ By default the request goes through the Kubernetes API service proxy with your k
 	f.StringVar(&d.namespace, "aggregator-namespace", "cozy-health", "namespace of the aggregator's Service")
 	f.StringVar(&d.service, "aggregator-service", "cozy-health-aggregator", "name of the aggregator's Service")
 	f.StringVar(&d.port, "aggregator-port", "http", "name (or number) of the Service port serving the aggregator's HTTP API")
-	f.DurationVar(&d.requestTimeout, "timeout", 30*time.Second, "how long to wait for the answer")
+	f.DurationVar(&d.requestTimeout, "timeout", 30*time.Second, "how long to wait for the answer; with --wait, for a safe answer (default 10m then)")
+	f.BoolVar(&d.wait, "wait", false, "ask again until NODE is safe (exit 0) or --timeout passes (exit 1 blocked, 2 unknown)")
+	f.DurationVar(&d.interval, "interval", 5*time.Second, "with --wait, time between questions")
 	return cmd
 }
 
@@ -60,7 +81,94 @@ func (o *options) drainCheck(ctx context.Context, d *drainOptions, node string) 
 	if d.output != "" && d.output != "json" {
 		return fmt.Errorf("--output: want json or nothing, got %q", d.output)
 	}
-	ctx, cancel := context.WithTimeout(ctx, d.requestTimeout)
+	if d.wait {
+		return o.drainWait(ctx, d, node)
+	}
+	res, body, err := o.askDrain(ctx, d, node, d.requestTimeout)
+	if err != nil {
+		return err
+	}
+	return o.printVerdict(d, res, body)
+}
+
+// drainWait asks again every --interval until NODE is safe (exit 0) or
+// --timeout passes: then the last answer's code (1 blocked, 2 unknown), or
+// 2 with the last error when no answer came. An answer that cannot change
+// by waiting (bad flags, no such node, no permission) ends the wait at once.
+func (o *options) drainWait(ctx context.Context, d *drainOptions, node string) error {
+	if d.interval <= 0 {
+		return fmt.Errorf("--interval: want a positive duration, got %s", d.interval)
+	}
+	timeout := d.requestTimeout
+	if !d.timeoutSet {
+		timeout = defaultWaitTimeout
+	}
+	start := time.Now()
+	deadline := start.Add(timeout)
+	var (
+		last     *drainapi.Result
+		lastBody []byte
+		lastErr  error
+		said     string
+	)
+	for {
+		per := min(time.Until(deadline), perRequestTimeout)
+		res, body, err := o.askDrain(ctx, d, node, max(per, time.Second))
+		switch {
+		case err == nil && res.Verdict == drainapi.Safe:
+			fmt.Fprintf(o.io.Err, "drain-check %s: safe after %s\n", node, time.Since(start).Round(time.Second))
+			return o.printVerdict(d, res, body)
+		case err == nil:
+			last, lastBody, lastErr = res, body, nil
+		case errors.As(err, new(permanentError)) || ctx.Err() != nil:
+			return err
+		default:
+			lastErr = err
+		}
+		now := fmt.Sprintf("drain-check %s: %s", node, waitSummary(res, err))
+		if now != said {
+			fmt.Fprintf(o.io.Err, "%s; waiting up to %s more\n", now, time.Until(deadline).Round(time.Second))
+			said = now
+		}
+		if time.Until(deadline) <= 0 {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("drain check of %s: %w", node, ctx.Err())
+		case <-time.After(min(d.interval, time.Until(deadline))):
+		}
+	}
+	if lastErr != nil || last == nil {
+		return fmt.Errorf("drain check of %s: not safe within %s, and the last attempt failed: %w", node, timeout, lastErr)
+	}
+	fmt.Fprintf(o.io.Err, "drain-check %s: not safe within %s\n", node, timeout)
+	return o.printVerdict(d, last, lastBody)
+}
+
+// waitSummary is one line for the progress of --wait.
+func waitSummary(res *drainapi.Result, err error) string {
+	if err != nil {
+		return "no answer (" + err.Error() + ")"
+	}
+	var rs []string
+	for _, r := range res.Reasons {
+		if r.Verdict != drainapi.Safe {
+			rs = append(rs, r.Rule+": "+r.Message)
+		}
+	}
+	return string(res.Verdict) + " (" + strings.Join(rs, "; ") + ")"
+}
+
+// permanentError is an answer waiting cannot change (a 4xx: no such
+// node, no permission).
+type permanentError struct{ error }
+
+func (e permanentError) Unwrap() error { return e.error }
+
+// askDrain asks the aggregator once, within timeout.
+func (o *options) askDrain(ctx context.Context, d *drainOptions, node string, timeout time.Duration) (*drainapi.Result, []byte, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	var (
 		body []byte
@@ -76,28 +184,40 @@ func (o *options) drainCheck(ctx context.Context, d *drainOptions, node string) 
 		body, code, err = o.getProxied(ctx, d, node)
 	}
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
 	if code != http.StatusOK {
 		hint := ""
 		if code == http.StatusUnauthorized && d.aggregatorURL == "" {
 			hint = " (the aggregator authenticates drain checks itself, and the service proxy does not pass your token: use --aggregator-url with --aggregator-token)"
 		}
-		return fmt.Errorf("drain check of %s via %s: HTTP %d: %s%s", node, via, code, errorText(body), hint)
+		err := fmt.Errorf("drain check of %s via %s: HTTP %d: %s%s", node, via, code, errorText(body), hint)
+		if code >= 400 && code < 500 && code != http.StatusRequestTimeout && code != http.StatusTooManyRequests {
+			err = permanentError{err}
+		}
+		return nil, nil, err
 	}
 	var res drainapi.Result
 	if err := json.Unmarshal(body, &res); err != nil {
-		return fmt.Errorf("decode drain check answer: %w", err)
+		return nil, nil, fmt.Errorf("decode drain check answer: %w", err)
 	}
+	switch res.Verdict {
+	case drainapi.Safe, drainapi.Blocked, drainapi.Unknown:
+	default:
+		return nil, nil, fmt.Errorf("drain check answer has verdict %q, want safe, blocked or unknown", res.Verdict)
+	}
+	return &res, body, nil
+}
+
+// printVerdict prints an answer and sets the exit code from its verdict.
+func (o *options) printVerdict(d *drainOptions, res *drainapi.Result, body []byte) error {
 	switch res.Verdict {
 	case drainapi.Safe:
 		o.exit = ExitOK
 	case drainapi.Blocked:
 		o.exit = ExitBlocked
-	case drainapi.Unknown:
-		o.exit = ExitUnknown
 	default:
-		return fmt.Errorf("drain check answer has verdict %q, want safe, blocked or unknown", res.Verdict)
+		o.exit = ExitUnknown
 	}
 	if d.output == "json" {
 		var out bytes.Buffer
@@ -108,7 +228,7 @@ func (o *options) drainCheck(ctx context.Context, d *drainOptions, node string) 
 		_, err := o.io.Out.Write(out.Bytes())
 		return err
 	}
-	return printDrain(o.io.Out, &res)
+	return printDrain(o.io.Out, res)
 }
 
 // getDirect asks the aggregator at --aggregator-url.
@@ -117,7 +237,7 @@ func getDirect(ctx context.Context, d *drainOptions, node string) ([]byte, int, 
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return nil, 0, fmt.Errorf("--aggregator-url: want http(s)://host[:port], got %q", d.aggregatorURL)
 	}
-	u.Path = strings.TrimSuffix(u.Path, "/") + drainapi.Path
+	u.Path = strings.TrimSuffix(u.Path, "/") + "/v1/drain-check"
 	u.RawQuery = url.Values{"node": {node}}.Encode()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
 	if err != nil {

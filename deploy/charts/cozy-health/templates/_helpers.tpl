@@ -22,15 +22,12 @@ app.kubernetes.io/name: {{ .name }}
 {{- end }}
 
 {{/*
-An image reference: (dict "root" $ "image" .Values.agent.image).
-registry/repository:tag, and @digest when a digest is given (the digest is
+An image reference: (dict "root" $ "image" .Values.agent.image), the value
+as it is: REGISTRY/NAME:TAG@DIGEST as `make push` writes it (the digest is
 what the runtime pulls; the tag stays for people).
 */}}
 {{- define "cozy-health.image" -}}
-{{- $img := .image -}}
-{{- $ref := printf "%s/%s:%s" .root.Values.image.registry $img.repository ($img.tag | default .root.Chart.AppVersion) -}}
-{{- if $img.digest -}}{{- $ref = printf "%s@%s" $ref $img.digest -}}{{- end -}}
-{{- $ref -}}
+{{- .image -}}
 {{- end }}
 
 {{/* The agents' ServiceAccount as the aggregator names it: namespace/name. */}}
