@@ -23,6 +23,9 @@ var chartFS embed.FS
 //go:embed manifests/cozy-health.yaml
 var manifests []byte
 
+//go:embed manifests/talos-serviceaccount.yaml
+var talosServiceAccount []byte
+
 //go:embed all:cozystack
 var cozystackFS embed.FS
 
@@ -54,3 +57,9 @@ func Cozystack() fs.FS {
 // default values (and the release Namespace), as `kubectl apply` users get
 // them.
 func Manifests() []byte { return manifests }
+
+// TalosServiceAccount returns the chart's Talos ServiceAccount rendered
+// apart (deploy/manifests/talos-serviceaccount.yaml): the chart renders it
+// only where Talos serves talos.dev/v1alpha1, so the plain manifests leave
+// it out.
+func TalosServiceAccount() []byte { return talosServiceAccount }

@@ -17,7 +17,8 @@ import (
 // shipped returns the rendered plain manifests' object of apiVersion/kind.
 func shipped(t *testing.T, apiVersion, kind string) map[string]any {
 	t.Helper()
-	for _, doc := range strings.Split(string(deploy.Manifests()), "\n---") {
+	all := string(deploy.Manifests()) + "\n---\n" + string(deploy.TalosServiceAccount())
+	for _, doc := range strings.Split(all, "\n---") {
 		var obj map[string]any
 		require.NoError(t, yaml.Unmarshal([]byte(doc), &obj))
 		if obj["apiVersion"] == apiVersion && obj["kind"] == kind {
