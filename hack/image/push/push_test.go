@@ -117,7 +117,7 @@ func valuesCopies(t *testing.T) (chart, pkg string) {
 	dir := t.TempDir()
 	chart, pkg = filepath.Join(dir, "chart-values.yaml"), filepath.Join(dir, "package-values.yaml")
 	for src, dst := range map[string]string{
-		filepath.Join(harness.RepoRoot(), "deploy/charts/cozy-health/values.yaml"):    chart,
+		filepath.Join(harness.RepoRoot(), "deploy/charts/cozy-health/values.yaml"):                    chart,
 		filepath.Join(harness.RepoRoot(), "deploy/cozystack/packages/system/cozy-health/values.yaml"): pkg,
 	} {
 		b, err := os.ReadFile(src)
