@@ -320,6 +320,11 @@ func Up(ctx context.Context, o Options) (l *Lab, err error) {
 		if _, err := cp.CreateNodeAndPod(ctx, n.Name, AgentNamespace, pod, AgentServiceAccount); err != nil {
 			return nil, err
 		}
+		// Ready, as its kubelet would report it: the aggregators' warm-up
+		// (and so their readiness) waits for every Ready node's report.
+		if err := cp.SetNodeReady(ctx, n.Name, true); err != nil {
+			return nil, err
+		}
 		// Every lab node hosts an etcd member and an ovn-central member:
 		// label it control-plane, as Talos does, or the aggregator does not
 		// believe its member claims (a node cannot set this label itself).

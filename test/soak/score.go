@@ -86,10 +86,14 @@ func judge(p *phase, s Sample) judgement {
 	sort.Strings(nodes)
 	for _, n := range nodes {
 		obs := s.Drain[n]
-		check("drain", n, obs, p.truth.DrainOf(n), p.prev.DrainOf(n), Safe, Blocked)
+		what := n
+		if from := s.DrainFrom[n]; from != "" {
+			what += " (from " + from + ")"
+		}
+		check("drain", what, obs, p.truth.DrainOf(n), p.prev.DrainOf(n), Safe, Blocked)
 		if !p.truth.DrainOf(n).Has(obs) {
 			j.atTruth = false
-			j.off = append(j.off, fmt.Sprintf("drain %s=%s (truth %s)", n, obs, p.truth.DrainOf(n)))
+			j.off = append(j.off, fmt.Sprintf("drain %s=%s (truth %s)", what, obs, p.truth.DrainOf(n)))
 		}
 	}
 	return j
