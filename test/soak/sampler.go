@@ -31,6 +31,10 @@ type Sample struct {
 	// Drain is each node's drain-check verdict from a Ready replica (in
 	// turn, as the Service routes); NoAnswer when none answered.
 	Drain map[string]string
+	// Entries is each component's node entries (status.nodes) as its
+	// Health object says them: component -> node -> status, Unknown past
+	// freshUntil.
+	Entries map[string]map[string]string
 	// DrainFrom is the replica each verdict came from.
 	DrainFrom map[string]string
 	// Leader is the aggregator whose metrics say it leads ("" if none).
@@ -66,7 +70,7 @@ func newSampler(dir string, nodes []string) (*sampler, error) {
 // sample takes one reading.
 func (s *sampler) sample(ctx context.Context) Sample {
 	now := time.Now()
-	out := Sample{At: now, Health: map[string]string{}, Metric: map[string]string{}, Drain: map[string]string{}, DrainFrom: map[string]string{}}
+	out := Sample{At: now, Health: map[string]string{}, Metric: map[string]string{}, Drain: map[string]string{}, DrainFrom: map[string]string{}, Entries: map[string]map[string]string{}}
 	for _, c := range Components {
 		out.Health[c], out.Metric[c] = NoAnswer, NoAnswer
 	}
@@ -84,6 +88,14 @@ func (s *sampler) sample(ctx context.Context) Sample {
 				st = Unknown
 			}
 			out.Health[h.Name] = st
+			ent := map[string]string{}
+			for n, ns := range h.Status.Nodes {
+				ent[n] = string(ns.Status)
+				if st == Unknown {
+					ent[n] = Unknown
+				}
+			}
+			out.Entries[h.Name] = ent
 		}
 	}
 	state, err := lab.LoadState(s.dir)

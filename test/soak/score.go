@@ -78,6 +78,22 @@ func judge(p *phase, s Sample) judgement {
 		if m, ok := s.Metric[c]; ok {
 			check("series", c, m, p.truth.Component(c), p.prev.Component(c), Healthy, Down)
 		}
+		for _, n := range sortedKeys(p.truth.Entries[c]) {
+			want := p.truth.Entry(c, n)
+			obs, ok := s.Entries[c][n]
+			if !ok {
+				obs = NoAnswer
+			}
+			prev := p.prev.Entry(c, n)
+			if prev == nil {
+				prev = Set{Healthy}
+			}
+			check("Health", c+" nodes["+n+"]", obs, want, prev, Healthy, Down)
+			if !want.Has(obs) {
+				j.atTruth = false
+				j.off = append(j.off, fmt.Sprintf("%s nodes[%s]=%s (truth %s)", c, n, obs, want))
+			}
+		}
 	}
 	nodes := make([]string, 0, len(s.Drain))
 	for n := range s.Drain {
@@ -147,4 +163,13 @@ func (p *phase) timeToTruth() time.Duration {
 func (p *phase) met() bool {
 	t := p.timeToTruth()
 	return t >= 0 && t <= p.bound
+}
+
+func sortedKeys(m map[string]Set) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
 }

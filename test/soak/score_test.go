@@ -82,8 +82,9 @@ func TestJudgeNoAnswer(t *testing.T) {
 // The schedule is a function of the seed: the same seed draws the same
 // steps; every eligible fault comes once before any repeats.
 func TestScheduleDeterministicAndCovering(t *testing.T) {
-	a := Schedule(7, labNodes, len(Catalog)+3, Options{})
-	b := Schedule(7, labNodes, len(Catalog)+3, Options{})
+	o := Options{RealOVSNode: "node-1"}
+	a := Schedule(7, labNodes, len(Catalog)+3, o)
+	b := Schedule(7, labNodes, len(Catalog)+3, o)
 	require.Len(t, a, len(Catalog)+3)
 	names := func(s []Step) []string {
 		var out []string
@@ -93,12 +94,20 @@ func TestScheduleDeterministicAndCovering(t *testing.T) {
 		return out
 	}
 	assert.Equal(t, names(a), names(b))
-	assert.False(t, reflect.DeepEqual(names(a), names(Schedule(8, labNodes, len(Catalog)+3, Options{}))))
+	assert.False(t, reflect.DeepEqual(names(a), names(Schedule(8, labNodes, len(Catalog)+3, o))))
 	seen := map[string]bool{}
 	for _, s := range a[:len(Catalog)] {
 		seen[s.Fault.Name] = true
 	}
 	assert.Len(t, seen, len(Catalog), "every fault before any repeats")
+	for _, s := range a {
+		if s.Fault.RealOVS {
+			assert.Equal(t, []string{"node-1"}, s.Nodes, "%s acts on the node running the real OVS daemons", s.Fault.Name)
+		}
+	}
+	for _, s := range Schedule(7, labNodes, 40, Options{}) {
+		assert.False(t, s.Fault.RealOVS, "%s drawn in a lab without real OVS daemons", s.Fault.Name)
+	}
 	for _, s := range Schedule(7, labNodes, 20, Options{Short: true}) {
 		assert.True(t, s.Fault.Short, s.Fault.Name)
 	}
@@ -115,6 +124,11 @@ func TestCatalogTruthsNeverAcceptGreenForTheFaultedComponent(t *testing.T) {
 				continue
 			}
 			assert.False(t, s.Has(Healthy), "%s: %s accepts Healthy", f.Name, c)
+		}
+		for c, nodes := range tr.Entries {
+			for n, s := range nodes {
+				assert.False(t, s.Has(Healthy), "%s: %s nodes[%s] accepts Healthy", f.Name, c, n)
+			}
 		}
 	}
 }
