@@ -246,6 +246,7 @@ func (ns *nodeSources) realOVSFault(f string) (msg string, ok bool, err error) {
 				continue
 			}
 			p := ns.ovsDaemon(d)
+			pid := p.Pid()
 			switch a {
 			case "stop":
 				err = p.Stop(syscall.SIGTERM)
@@ -263,7 +264,10 @@ func (ns *nodeSources) realOVSFault(f string) (msg string, ok bool, err error) {
 			}
 			verb := map[string]string{"stop": "stopped by SIGTERM", "kill": "killed by SIGKILL", "freeze": "frozen by SIGSTOP",
 				"thaw": "continued by SIGCONT", "start": "started again"}[a]
-			return fmt.Sprintf("%s on %s %s (real daemon, pid %d)", p.Name, ns.name, verb, p.Pid()), true, nil
+			if a == "start" {
+				pid = p.Pid()
+			}
+			return fmt.Sprintf("%s on %s %s (real daemon, pid %d)", p.Name, ns.name, verb, pid), true, nil
 		}
 	}
 	return "", false, nil
