@@ -266,6 +266,10 @@ func Run(ctx context.Context, dir string, o Options) (*Report, error) {
 		for _, p := range []*phase{fp, rp} {
 			if !p.met() {
 				o.Log("  bound %s missed; last read off the truth: %s", p.bound, p.lastOff)
+			} else if t := p.timeToTruth(); t > 15*time.Second {
+				// Slow but inside the bound: say what held it, for the
+				// table's reader.
+				o.Log("  truth read after %s; the last reading off it: %s", t.Round(100*time.Millisecond), p.lastOff)
 			}
 		}
 	}
