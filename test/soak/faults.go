@@ -388,7 +388,7 @@ var Catalog = []Fault{
 		// ones; healed, the connections that lived through it are closed
 		// and the agents reconnect. The agents keep running and retrying
 		// into the wall.
-		Name: "third-partitioned", Targets: 0, Class: ClassSilent,
+		Name: "third-partitioned", Targets: 0, Class: ClassSilent, Short: true,
 		Apply: labFault("partition", ""), Repair: labFault("partition-heal", ""),
 		Truth: silentTruth,
 	},
