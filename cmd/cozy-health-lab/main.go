@@ -124,7 +124,14 @@ member, and a fresh join), ovn-nb-freeze, ovn-nb-thaw (SIGSTOP/SIGCONT of its
 NB server), etcd-metrics-absent, etcd-metrics-present,
 linstor-offline, linstor-online, drbd-outdated RES, drbd-uptodate RES,
 talos-hang, talos-ok, talos-unpatched, talos-patched (the node's talosconfig
-gone, as before the Talos access patch).
+gone, as before the Talos access patch), partition, partition-heal (the node's
+uplink relay to the aggregators drops every byte, open and new connections;
+healed, the connections that lived through it are closed).
+On the node running real Open vSwitch daemons (node-1 where Debian's
+openvswitch-switch and ovn-host are installed): DAEMON-stop (SIGTERM),
+DAEMON-kill (SIGKILL), DAEMON-freeze (SIGSTOP), DAEMON-thaw, DAEMON-start for
+DAEMON ovs-vswitchd, ovn-controller or ovs-ovsdb (the Open_vSwitch
+ovsdb-server); there ovs-down/ovs-up stop and start all three.
 Lab-wide faults: leader-kill (SIGKILL the Lease holder), aggregator-start
 (restart any aggregator that is not running), etcd-db-near-quota (real writes
 until every etcd member's database is 85% of its quota), etcd-db-ok (delete,

@@ -95,6 +95,11 @@ func TestMonitoringObjects(t *testing.T) {
 			assert.Equal(t, "metrics", nested(t, sc, "spec", "endpoints", 0, "port"))
 			assert.Equal(t, true, nested(t, sc, "spec", "endpoints", 0, "honorLabels"), "the series' namespace label is the Health objects', not the target's")
 			assert.Equal(t, "30s", nested(t, sc, "spec", "endpoints", 0, "interval"))
+			// The watchdog's PastFreshUntil compares a freshUntil scraped up
+			// to one interval ago with time(): its margin covers the
+			// interval the chart scrapes at.
+			assert.Contains(t, string(src), "cozy_health_health_fresh_until_timestamp_seconds) < time() - 30,",
+				"PastFreshUntil's margin is the scrape interval (30s)")
 			var hasPort bool
 			for _, p := range nested(t, svc, "spec", "ports").([]any) {
 				hasPort = hasPort || p.(map[string]any)["name"] == "metrics"

@@ -191,3 +191,34 @@ spec:
 func (c *ControlPlane) InstallTalosServiceAccountCRD(ctx context.Context) error {
 	return c.applyCRD(ctx, "talos ServiceAccount CRD", []byte(talosServiceAccountCRD))
 }
+
+// SetNodeReady writes node's Ready condition through the status
+// subresource, as its kubelet would (no kubelet runs for a simulated
+// node, and no node-lifecycle controller changes it afterwards).
+func (c *ControlPlane) SetNodeReady(ctx context.Context, node string, ready bool) error {
+	cs := c.Clientset()
+	n, err := cs.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("get node %s: %w", node, err)
+	}
+	status, reason := corev1.ConditionTrue, "KubeletReady"
+	if !ready {
+		status, reason = corev1.ConditionFalse, "KubeletNotReady"
+	}
+	now := metav1.Now()
+	cond := corev1.NodeCondition{Type: corev1.NodeReady, Status: status, Reason: reason,
+		Message: "simulated node (test harness)", LastHeartbeatTime: now, LastTransitionTime: now}
+	replaced := false
+	for i := range n.Status.Conditions {
+		if n.Status.Conditions[i].Type == corev1.NodeReady {
+			n.Status.Conditions[i], replaced = cond, true
+		}
+	}
+	if !replaced {
+		n.Status.Conditions = append(n.Status.Conditions, cond)
+	}
+	if _, err := cs.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{}); err != nil {
+		return fmt.Errorf("set node %s Ready=%s: %w", node, status, err)
+	}
+	return nil
+}

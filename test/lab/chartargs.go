@@ -302,9 +302,13 @@ func (l *Lab) agentProcess(c *chartRelease, n *Node) ([]string, []string, error)
 		filepath.Dir(n.CiliumHealth) != nd || filepath.Base(n.CiliumHealth) != "health.sock" {
 		return nil, nil, fmt.Errorf("lab: Cilium sockets %s, %s are not cilium.sock and health.sock in the node's directory", n.CiliumSocket, n.CiliumHealth)
 	}
-	var aggs []string
-	for _, a := range l.State.Aggregators {
-		aggs = append(aggs, a.GRPC)
+	// The node reaches the replicas through its uplink relay (the
+	// partition fault cuts it); a lab state without one dials them direct.
+	aggs := n.Uplinks
+	if len(aggs) == 0 {
+		for _, a := range l.State.Aggregators {
+			aggs = append(aggs, a.GRPC)
+		}
 	}
 	s := standIn{
 		volumes: map[string]string{

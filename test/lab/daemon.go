@@ -145,6 +145,10 @@ func (l *Lab) startDaemon(ctx context.Context) (err error) {
 	if err != nil {
 		return err
 	}
+	realOVN, err := useRealOVN()
+	if err != nil {
+		return fmt.Errorf("lab: %w", err)
+	}
 	for i := range s.Nodes {
 		n := &s.Nodes[i]
 		nd := filepath.Join(s.Dir, "nodes", n.Name)
@@ -169,6 +173,15 @@ func (l *Lab) startDaemon(ctx context.Context) (err error) {
 			}
 		}
 		n.OVNCentral = i < ovnCentralMembers
+		n.RealOVS = realOVN && i == 0
+		n.Uplinks = nil
+		for range Aggregators {
+			a, err := bind()
+			if err != nil {
+				return err
+			}
+			n.Uplinks = append(n.Uplinks, a)
+		}
 		n.LinstorURL = "http://" + linstorAddr
 	}
 	if err := s.save(); err != nil {

@@ -38,6 +38,7 @@ var Faults = map[string]bool{
 	"drbd-outdated": true, "drbd-uptodate": true,
 	"talos-hang": false, "talos-ok": false,
 	"talos-unpatched": false, "talos-patched": false,
+	"partition": false, "partition-heal": false,
 }
 
 // labWide are the faults that act on the whole lab and take no node.

@@ -92,17 +92,26 @@ type Node struct {
 	OVNDBDir string `json:"ovnDBDir"`
 	// OVNCentral tells whether the node hosts ovn-central's NB and SB
 	// members (the first three nodes, like the etcd voters).
-	OVNCentral      bool   `json:"ovnCentral"`
+	OVNCentral bool `json:"ovnCentral"`
+	// RealOVS tells whether the node runs real Open vSwitch daemons
+	// (Debian's ovsdb-server, ovs-vswitchd, ovn-controller) in OVSRun and
+	// OVNRun: the first ovn-central node when ovn-central is real.
+	RealOVS         bool   `json:"realOVS,omitempty"`
 	LinstorURL      string `json:"linstorURL"`
 	EtcdClient      string `json:"etcdClientURL"`
 	EtcdRealMetrics string `json:"etcdRealMetrics"`
 	Learner         bool   `json:"learner"`
 	TokenFile       string `json:"tokenFile"`
 	// AgentMetrics is the agent's --metrics-addr (host:port, loopback).
-	AgentMetrics string   `json:"agentMetrics"`
-	AgentArgs    []string `json:"agentArgs"`
-	AgentEnv     []string `json:"agentEnv"`
-	EtcdArgs     []string `json:"etcdArgs"`
+	AgentMetrics string `json:"agentMetrics"`
+	// Uplinks are the node's way to the aggregators, one loopback address
+	// per replica (in Aggregators' order): its agent dials these, the lab
+	// daemon relays them to the replicas, and the partition fault cuts
+	// them.
+	Uplinks   []string `json:"uplinks,omitempty"`
+	AgentArgs []string `json:"agentArgs"`
+	AgentEnv  []string `json:"agentEnv"`
+	EtcdArgs  []string `json:"etcdArgs"`
 }
 
 // Aggregator is one replica as lab.json records it.
@@ -318,6 +327,11 @@ func Up(ctx context.Context, o Options) (l *Lab, err error) {
 		n := &s.Nodes[i]
 		pod := "cozy-health-agent-" + n.Name
 		if _, err := cp.CreateNodeAndPod(ctx, n.Name, AgentNamespace, pod, AgentServiceAccount); err != nil {
+			return nil, err
+		}
+		// Ready, as its kubelet would report it: the aggregators' warm-up
+		// (and so their readiness) waits for every Ready node's report.
+		if err := cp.SetNodeReady(ctx, n.Name, true); err != nil {
 			return nil, err
 		}
 		// Every lab node hosts an etcd member and an ovn-central member:

@@ -120,4 +120,44 @@ func testLabOVNCentral(t *testing.T, mode string) {
 	_, err = ns.fault("ovn-nb-thaw", "")
 	require.NoError(t, err)
 	require.NoError(t, ovnreal.Poll(ctx, func() error { _, err := status(1, ovnreal.Northbound); return err }))
+
+	// The first ovn-central node runs the real Open vSwitch daemons in its
+	// OVSRun/OVNRun (real mode); the per-daemon faults act on them by pid.
+	ns1 := d.nodes["node-1"]
+	if mode != "real" {
+		_, err := ns1.fault("ovs-vswitchd-kill", "")
+		require.Error(t, err, "the stand-in runs no real daemons")
+		return
+	}
+	require.NotNil(t, ns1.realOVS)
+	assert.Equal(t, filepath.Join(s.Nodes[0].OVSRun, "db.sock"), ns1.realOVS.DBSocket)
+	assert.Equal(t, filepath.Join(s.Nodes[0].OVNRun, "ovn-controller.pid"), ns1.realOVS.ControllerPidfile)
+	vswitchd := func() error {
+		cctx, cancel := context.WithTimeout(ctx, time.Second)
+		defer cancel()
+		_, err := ovnreal.Appctl(cctx, ns1.realOVS.VswitchdCtl(), "version")
+		return err
+	}
+	require.NoError(t, vswitchd())
+	msg, err = ns1.fault("ovs-vswitchd-freeze", "")
+	require.NoError(t, err)
+	assert.Contains(t, msg, "SIGSTOP")
+	require.Error(t, vswitchd(), "a frozen ovs-vswitchd does not answer")
+	_, err = ns1.fault("ovs-vswitchd-thaw", "")
+	require.NoError(t, err)
+	require.NoError(t, ovnreal.Poll(ctx, vswitchd))
+	old := ns1.realOVS.Controller.Pid()
+	_, err = ns1.fault("ovn-controller-kill", "")
+	require.NoError(t, err)
+	assert.Zero(t, ns1.realOVS.Controller.Pid(), "SIGKILLed")
+	_, err = ns1.fault("ovn-controller-start", "")
+	require.NoError(t, err)
+	assert.NotEqual(t, old, ns1.realOVS.Controller.Pid())
+	_, err = ns1.fault("ovs-down", "")
+	require.NoError(t, err)
+	assert.NoFileExists(t, ns1.realOVS.DBSocket, "SIGTERM removes db.sock")
+	_, err = ns1.fault("ovs-up", "")
+	require.NoError(t, err)
+	assert.FileExists(t, ns1.realOVS.DBSocket)
+	require.NoError(t, ovnreal.Poll(ctx, vswitchd))
 }

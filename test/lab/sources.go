@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cozystack/cozy-health/test/ovnreal"
 	"github.com/cozystack/cozy-health/test/sources/cilium"
 	"github.com/cozystack/cozy-health/test/sources/linstor"
 	"github.com/cozystack/cozy-health/test/sources/ovs"
@@ -38,6 +39,12 @@ type nodeSources struct {
 	// metricsSrv serves it, nil while the etcd-metrics-absent fault is on.
 	metricsAddr string
 	metricsSrv  *http.Server
+	// relay is the node's path to the aggregators (nil in a lab state
+	// without uplinks).
+	relay *uplinkRelay
+	// realOVS is the node's real Open vSwitch node (Debian's daemons), nil
+	// where the stand-in ovs serves its sockets.
+	realOVS *ovnreal.OVSNode
 }
 
 // labResources are the LINSTOR resources of the lab: name -> replicas as
@@ -119,7 +126,7 @@ func startSources(s *State, bound map[string]net.Listener) (_ *daemon, err error
 	for j, o := range names {
 		ips[o] = fmt.Sprintf("127.0.0.%d", j+10)
 	}
-	nb, sb, closeOVN, err := startOVNCentral(s, ips)
+	nb, sb, realOVS, closeOVN, err := startOVNCentral(s, ips)
 	if err != nil {
 		return nil, err
 	}
@@ -152,10 +159,28 @@ func startSources(s *State, bound map[string]net.Listener) (_ *daemon, err error
 		}
 		d.close = append(d.close, func() { _ = ns.health.Close() })
 
-		if ns.ovs, err = ovs.StartNode(n.OVSRun, n.OVNRun, n.Name); err != nil {
-			return nil, fmt.Errorf("start ovs-ovn sockets for %s: %w", n.Name, err)
+		if ns.realOVS = realOVS[n.Name]; ns.realOVS == nil {
+			if ns.ovs, err = ovs.StartNode(n.OVSRun, n.OVNRun, n.Name); err != nil {
+				return nil, fmt.Errorf("start ovs-ovn sockets for %s: %w", n.Name, err)
+			}
+			d.close = append(d.close, ns.ovs.Stop)
 		}
-		d.close = append(d.close, ns.ovs.Stop)
+
+		if len(n.Uplinks) > 0 {
+			var lns []net.Listener
+			for _, a := range n.Uplinks {
+				ln, err := listen(a)
+				if err != nil {
+					for _, l := range lns {
+						_ = l.Close()
+					}
+					return nil, fmt.Errorf("start the uplink relay of %s: %w", n.Name, err)
+				}
+				lns = append(lns, ln)
+			}
+			ns.relay = startRelay(n.Name, lns, aggregatorTarget(s.Dir))
+			d.close = append(d.close, ns.relay.Close)
+		}
 
 		mu, err := url.Parse(n.EtcdMetrics)
 		if err != nil {
@@ -205,6 +230,13 @@ func (ns *nodeSources) stopMetrics() {
 
 // fault changes the state of one of the node's source servers.
 func (ns *nodeSources) fault(f, arg string) (string, error) {
+	if ns.realOVS != nil {
+		if msg, ok, err := ns.realOVSFault(f); ok {
+			return msg, err
+		}
+	} else if _, ok := Faults[f]; ok && (strings.HasPrefix(f, "ovs-vswitchd-") || strings.HasPrefix(f, "ovn-controller-") || strings.HasPrefix(f, "ovs-ovsdb-")) {
+		return "", fmt.Errorf("%s: %s runs no real Open vSwitch daemons (the real OVS node is the first ovn-central node, where Debian's openvswitch-switch and ovn-host are installed)", f, ns.name)
+	}
 	switch f {
 	case "fsync-slow":
 		ns.fsync.setSlow(true)
@@ -305,6 +337,16 @@ func (ns *nodeSources) fault(f, arg string) (string, error) {
 		}
 		ns.linstor.SetDiskState(arg, ns.name, state)
 		return fmt.Sprintf("resource %s on %s is %s", arg, ns.name, state), nil
+	case "partition", "partition-heal":
+		if ns.relay == nil {
+			return "", fmt.Errorf("%s: node %s has no uplink relay (a lab started before uplinks existed)", f, ns.name)
+		}
+		if f == "partition" {
+			k := ns.relay.Cut()
+			return fmt.Sprintf("%s is partitioned from the aggregators: every byte between its agent and them is dropped (%d open connections went dark; new ones hang)", ns.name, k), nil
+		}
+		k := ns.relay.Heal()
+		return fmt.Sprintf("the partition of %s healed: %d connections that lived through it closed, new ones pass", ns.name, k), nil
 	case "talos-hang":
 		ns.talos.SetHang(true)
 		return fmt.Sprintf("the Talos API on %s hangs every call", ns.name), nil

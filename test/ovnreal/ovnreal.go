@@ -225,8 +225,9 @@ type Member struct {
 	// IP is its loopback address.
 	IP string
 	// RunDir is <Root>/var/run/ovn, DBDir <Root>/var/lib/ovn, LogDir
-	// <Root>/var/log/ovn (unless Options.Layout placed them).
-	RunDir, DBDir, LogDir string
+	// <Root>/var/log/ovn, OVSRun <Root>/run/openvswitch (unless
+	// Options.Layout placed them).
+	RunDir, DBDir, LogDir, OVSRun string
 	// NB and SB are its ovsdb-servers.
 	NB, SB *Proc
 }
@@ -319,7 +320,13 @@ type Options struct {
 // Layout is where one member's files are: RunDir its sockets and pidfiles
 // (kube-ovn's /var/run/ovn), DBDir its database files (OVN_DIR), LogDir
 // its logs.
-type Layout struct{ RunDir, DBDir, LogDir string }
+type Layout struct {
+	RunDir, DBDir, LogDir string
+	// OVSRun is where the OVS node (on the first member, Options.OVS)
+	// keeps db.sock, its pidfiles and ovs-vswitchd's control socket
+	// (kube-ovn's /run/openvswitch); empty: <Root>/run/openvswitch.
+	OVSRun string
+}
 
 // Launch starts the fixture under dir (which holds the members' trees when
 // o.Layout is empty); Close stops it. Outside tests, e.g. the local lab.
@@ -387,7 +394,10 @@ func (c *Cluster) start(ctx context.Context, o Options) error {
 		if len(o.Layout) > 0 {
 			l = o.Layout[i]
 		}
-		m := &Member{Root: root, IP: fmt.Sprintf("127.%d.%d.%d", a, b, i+1), RunDir: l.RunDir, DBDir: l.DBDir, LogDir: l.LogDir}
+		if l.OVSRun == "" {
+			l.OVSRun = filepath.Join(root, "run/openvswitch")
+		}
+		m := &Member{Root: root, IP: fmt.Sprintf("127.%d.%d.%d", a, b, i+1), RunDir: l.RunDir, DBDir: l.DBDir, LogDir: l.LogDir, OVSRun: l.OVSRun}
 		for _, d := range []string{m.RunDir, m.DBDir, m.LogDir} {
 			if err := os.MkdirAll(d, 0o755); err != nil {
 				return err
@@ -451,7 +461,7 @@ func (m *Member) serverArgs(db string) []string {
 func env(m *Member) []string {
 	root := m.Root
 	return []string{
-		"OVS_RUNDIR=" + filepath.Join(root, "run/openvswitch"), "OVS_LOGDIR=" + filepath.Join(root, "var/log/openvswitch"),
+		"OVS_RUNDIR=" + m.OVSRun, "OVS_LOGDIR=" + filepath.Join(root, "var/log/openvswitch"),
 		"OVS_DBDIR=" + filepath.Join(root, "etc/openvswitch"), "OVS_SYSCONFDIR=" + filepath.Join(root, "etc"),
 		"OVN_RUNDIR=" + m.RunDir, "OVN_LOGDIR=" + m.LogDir,
 		"OVN_DBDIR=" + m.DBDir, "OVN_SYSCONFDIR=" + filepath.Join(root, "etc"),
@@ -475,7 +485,7 @@ func (c *Cluster) Remotes(db string) string {
 
 func (c *Cluster) startOVS(ctx context.Context) error {
 	m := c.Members[0]
-	n := &OVSNode{OVSRunDir: filepath.Join(m.Root, "run/openvswitch")}
+	n := &OVSNode{OVSRunDir: m.OVSRun}
 	n.DBSocket = filepath.Join(n.OVSRunDir, "db.sock")
 	n.ControllerPidfile = filepath.Join(m.RunDir, "ovn-controller.pid")
 	etc := filepath.Join(m.Root, "etc/openvswitch")

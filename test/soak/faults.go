@@ -21,9 +21,12 @@ type Fault struct {
 	Class   string
 	// Short marks the faults of the short variant (make test): quick to
 	// detect and to repair on a loaded machine.
-	Short  bool
-	Apply  func(ctx context.Context, e *env, nodes []string) error
-	Repair func(ctx context.Context, e *env, nodes []string) error
+	Short bool
+	// RealOVS marks a fault of the real Open vSwitch daemons: drawn only
+	// when the lab runs them, on the node that does.
+	RealOVS bool
+	Apply   func(ctx context.Context, e *env, nodes []string) error
+	Repair  func(ctx context.Context, e *env, nodes []string) error
 	// Truth is the truth while the fault is on, given every node and the
 	// targets.
 	Truth func(all, nodes []string) Truth
@@ -135,7 +138,52 @@ func silentTruth(all, nodes []string) Truth {
 	for _, n := range others(all, nodes) {
 		t.Drain[n] = Set{Undecide, Blocked}
 	}
+	// Their own entries: Unknown (HeartbeatMissed), never Healthy, never
+	// Down: nothing is known about them.
+	t.Entries = map[string]map[string]Set{}
+	for _, c := range Components {
+		t.Entries[c] = map[string]Set{}
+		for _, n := range nodes {
+			t.Entries[c][n] = Set{Unknown}
+		}
+	}
 	return t
+}
+
+// ovsDaemonFault is a fault of one real Open vSwitch daemon on the node
+// that runs them (lab: the first ovn-central node, where Debian's
+// openvswitch-switch and ovn-host are installed): stop (SIGTERM) and kill
+// (SIGKILL) make the node's kube-ovn entry Down (the daemon not running,
+// or the database socket gone or not listening), freeze (SIGSTOP) Unknown
+// (the daemon's control socket or the database does not answer within
+// the check deadline). kube-ovn as a whole is Degraded (one node Down) or
+// Unknown/Degraded (one node Unknown). The drain rules read ovn-central's
+// quorum, not the node's OVS: every drain stays safe.
+func ovsDaemonFault(daemon, action string) Fault {
+	repair := "start"
+	entry, comp := Set{Down}, Set{Degraded}
+	if action == "freeze" {
+		repair = "thaw"
+		entry, comp = Set{Unknown}, Set{Unknown, Degraded}
+	}
+	return Fault{
+		Name: daemon + "-" + action, Targets: 1, Class: ClassSource, RealOVS: true,
+		Apply: labFault(daemon+"-"+action, ""), Repair: labFault(daemon+"-"+repair, ""),
+		Truth: func(_, nodes []string) Truth {
+			return Truth{
+				Components: map[string]Set{"kube-ovn": comp},
+				Entries:    map[string]map[string]Set{"kube-ovn": {nodes[0]: entry}},
+			}
+		},
+	}
+}
+
+func init() {
+	for _, d := range []string{"ovs-vswitchd", "ovn-controller", "ovs-ovsdb"} {
+		for _, a := range []string{"stop", "kill", "freeze"} {
+			Catalog = append(Catalog, ovsDaemonFault(d, a))
+		}
+	}
 }
 
 // Catalog is every fault the soak draws from, in a fixed order (the seed
@@ -334,11 +382,14 @@ var Catalog = []Fault{
 		Truth: silentTruth,
 	},
 	{
-		// A third of the nodes cut off from the aggregators at once,
-		// approximated by freezing their agents (no network namespaces
-		// here): the aggregators see what a partition shows them.
-		Name: "third-silent", Targets: 0, Class: ClassSilent,
-		Apply: signalAgents(syscall.SIGSTOP), Repair: signalAgents(syscall.SIGCONT),
+		// A third of the nodes partitioned from the aggregators at once:
+		// each node's uplink relay (test/lab/relay.go) drops every byte
+		// between its agent and the replicas, open connections and new
+		// ones; healed, the connections that lived through it are closed
+		// and the agents reconnect. The agents keep running and retrying
+		// into the wall.
+		Name: "third-partitioned", Targets: 0, Class: ClassSilent, Short: true,
+		Apply: labFault("partition", ""), Repair: labFault("partition-heal", ""),
 		Truth: silentTruth,
 	},
 	{

@@ -28,9 +28,15 @@ type Sample struct {
 	// series at value 1 on the replica whose cozy_health_leader is 1;
 	// NoAnswer when no leader's series answered.
 	Metric map[string]string
-	// Drain is each node's drain-check verdict from the leader, or the
-	// first other aggregator answering; NoAnswer when none did.
+	// Drain is each node's drain-check verdict from a Ready replica (in
+	// turn, as the Service routes); NoAnswer when none answered.
 	Drain map[string]string
+	// Entries is each component's node entries (status.nodes) as its
+	// Health object says them: component -> node -> status, Unknown past
+	// freshUntil.
+	Entries map[string]map[string]string
+	// DrainFrom is the replica each verdict came from.
+	DrainFrom map[string]string
 	// Leader is the aggregator whose metrics say it leads ("" if none).
 	Leader string
 }
@@ -41,6 +47,7 @@ type sampler struct {
 	cs    versioned.Interface
 	http  *http.Client
 	nodes []string
+	turn  int
 }
 
 func newSampler(dir string, nodes []string) (*sampler, error) {
@@ -63,7 +70,7 @@ func newSampler(dir string, nodes []string) (*sampler, error) {
 // sample takes one reading.
 func (s *sampler) sample(ctx context.Context) Sample {
 	now := time.Now()
-	out := Sample{At: now, Health: map[string]string{}, Metric: map[string]string{}, Drain: map[string]string{}}
+	out := Sample{At: now, Health: map[string]string{}, Metric: map[string]string{}, Drain: map[string]string{}, DrainFrom: map[string]string{}, Entries: map[string]map[string]string{}}
 	for _, c := range Components {
 		out.Health[c], out.Metric[c] = NoAnswer, NoAnswer
 	}
@@ -81,6 +88,14 @@ func (s *sampler) sample(ctx context.Context) Sample {
 				st = Unknown
 			}
 			out.Health[h.Name] = st
+			ent := map[string]string{}
+			for n, ns := range h.Status.Nodes {
+				ent[n] = string(ns.Status)
+				if st == Unknown {
+					ent[n] = Unknown
+				}
+			}
+			out.Entries[h.Name] = ent
 		}
 	}
 	state, err := lab.LoadState(s.dir)
@@ -109,23 +124,25 @@ func (s *sampler) sample(ctx context.Context) Sample {
 		}
 		break
 	}
-	// The drain verdict is read from the leader first (the replica whose
-	// state writes the objects), then from any replica that answers: a
-	// replica restarted a moment ago holds no reports until the agents
-	// reconnect to it, and answers unknown meanwhile (docs/soak.md).
-	order := make([]lab.Aggregator, 0, len(state.Aggregators))
+	// The drain verdict is read as `kubectl health drain-check` gets it
+	// through the Service: from a replica whose /readyz answers 200 (the
+	// chart's readiness probe), a different one each second in turn, so
+	// every replica the Service would route to is judged. A replica still
+	// warming up (restarted, its agents not back yet) is not asked.
+	var ready []lab.Aggregator
 	for _, a := range state.Aggregators {
-		if a.Name == out.Leader {
-			order = append([]lab.Aggregator{a}, order...)
-		} else {
-			order = append(order, a)
+		if s.ready(ctx, "http://"+a.HTTP) {
+			ready = append(ready, a)
 		}
 	}
+	s.turn++
 	for _, n := range s.nodes {
-		for _, a := range order {
+		for i := range ready {
+			a := ready[(s.turn+i)%len(ready)]
 			v, err := s.drain(ctx, "http://"+a.HTTP, n)
 			if err == nil {
 				out.Drain[n] = v
+				out.DrainFrom[n] = a.Name
 				break
 			}
 		}
@@ -161,6 +178,20 @@ func (s *sampler) metrics(ctx context.Context, url string) (map[string]*dto.Metr
 	}
 	parser := expfmt.NewTextParser(model.UTF8Validation)
 	return parser.TextToMetricFamilies(resp.Body)
+}
+
+// ready tells whether the replica's /readyz answers 200.
+func (s *sampler) ready(ctx context.Context, base string) bool {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/readyz", nil)
+	if err != nil {
+		return false
+	}
+	resp, err := s.http.Do(req)
+	if err != nil {
+		return false
+	}
+	_ = resp.Body.Close()
+	return resp.StatusCode == http.StatusOK
 }
 
 func (s *sampler) drain(ctx context.Context, base, node string) (string, error) {

@@ -78,6 +78,22 @@ func judge(p *phase, s Sample) judgement {
 		if m, ok := s.Metric[c]; ok {
 			check("series", c, m, p.truth.Component(c), p.prev.Component(c), Healthy, Down)
 		}
+		for _, n := range sortedKeys(p.truth.Entries[c]) {
+			want := p.truth.Entry(c, n)
+			obs, ok := s.Entries[c][n]
+			if !ok {
+				obs = NoAnswer
+			}
+			prev := p.prev.Entry(c, n)
+			if prev == nil {
+				prev = Set{Healthy}
+			}
+			check("Health", c+" nodes["+n+"]", obs, want, prev, Healthy, Down)
+			if !want.Has(obs) {
+				j.atTruth = false
+				j.off = append(j.off, fmt.Sprintf("%s nodes[%s]=%s (truth %s)", c, n, obs, want))
+			}
+		}
 	}
 	nodes := make([]string, 0, len(s.Drain))
 	for n := range s.Drain {
@@ -86,10 +102,14 @@ func judge(p *phase, s Sample) judgement {
 	sort.Strings(nodes)
 	for _, n := range nodes {
 		obs := s.Drain[n]
-		check("drain", n, obs, p.truth.DrainOf(n), p.prev.DrainOf(n), Safe, Blocked)
+		what := n
+		if from := s.DrainFrom[n]; from != "" {
+			what += " (from " + from + ")"
+		}
+		check("drain", what, obs, p.truth.DrainOf(n), p.prev.DrainOf(n), Safe, Blocked)
 		if !p.truth.DrainOf(n).Has(obs) {
 			j.atTruth = false
-			j.off = append(j.off, fmt.Sprintf("drain %s=%s (truth %s)", n, obs, p.truth.DrainOf(n)))
+			j.off = append(j.off, fmt.Sprintf("drain %s=%s (truth %s)", what, obs, p.truth.DrainOf(n)))
 		}
 	}
 	return j
@@ -143,4 +163,13 @@ func (p *phase) timeToTruth() time.Duration {
 func (p *phase) met() bool {
 	t := p.timeToTruth()
 	return t >= 0 && t <= p.bound
+}
+
+func sortedKeys(m map[string]Set) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
 }

@@ -82,8 +82,9 @@ func TestJudgeNoAnswer(t *testing.T) {
 // The schedule is a function of the seed: the same seed draws the same
 // steps; every eligible fault comes once before any repeats.
 func TestScheduleDeterministicAndCovering(t *testing.T) {
-	a := Schedule(7, labNodes, len(Catalog)+3, Options{})
-	b := Schedule(7, labNodes, len(Catalog)+3, Options{})
+	o := Options{RealOVSNode: "node-1"}
+	a := Schedule(7, labNodes, len(Catalog)+3, o)
+	b := Schedule(7, labNodes, len(Catalog)+3, o)
 	require.Len(t, a, len(Catalog)+3)
 	names := func(s []Step) []string {
 		var out []string
@@ -93,12 +94,20 @@ func TestScheduleDeterministicAndCovering(t *testing.T) {
 		return out
 	}
 	assert.Equal(t, names(a), names(b))
-	assert.False(t, reflect.DeepEqual(names(a), names(Schedule(8, labNodes, len(Catalog)+3, Options{}))))
+	assert.False(t, reflect.DeepEqual(names(a), names(Schedule(8, labNodes, len(Catalog)+3, o))))
 	seen := map[string]bool{}
 	for _, s := range a[:len(Catalog)] {
 		seen[s.Fault.Name] = true
 	}
 	assert.Len(t, seen, len(Catalog), "every fault before any repeats")
+	for _, s := range a {
+		if s.Fault.RealOVS {
+			assert.Equal(t, []string{"node-1"}, s.Nodes, "%s acts on the node running the real OVS daemons", s.Fault.Name)
+		}
+	}
+	for _, s := range Schedule(7, labNodes, 40, Options{}) {
+		assert.False(t, s.Fault.RealOVS, "%s drawn in a lab without real OVS daemons", s.Fault.Name)
+	}
 	for _, s := range Schedule(7, labNodes, 20, Options{Short: true}) {
 		assert.True(t, s.Fault.Short, s.Fault.Name)
 	}
@@ -116,5 +125,53 @@ func TestCatalogTruthsNeverAcceptGreenForTheFaultedComponent(t *testing.T) {
 			}
 			assert.False(t, s.Has(Healthy), "%s: %s accepts Healthy", f.Name, c)
 		}
+		for c, nodes := range tr.Entries {
+			for n, s := range nodes {
+				assert.False(t, s.Has(Healthy), "%s: %s nodes[%s] accepts Healthy", f.Name, c, n)
+			}
+		}
 	}
+}
+
+// A partitioned node's own entries must read Unknown: Healthy past the
+// window is a false green, Down a false red, a missing entry neither; the
+// other nodes' entries are not judged.
+func TestJudgeNodeEntries(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	var part *Fault
+	for i := range Catalog {
+		if Catalog[i].Name == "third-partitioned" {
+			part = &Catalog[i]
+		}
+	}
+	require.NotNil(t, part)
+	p := newPhase(part.Truth(labNodes, []string{"node-2"}), Baseline, t0, 45*time.Second)
+	unknownAll := map[string]string{}
+	for _, c := range Components {
+		unknownAll[c] = Unknown
+	}
+	drains := map[string]string{"node-1": Undecide, "node-2": Undecide, "node-3": Undecide}
+	at := func(sec int, node2 string) Sample {
+		s := sampleAt(t0.Add(time.Duration(sec)*time.Second), unknownAll, drains)
+		s.Entries = map[string]map[string]string{}
+		for _, c := range Components {
+			s.Entries[c] = map[string]string{"node-1": Healthy, "node-3": Healthy}
+			if node2 != "" {
+				s.Entries[c]["node-2"] = node2
+			}
+		}
+		return s
+	}
+	j := p.record(at(5, Healthy))
+	assert.Empty(t, j.greens, "inside the window the previous truth (Healthy) holds")
+	j = p.record(at(50, Healthy))
+	assert.Len(t, j.greens, len(Components), "past the window node-2's entry in every component is a false green")
+	j = p.record(at(51, Down))
+	assert.Len(t, j.reds, len(Components), "Down for a node nothing is known about is a false red")
+	j = p.record(at(52, ""))
+	assert.Empty(t, j.greens)
+	assert.Empty(t, j.reds)
+	assert.False(t, j.atTruth, "a missing entry is not the truth")
+	j = p.record(at(53, Unknown))
+	assert.True(t, j.atTruth, "node-2 Unknown everywhere, node-1 and node-3 not judged: %v", j.off)
 }

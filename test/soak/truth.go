@@ -76,6 +76,16 @@ func (s Set) String() string {
 type Truth struct {
 	Components map[string]Set
 	Drain      map[string]Set
+	// Entries, where set, are the states a node's own entry
+	// (status.nodes[node]) of a component may read: component -> node ->
+	// set. Entries not listed are not judged.
+	Entries map[string]map[string]Set
+}
+
+// Entry returns the accepted states of node's entry in component c, nil
+// when not judged.
+func (t Truth) Entry(c, node string) Set {
+	return t.Entries[c][node]
 }
 
 // Component returns the accepted overall states of c.
