@@ -36,10 +36,22 @@ type Engine struct {
 	// alwaysRecompute turns retiming off (tests compare both ways).
 	alwaysRecompute bool
 
+	// cluster, when set, returns the facts read centrally (the LINSTOR
+	// controller's view) merged into their component; clusterGen and
+	// clusterFresh are what the last evaluation merged (retiming is valid
+	// only while they hold).
+	cluster      func(now time.Time) *rollup.ClusterFacts
+	clusterGen   uint64
+	clusterFresh bool
+
 	// mu guards latest.
 	mu     sync.RWMutex
 	latest map[string]*rollup.ComponentStatus
 }
+
+// SetCluster makes every evaluation merge the facts f returns
+// (rollup.MergeCluster). Call before Run.
+func (e *Engine) SetCluster(f func(now time.Time) *rollup.ClusterFacts) { e.cluster = f }
 
 // NewEngine wires an Engine. w may be nil (no writer).
 func NewEngine(st *state.State, cfg rollup.Config, holds rollup.Holds, maxListed int, m *metrics.Metrics, w *writer.Writer, clk clock.WithTicker, log *zap.Logger) *Engine {
@@ -87,11 +99,23 @@ func (e *Engine) Evaluate() map[string]*rollup.ComponentStatus {
 	var out map[string]*rollup.ComponentStatus
 	var observed map[string]time.Time
 	unchanged := false
-	if e.latest != nil && !e.alwaysRecompute && !e.damper.Holding() {
+	var cf *rollup.ClusterFacts
+	if e.cluster != nil {
+		cf = e.cluster(now)
+	}
+	sameCluster := cf == nil || (cf.Gen == e.clusterGen && cf.Fresh(now) == e.clusterFresh)
+	if e.latest != nil && !e.alwaysRecompute && !e.damper.Holding() && sameCluster {
 		e.state.Read(func(nodes map[string]state.Entry) { observed, unchanged = e.cache.Unchanged(nodes, now, e.cfg) })
+	}
+	if cf != nil {
+		e.clusterGen, e.clusterFresh = cf.Gen, cf.Fresh(now)
 	}
 	if unchanged {
 		out = rollup.Retime(e.latest, observed, now, e.cfg)
+		if cf.Fresh(now) {
+			_, agents := observed[cf.Component]
+			rollup.ClampCluster(out[cf.Component], cf, !agents)
+		}
 		if e.writer != nil {
 			for _, comp := range report.NodeComponents {
 				e.writer.Retimed(out[comp])
@@ -101,7 +125,7 @@ func (e *Engine) Evaluate() map[string]*rollup.ComponentStatus {
 			e.metrics.ObserveRollup(metrics.RollupRetimed, time.Since(start))
 		}
 	} else {
-		out = e.recompute(e.state.Snapshot(), now)
+		out = e.recompute(e.state.Snapshot(), now, cf)
 		if e.metrics != nil {
 			e.metrics.ObserveRollup(metrics.RollupFull, time.Since(start))
 		}
@@ -114,8 +138,11 @@ func (e *Engine) Evaluate() map[string]*rollup.ComponentStatus {
 
 // recompute is the full rollup: Compute, then damping, compaction and
 // stamping, published to the metrics and the writer.
-func (e *Engine) recompute(snap state.Snapshot, now time.Time) map[string]*rollup.ComponentStatus {
+func (e *Engine) recompute(snap state.Snapshot, now time.Time, cf *rollup.ClusterFacts) map[string]*rollup.ComponentStatus {
 	out := rollup.ComputeCached(snap, now, e.cfg, e.cache)
+	if cf != nil {
+		rollup.MergeCluster(out[cf.Component], cf, now)
+	}
 	for _, comp := range report.NodeComponents {
 		cs := out[comp]
 		e.damper.Apply(cs, now)
