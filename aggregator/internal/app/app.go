@@ -115,7 +115,7 @@ type App struct {
 	// linstor reads the LINSTOR controller's view (nil without
 	// --linstor-url); the engine and the drain check read it.
 	linstor *linstoradapter.Reader
-	drain    *drain.Service
+	drain   *drain.Service
 	// claims counts and logs the cluster claims the rollup and the drain
 	// check do not believe (quorum.Auditor).
 	claims  *quorum.Auditor
