@@ -21,7 +21,6 @@ import (
 	"github.com/cozystack/cozy-health/agent/internal/checks/fsynclatency"
 	"github.com/cozystack/cozy-health/agent/internal/checks/fsyncprobe"
 	"github.com/cozystack/cozy-health/agent/internal/checks/kubeovn"
-	"github.com/cozystack/cozy-health/agent/internal/checks/linstor"
 	"github.com/cozystack/cozy-health/agent/internal/checks/ovncentral"
 	"github.com/cozystack/cozy-health/agent/internal/checks/ovs"
 	"github.com/cozystack/cozy-health/agent/internal/checks/talosservices"
@@ -33,8 +32,7 @@ import (
 // deps are the shared clients checks are built from.
 type deps struct {
 	cfg     config.Config
-	talos   *talos.Client
-	linstor *linstor.Client
+	talos *talos.Client
 	// etcdMetrics is one scrape of etcd's metrics per interval, shared by
 	// etcd-member (the quota) and fsync-latency (the histograms).
 	etcdMetrics *etcdmetrics.Reader
@@ -83,10 +81,9 @@ var table = []func(d deps) check.Check{
 		s := d.cfg.Sources
 		return ovncentral.New(ovncentral.Config{NBCtl: s.OVNNBCtl, SBCtl: s.OVNSBCtl, DBDir: s.OVNDBDir})
 	},
-	func(d deps) check.Check { return linstor.NewSatellite(d.linstor, d.cfg.NodeName) },
-	func(d deps) check.Check {
-		return drbd.New(d.linstor, d.cfg.Sources.DrbdsetupPath, d.cfg.NodeName).WithProcRoot(d.cfg.Sources.ProcRoot)
-	},
+	// The LINSTOR controller's view (satellites, replicas) is cluster-level:
+	// the aggregator reads it once per interval (adapters/linstor).
+	func(d deps) check.Check { return drbd.New(d.cfg.Sources.DrbdsetupPath, d.cfg.NodeName) },
 }
 
 // Set is the built checks and what they hold open.
@@ -124,12 +121,6 @@ func Build(cfg config.Config, log *zap.Logger) (*Set, error) {
 			if d.roles, err = noderole.New(noderole.Config{Server: server, TokenFile: s.KubeAPITokenFile, CAFile: s.KubeAPICAFile, NodeName: cfg.NodeName}); err != nil {
 				return nil, err
 			}
-		}
-	}
-	if cfg.Sources.LinstorURL != "" {
-		if d.linstor, err = linstor.NewClient(linstor.ClientConfig{URL: cfg.Sources.LinstorURL, CAFile: cfg.Sources.LinstorCAFile,
-			CertFile: cfg.Sources.LinstorCertFile, KeyFile: cfg.Sources.LinstorKeyFile}); err != nil {
-			return nil, err
 		}
 	}
 	s := &Set{talos: d.talos}

@@ -112,14 +112,6 @@ type Sources struct {
 	OVNNBCtl, OVNSBCtl string
 	// OVNDBDir holds ovn-central's database files on the host (--ovn-db-dir).
 	OVNDBDir string
-	// LinstorURL is the LINSTOR controller's REST URL (--linstor-url).
-	LinstorURL string
-	// LinstorCAFile verifies the controller (--linstor-ca-file).
-	LinstorCAFile string
-	// LinstorCertFile and LinstorKeyFile are the TLS client certificate
-	// (--linstor-client-cert-file, --linstor-client-key-file).
-	LinstorCertFile string
-	LinstorKeyFile  string
 	// DrbdsetupPath is the drbdsetup binary (--drbdsetup).
 	DrbdsetupPath string
 	// KubeAPIServer is the API server the agent reads its own Node object
@@ -197,7 +189,7 @@ func Default() Config {
 			OVNSBCtl:             "/var/run/ovn/ovnsb_db.ctl",
 			OVNDBDir:             "/var/lib/ovn",
 			// The shipped image has no drbdsetup: DRBD state comes from
-			// LINSTOR's view (see checks/drbd).
+			// the LINSTOR controller's view, read by the aggregator.
 			DrbdsetupPath: "",
 			// The chart mounts a token of the agent's ServiceAccount (get
 			// nodes) where the kubelet mounts the default one.
@@ -265,14 +257,10 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&s.OVNNBCtl, "ovn-nb-ctl", s.OVNNBCtl, "ovn-central's OVN_Northbound ovsdb-server control socket; empty skips NB")
 	fs.StringVar(&s.OVNSBCtl, "ovn-sb-ctl", s.OVNSBCtl, "ovn-central's OVN_Southbound ovsdb-server control socket; empty skips SB")
 	fs.StringVar(&s.OVNDBDir, "ovn-db-dir", s.OVNDBDir, "directory of ovn-central's database files on the host: a file without a running member is a member down")
-	fs.StringVar(&s.LinstorURL, "linstor-url", s.LinstorURL, "LINSTOR controller REST URL; empty disables the LINSTOR view")
-	fs.StringVar(&s.LinstorCAFile, "linstor-ca-file", s.LinstorCAFile, "CA verifying the LINSTOR controller")
-	fs.StringVar(&s.LinstorCertFile, "linstor-client-cert-file", s.LinstorCertFile, "TLS client certificate for LINSTOR")
-	fs.StringVar(&s.LinstorKeyFile, "linstor-client-key-file", s.LinstorKeyFile, "TLS client key for LINSTOR")
 	fs.StringVar(&s.KubeAPIServer, "kube-api-server", s.KubeAPIServer, "API server URL the agent reads its own Node's control-plane role label from when the Talos API cannot be asked; empty: in-cluster ($KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT)")
 	fs.StringVar(&s.KubeAPITokenFile, "kube-api-token-file", s.KubeAPITokenFile, "ServiceAccount token file for reading the agent's own Node (get nodes); empty disables: without Talos access every node's etcd reads Unknown")
 	fs.StringVar(&s.KubeAPICAFile, "kube-api-ca-file", s.KubeAPICAFile, "CA file verifying the API server")
-	fs.StringVar(&s.DrbdsetupPath, "drbdsetup", s.DrbdsetupPath, "drbdsetup binary (name or path) for the kernel's own DRBD state; empty: LINSTOR's view only (the shipped image has none)")
+	fs.StringVar(&s.DrbdsetupPath, "drbdsetup", s.DrbdsetupPath, "drbdsetup binary (name or path) for the kernel's own DRBD state; empty: the LINSTOR controller's view only, read by the aggregator (the shipped image has none)")
 
 	t := &c.Thresholds
 	fs.DurationVar(&t.WALFsyncDegraded, "etcd-wal-fsync-p99-degraded", t.WALFsyncDegraded, "etcd WAL fsync p99 above which etcd is Degraded")
@@ -337,7 +325,7 @@ func (c *Config) Validate() error {
 		add("--memory-limit-bytes %d: must not be negative", c.MemoryLimitBytes)
 	}
 	s := c.Sources
-	for name, raw := range map[string]string{"--etcd-metrics-url": s.EtcdMetricsURL, "--kube-ovn-pinger-url": s.KubeOVNPingerURL, "--linstor-url": s.LinstorURL, "--kube-api-server": s.KubeAPIServer} {
+	for name, raw := range map[string]string{"--etcd-metrics-url": s.EtcdMetricsURL, "--kube-ovn-pinger-url": s.KubeOVNPingerURL, "--kube-api-server": s.KubeAPIServer} {
 		if raw == "" {
 			continue
 		}
@@ -349,9 +337,6 @@ func (c *Config) Validate() error {
 		if u.Scheme != "http" && u.Scheme != "https" || u.Host == "" {
 			add("%s %q: want an http:// or https:// URL with a host", name, raw)
 		}
-	}
-	if (s.LinstorCertFile == "") != (s.LinstorKeyFile == "") {
-		add("--linstor-client-cert-file and --linstor-client-key-file go together")
 	}
 	if s.FsyncProbeSamples < 1 || s.FsyncProbeSamples > 100 {
 		add("--fsync-probe-samples %d: want 1..100", s.FsyncProbeSamples)
