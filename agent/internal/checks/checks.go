@@ -31,7 +31,7 @@ import (
 
 // deps are the shared clients checks are built from.
 type deps struct {
-	cfg     config.Config
+	cfg   config.Config
 	talos *talos.Client
 	// etcdMetrics is one scrape of etcd's metrics per interval, shared by
 	// etcd-member (the quota) and fsync-latency (the histograms).

@@ -78,8 +78,8 @@ func TestMissingInputsRecoverWithoutRestart(t *testing.T) {
 
 	obs := collect()
 	for c, want := range map[string]string{
-		report.CheckTalosServices:    "talosconfig " + s.TalosConfig + " not found: mount Secret cozy-health-agent-talos-secrets",
-		report.CheckCiliumHealth:     "Cilium agent socket " + s.CiliumSocket + " not found: mount hostPath /var/run/cilium",
+		report.CheckTalosServices: "talosconfig " + s.TalosConfig + " not found: mount Secret cozy-health-agent-talos-secrets",
+		report.CheckCiliumHealth:  "Cilium agent socket " + s.CiliumSocket + " not found: mount hostPath /var/run/cilium",
 	} {
 		o, ok := obs[c]
 		require.True(t, ok, "%s is reported, not left out: %v", c, obs)
