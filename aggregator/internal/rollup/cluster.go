@@ -1,6 +1,7 @@
 package rollup
 
 import (
+	"fmt"
 	"sort"
 	"time"
 
@@ -80,6 +81,7 @@ func MergeCluster(cs *ComponentStatus, cf *ClusterFacts, now time.Time) {
 		src.Severity, src.Reason = report.StatusUnknown, cf.Reason
 		if src.Reason == "" {
 			src.Reason = ReasonCentralStale
+			src.Message = fmt.Sprintf("facts as last read at %s, current until %s", cf.ObservedAt.UTC().Format(time.RFC3339), cf.FreshUntil.UTC().Format(time.RFC3339))
 		}
 	}
 	if fresh {
