@@ -237,7 +237,7 @@ func New(cfg config.Config, log *zap.Logger, opts Options) (a *App, err error) {
 	}
 	if cfg.LinstorURL != "" {
 		if a.linstor, err = linstoradapter.New(linstoradapter.Config{URL: cfg.LinstorURL, SecretNamespace: cfg.LinstorSecretNamespace,
-			SecretName: cfg.LinstorSecret, Interval: cfg.LinstorInterval}, a.kube, a.base, a.clock); err != nil {
+			SecretName: cfg.LinstorSecret, Interval: cfg.LinstorInterval, Metrics: a.metrics}, a.kube, a.base, a.clock); err != nil {
 			return nil, fmt.Errorf("--linstor-url: %w", err)
 		}
 		a.engine.SetCluster(a.linstor.Facts)

@@ -45,6 +45,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/cozystack/cozy-health/aggregator/internal/adapter"
+	"github.com/cozystack/cozy-health/aggregator/internal/metrics"
 	"github.com/cozystack/cozy-health/aggregator/internal/rollup"
 	"github.com/cozystack/cozy-health/pkg/linstorapi"
 	"github.com/cozystack/cozy-health/pkg/report"
@@ -78,7 +79,15 @@ type Config struct {
 	FreshFor time.Duration
 	// MaxBody caps one answer (linstorapi.DefaultMaxBody when 0).
 	MaxBody int64
+	// Metrics receives the adapter metrics under adapter="linstor"
+	// (synced: the last read succeeded; objects: replicas; judge
+	// duration: one read; errors{reason="read"}: every failed read); nil
+	// for none.
+	Metrics *metrics.Metrics
 }
+
+// Name is the adapter's name in logs and metrics.
+const Name = "linstor"
 
 func (c *Config) defaults() {
 	if c.Interval <= 0 {
@@ -150,6 +159,10 @@ func New(cfg Config, kube kubernetes.Interface, log *zap.Logger, clk clock.WithT
 	}
 	r.client = c
 	r.latest.Store(&View{})
+	if cfg.Metrics != nil {
+		cfg.Metrics.AdaptersKnown([]string{Name})
+		cfg.Metrics.AdapterState(Name, true, false, 0)
+	}
 	return r, nil
 }
 
@@ -202,6 +215,7 @@ func (r *Reader) ReadNow(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.Timeout)
 	defer cancel()
 	prev := r.latest.Load()
+	start := time.Now()
 	nodes, err := r.client.Nodes(ctx)
 	var view []linstorapi.ResourceWithVolumes
 	if err == nil {
@@ -209,6 +223,13 @@ func (r *Reader) ReadNow(ctx context.Context) {
 	}
 	now := r.clock.Now()
 	next := *prev
+	if m := r.cfg.Metrics; m != nil {
+		m.AdapterJudged(Name, time.Since(start))
+		if err != nil {
+			m.AdapterError(Name, metrics.AdapterErrorRead)
+			m.AdapterState(Name, true, false, len(prev.Replicas))
+		}
+	}
 	if err != nil {
 		var ue *url.Error
 		if errors.As(err, &ue) {
@@ -227,6 +248,9 @@ func (r *Reader) ReadNow(ctx context.Context) {
 			r.log.Info("LINSTOR controller view read again", zap.Time("failingSince", prev.FailingSince))
 		}
 		reps := linstorapi.Replicas(view)
+		if m := r.cfg.Metrics; m != nil {
+			m.AdapterState(Name, true, true, len(reps))
+		}
 		next = View{ObservedAt: now, Replicas: reps, Observations: linstorapi.Observations(nodes, reps)}
 	}
 	r.gen++

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap/zaptest"
@@ -15,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/cozystack/cozy-health/aggregator/internal/metrics"
 	"github.com/cozystack/cozy-health/deploy/render"
 	"github.com/cozystack/cozy-health/pkg/report"
 	"github.com/cozystack/cozy-health/test/harness"
@@ -151,7 +153,10 @@ func TestFreshness(t *testing.T) {
 	require.NoError(t, err)
 	defer srv.Close()
 	srv.SetNode("node-0", "OFFLINE")
-	r, err := New(Config{URL: srv.URL, Interval: time.Second}, nil, zaptest.NewLogger(t), nil)
+	reg := prometheus.NewRegistry()
+	m, err := metrics.New(reg, "cozy-system")
+	require.NoError(t, err)
+	r, err := New(Config{URL: srv.URL, Interval: time.Second, Metrics: m}, nil, zaptest.NewLogger(t), nil)
 	require.NoError(t, err)
 	r.ReadNow(context.Background())
 	v := r.View()
@@ -176,7 +181,39 @@ func TestFreshness(t *testing.T) {
 	gen := v2.Gen
 	r.ReadNow(context.Background())
 	assert.Equal(t, gen, r.View().Gen, "the same failure again is nothing new to judge")
+	assert.Equal(t, 2.0, series(t, reg, "cozy_health_adapter_errors_total", map[string]string{"adapter": Name, "reason": "read"}), "every failed read counted")
+	assert.Equal(t, 0.0, series(t, reg, "cozy_health_adapter_synced", map[string]string{"adapter": Name}))
 
 	// The figures of the note: requests per second against node count.
 	assert.InDelta(t, 0.6, Rate(3, 10*time.Second), 1e-9)
+}
+
+// series reads one series of reg.
+func series(t *testing.T, reg *prometheus.Registry, name string, labels map[string]string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	require.NoError(t, err)
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	next:
+		for _, m := range mf.GetMetric() {
+			got := map[string]string{}
+			for _, l := range m.GetLabel() {
+				got[l.GetName()] = l.GetValue()
+			}
+			for k, v := range labels {
+				if got[k] != v {
+					continue next
+				}
+			}
+			if m.GetCounter() != nil {
+				return m.GetCounter().GetValue()
+			}
+			return m.GetGauge().GetValue()
+		}
+	}
+	t.Fatalf("no %s%v", name, labels)
+	return 0
 }
