@@ -6,6 +6,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/cozystack/cozy-health/pkg/linstorapi/diskstate"
 	"github.com/cozystack/cozy-health/pkg/report"
 )
 
@@ -32,38 +33,11 @@ func HasAny(flags, want []string) bool {
 	return false
 }
 
-// Rank orders DRBD disk states from good to bad, for picking a resource's
-// worst volume.
-func Rank(state string) int {
-	switch state {
-	case "UpToDate", "Diskless":
-		return 0
-	case "Consistent", "Attaching", "Detaching", "Negotiating":
-		return 1
-	case "Inconsistent":
-		return 2
-	case "Outdated":
-		return 3
-	case "Failed":
-		return 5
-	default: // DUnknown, "" (no state), anything unexpected
-		return 4
-	}
-}
-
-// StatusOf maps a DRBD disk state to a status; "" (no state) is Unknown.
-func StatusOf(state string) report.Status {
-	switch state {
-	case "UpToDate", "Diskless":
-		return report.StatusHealthy
-	case "Failed":
-		return report.StatusDown
-	case "Consistent", "Attaching", "Detaching", "Negotiating", "Inconsistent", "Outdated":
-		return report.StatusDegraded
-	default:
-		return report.StatusUnknown
-	}
-}
+// Rank and StatusOf are DRBD's disk-state vocabulary (diskstate).
+var (
+	Rank     = diskstate.Rank
+	StatusOf = diskstate.StatusOf
+)
 
 // ReplicaState is a replica's worst volume disk state in the controller's
 // view: "Diskless" for a diskless replica, "" when the controller holds no

@@ -20,7 +20,7 @@ import (
 	"sort"
 
 	"github.com/cozystack/cozy-health/agent/internal/check"
-	"github.com/cozystack/cozy-health/pkg/linstorapi"
+	"github.com/cozystack/cozy-health/pkg/linstorapi/diskstate"
 	"github.com/cozystack/cozy-health/pkg/report"
 )
 
@@ -76,7 +76,7 @@ func localState(r Resource) string {
 		if d.Client && s == "Diskless" {
 			s = "Diskless"
 		}
-		if linstorapi.Rank(s) > linstorapi.Rank(worst) {
+		if diskstate.Rank(s) > diskstate.Rank(worst) {
 			worst = s
 		}
 	}
@@ -117,7 +117,7 @@ func Judge(node string, local []Resource) []report.Observation {
 		}
 		o := report.Observation{
 			ResourceRef: &report.ResourceRef{Kind: report.KindResource, Name: r.Name},
-			Status:      linstorapi.StatusOf(state),
+			Status:      diskstate.StatusOf(state),
 			Attributes: map[string]float64{
 				report.AttrUpToDate:         b2f(state == "UpToDate"),
 				report.AttrDiskless:         b2f(state == "Diskless"),
