@@ -191,8 +191,12 @@ func (r *Reader) credentials() (linstorapi.TLSMaterial, error) {
 func (r *Reader) Run(ctx context.Context) error {
 	if r.secrets != nil {
 		go r.secrets.RunWithContext(ctx)
-		// Not waiting for the sync: a read before it fails naming the
-		// Secret, which is what the view then says.
+		// The first read waits for the Secret's list (at most one
+		// interval): a read before it would fail for nothing. One that
+		// cannot list (the Role not bound) fails naming the Secret.
+		wait, cancel := context.WithTimeout(ctx, r.cfg.Interval)
+		cache.WaitForCacheSync(wait.Done(), r.secrets.HasSynced)
+		cancel()
 	}
 	r.log.Info("reading the LINSTOR controller's view", zap.String("url", r.client.URL()), zap.Duration("interval", r.cfg.Interval),
 		zap.String("secret", r.cfg.SecretNamespace+"/"+r.cfg.SecretName))
