@@ -114,7 +114,7 @@ func (e *Engine) Evaluate() map[string]*rollup.ComponentStatus {
 		out = rollup.Retime(e.latest, observed, now, e.cfg)
 		if cf.Fresh(now) {
 			_, agents := observed[cf.Component]
-			rollup.ClampCluster(out[cf.Component], cf, !agents)
+			rollup.ClampCluster(out[cf.Component], cf, !agents, e.cfg)
 		}
 		if e.writer != nil {
 			for _, comp := range report.NodeComponents {
@@ -141,7 +141,7 @@ func (e *Engine) Evaluate() map[string]*rollup.ComponentStatus {
 func (e *Engine) recompute(snap state.Snapshot, now time.Time, cf *rollup.ClusterFacts) map[string]*rollup.ComponentStatus {
 	out := rollup.ComputeCached(snap, now, e.cfg, e.cache)
 	if cf != nil {
-		rollup.MergeCluster(out[cf.Component], cf, now)
+		rollup.MergeCluster(out[cf.Component], cf, now, e.cfg)
 	}
 	for _, comp := range report.NodeComponents {
 		cs := out[comp]

@@ -21,7 +21,10 @@ type ClusterFacts struct {
 	// Gen changes whenever the facts do (the engine's retiming compares it).
 	Gen uint64
 	// ObservedAt is when the source last answered; FreshUntil is when
-	// that answer stops being current.
+	// that answer stops being current (past it the facts are Unknown: the
+	// source's grace, as a node's heartbeat grace). The Health object's
+	// freshUntil is Config's bound from ObservedAt, as for the agents'
+	// facts, so that it outlives a leader failover.
 	ObservedAt, FreshUntil time.Time
 	// Reason and Message, when Reason is set, say why there is no current
 	// answer (never read, reads failing): the condition is Unknown and
@@ -56,12 +59,12 @@ const ReasonCentralStale = "ViewStale"
 //     keep the component from reading Healthy: stale is Unknown, never
 //     the last answer;
 //   - the component is then judged by the node projection again, and is
-//     as fresh as its stalest source (observedAt and freshUntil the
-//     earlier of the agents' and the central read's).
+//     as fresh as its stalest source (observedAt the earlier of the
+//     agents' and the central read's, freshUntil cfg's bound from it).
 //
 // A component no agent observes (NoData) but the central read does is
 // judged on the central read alone. nil cf changes nothing.
-func MergeCluster(cs *ComponentStatus, cf *ClusterFacts, now time.Time) {
+func MergeCluster(cs *ComponentStatus, cf *ClusterFacts, now time.Time, cfg Config) {
 	if cs == nil || cf == nil {
 		return
 	}
@@ -130,18 +133,16 @@ func MergeCluster(cs *ComponentStatus, cf *ClusterFacts, now time.Time) {
 		cs.Overall, cs.Reason = report.StatusUnknown, src.Reason
 	}
 	if fresh {
-		ClampCluster(cs, cf, noAgents)
+		ClampCluster(cs, cf, noAgents, cfg)
 	}
 }
 
-// ClampCluster makes cs as fresh as its stalest source: observedAt and
-// freshUntil no later than the central read's (only the central read's
-// when no agent observes the component).
-func ClampCluster(cs *ComponentStatus, cf *ClusterFacts, only bool) {
+// ClampCluster makes cs as fresh as its stalest source: observedAt no
+// later than the central read's (the central read's alone when no agent
+// observes the component), freshUntil cfg's bound from it.
+func ClampCluster(cs *ComponentStatus, cf *ClusterFacts, only bool, cfg Config) {
 	if only || cf.ObservedAt.Before(cs.ObservedAt) {
 		cs.ObservedAt = cf.ObservedAt
-	}
-	if only || cf.FreshUntil.Before(cs.FreshUntil) {
-		cs.FreshUntil = cf.FreshUntil
+		cs.FreshUntil = cfg.freshUntil(cf.ObservedAt)
 	}
 }

@@ -27,7 +27,7 @@ func central(at time.Time, status map[string]string, states map[string]string) *
 		{Resource: "pvc-1", Node: "c", State: "Diskless", Diskless: true},
 	}
 	return &ClusterFacts{Component: report.ComponentLinstor, Type: "LinstorController", Gen: 1,
-		ObservedAt: at, FreshUntil: at.Add(30 * time.Second), Message: "read from http://controller",
+		ObservedAt: at, FreshUntil: at.Add(15 * time.Second), Message: "read from http://controller",
 		Nodes: linstorapi.Observations(nodes, reps)}
 }
 
@@ -65,7 +65,7 @@ func TestClusterGolden(t *testing.T) {
 					worker(node("b", time.Second, ob(report.ComponentNode, report.CheckTalosServices, H, "ServicesRunning"))))
 			}
 			out := Compute(s, t0, defaultCfg)
-			MergeCluster(out[report.ComponentLinstor], tc.cf, t0)
+			MergeCluster(out[report.ComponentLinstor], tc.cf, t0, defaultCfg)
 			for _, cs := range out {
 				Compact(cs, DefaultMaxListed)
 			}
@@ -92,17 +92,17 @@ func TestMergeClusterContract(t *testing.T) {
 	fresh := central(t0.Add(-5*time.Second), online, upToDate)
 	out := Compute(s, t0, defaultCfg)
 	agentsFreshUntil := out[report.ComponentLinstor].FreshUntil
-	MergeCluster(out[report.ComponentLinstor], fresh, t0)
+	MergeCluster(out[report.ComponentLinstor], fresh, t0, defaultCfg)
 	cs := out[report.ComponentLinstor]
 	assert.Equal(t, report.StatusHealthy, cs.Overall)
 	assert.Equal(t, fresh.ObservedAt, cs.ObservedAt, "the central read is older than a's report")
-	assert.Equal(t, fresh.FreshUntil, cs.FreshUntil)
+	assert.Equal(t, fresh.ObservedAt.Add(30*time.Second), cs.FreshUntil, "the written bound is the rollup's (6 x 5 s) from the read, as for the agents' facts")
 	assert.True(t, cs.FreshUntil.Before(agentsFreshUntil))
 
 	// The same facts, read past their freshness: Unknown, with the reason.
 	late := t0.Add(time.Minute)
 	out = Compute(s, late, defaultCfg)
-	MergeCluster(out[report.ComponentLinstor], fresh, late)
+	MergeCluster(out[report.ComponentLinstor], fresh, late, defaultCfg)
 	cs = out[report.ComponentLinstor]
 	assert.Equal(t, report.StatusUnknown, cs.Overall)
 	var src *Condition
@@ -114,11 +114,11 @@ func TestMergeClusterContract(t *testing.T) {
 	require.NotNil(t, src)
 	assert.Equal(t, report.StatusUnknown, src.Severity)
 	assert.Equal(t, ReasonCentralStale, src.Reason)
-	assert.Equal(t, "facts as last read at 2026-11-30T11:59:55Z, current until 2026-11-30T12:00:25Z", src.Message)
+	assert.Equal(t, "facts as last read at 2026-11-30T11:59:55Z, current until 2026-11-30T12:00:10Z", src.Message)
 
 	// Stale central facts alone never read Healthy.
 	out = Compute(snap(), late, defaultCfg)
-	MergeCluster(out[report.ComponentLinstor], fresh, late)
+	MergeCluster(out[report.ComponentLinstor], fresh, late, defaultCfg)
 	assert.Equal(t, report.StatusUnknown, out[report.ComponentLinstor].Overall)
 	assert.Equal(t, ReasonCentralStale, out[report.ComponentLinstor].Reason)
 	assert.False(t, fresh.Fresh(late))
@@ -129,6 +129,6 @@ func TestMergeClusterContract(t *testing.T) {
 	// nil facts change nothing.
 	a := Compute(s, t0, defaultCfg)
 	b := Compute(s, t0, defaultCfg)
-	MergeCluster(b[report.ComponentLinstor], nil, t0)
+	MergeCluster(b[report.ComponentLinstor], nil, t0, defaultCfg)
 	assert.Equal(t, a[report.ComponentLinstor], b[report.ComponentLinstor])
 }
