@@ -18,19 +18,17 @@ import (
 	"github.com/cozystack/cozy-health/test/sources/drbdsetup"
 	"github.com/cozystack/cozy-health/test/sources/fault"
 	kubeovnsrc "github.com/cozystack/cozy-health/test/sources/kubeovn"
-	linstorsrc "github.com/cozystack/cozy-health/test/sources/linstor"
 	ovssrc "github.com/cozystack/cozy-health/test/sources/ovs"
 	"github.com/cozystack/cozy-health/test/sources/talos"
 )
 
 // node is one simulated control-plane node with every source present.
 type node struct {
-	args    []string
-	shim    *talos.Server
-	cilium  *ciliumsrc.Server
-	pinger  *kubeovnsrc.Server
-	linstor *linstorsrc.Server
-	drbd    *drbdsetup.Fake
+	args   []string
+	shim   *talos.Server
+	cilium *ciliumsrc.Server
+	pinger *kubeovnsrc.Server
+	drbd   *drbdsetup.Fake
 }
 
 func startNode(t *testing.T) *node {
@@ -85,21 +83,14 @@ func startNode(t *testing.T) *node {
 	t.Cleanup(func() { _ = pinger.Close() })
 	pinger.Ping(5)
 
-	ls, err := linstorsrc.Start("", nil)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = ls.Close() })
-	ls.SetNode("node-0", "ONLINE")
-	ls.SetNode("node-1", "ONLINE")
-	ls.SetReplica(linstorsrc.Replica{Resource: "pvc-a", Node: "node-0", DiskState: "UpToDate"})
-	ls.SetReplica(linstorsrc.Replica{Resource: "pvc-a", Node: "node-1", DiskState: "UpToDate"})
-
 	fake, err := drbdsetup.Install(dir)
 	require.NoError(t, err)
+	require.NoError(t, fake.Set(upToDate("UpToDate")))
 	probe := filepath.Join(dir, "probe")
 	require.NoError(t, os.Mkdir(probe, 0o700))
 
 	return &node{
-		shim: srv, cilium: cil, pinger: pinger, linstor: ls, drbd: fake,
+		shim: srv, cilium: cil, pinger: pinger, drbd: fake,
 		args: []string{
 			"--node-name", "node-0",
 			"--talosconfig", talosconfig,
@@ -117,7 +108,6 @@ func startNode(t *testing.T) *node {
 			"--ovn-nb-ctl", filepath.Join(ovnRun, "ovnnb_db.ctl"),
 			"--ovn-sb-ctl", filepath.Join(ovnRun, "ovnsb_db.ctl"),
 			"--ovn-db-dir", ovnDB,
-			"--linstor-url", ls.URL,
 			"--drbdsetup", fake.Path,
 			"--check-deadline", "2s",
 			"--log-level", "error",
@@ -162,7 +152,7 @@ func TestRunOnceEverySource(t *testing.T) {
 	}
 	for _, c := range []string{report.CheckTalosServices, report.CheckEtcdMember, report.CheckEtcdMembership, report.CheckEtcdAlarms,
 		report.CheckFsyncLatency, report.CheckFsyncProbe, report.CheckDiskstats, report.CheckCiliumHealth,
-		report.CheckKubeOVNPinger, report.CheckLinstorSatellite, report.CheckDRBDResource,
+		report.CheckKubeOVNPinger, report.CheckDRBDResource,
 		report.CheckCiliumNodeConnectivity, report.CheckOVS, report.CheckOVNCentralMember} {
 		assert.Equal(t, "Healthy", seen[c], "check %s", c)
 	}
@@ -174,9 +164,9 @@ func TestRunOnceEverySource(t *testing.T) {
 	assert.Equal(t, 1, code)
 	n.cilium.Recover()
 
-	// linstor-offline + a hanging Talos API: Unknown for the Talos checks,
-	// Down for the satellite -> exit 1 (Down is worse than Unknown).
-	n.linstor.SetNode("node-0", "OFFLINE")
+	// A failed DRBD disk + a hanging Talos API: Unknown for the Talos
+	// checks, Down for the resource -> exit 1 (Down is worse than Unknown).
+	require.NoError(t, n.drbd.Set(upToDate("Failed")))
 	n.shim.SetHang(true)
 	out, code, took := runOnceJSON(t, n.args)
 	assert.Equal(t, 1, code)
@@ -187,7 +177,7 @@ func TestRunOnceEverySource(t *testing.T) {
 			assert.Equal(t, report.ReasonCheckTimeout, o.Reason, o.Message)
 		}
 	}
-	n.linstor.SetNode("node-0", "ONLINE")
+	require.NoError(t, n.drbd.Set(upToDate("UpToDate")))
 
 	// Only Unknown (hanging Talos, hanging Cilium): exit 2, still on time.
 	n.cilium.Fault.Set(fault.Hang)
@@ -216,28 +206,16 @@ func TestRunOnceTextAndUsage(t *testing.T) {
 	assert.Equal(t, 2, code)
 }
 
-// TestMissingOptionalInputsDoNotStopTheAgent: on a node where the LINSTOR
-// client certificate, the talosconfig and the Cilium socket are not mounted
-// (the Secrets live in other namespaces and their mounts are optional), the
+// TestMissingOptionalInputsDoNotStopTheAgent: on a node where the
+// talosconfig and the Cilium socket are not mounted (the Secret lives in
+// another namespace and its mount is optional), the
 // agent still reports everything else; the checks that need them read
 // Unknown with a reason that says what to mount.
 func TestMissingOptionalInputsDoNotStopTheAgent(t *testing.T) {
 	n := startNode(t)
-	pki, err := talos.NewPKI([]string{"127.0.0.1"}, []string{"linstor-client"}, time.Hour)
-	require.NoError(t, err)
-	ls, err := linstorsrc.Start("", pki.ServerTLS())
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = ls.Close() })
-	ls.SetNode("node-0", "ONLINE")
-	require.NoError(t, n.drbd.Set([]drbdsetup.Resource{{Name: "pvc-a", Role: "Secondary",
-		Devices: []drbdsetup.Device{{Volume: 0, DiskState: "UpToDate"}}}}))
 	dir := t.TempDir()
 	missing := filepath.Join(dir, "not-mounted")
 	args := append(append([]string{}, n.args...),
-		"--linstor-url", ls.URL,
-		"--linstor-ca-file", filepath.Join(missing, "ca.crt"),
-		"--linstor-client-cert-file", filepath.Join(missing, "tls.crt"),
-		"--linstor-client-key-file", filepath.Join(missing, "tls.key"),
 		"--talosconfig", filepath.Join(missing, "config"),
 		"--cilium-socket", filepath.Join(missing, "cilium.sock"),
 	)
@@ -254,16 +232,20 @@ func TestMissingOptionalInputsDoNotStopTheAgent(t *testing.T) {
 		}
 	}
 	for c, want := range map[string]string{
-		report.CheckLinstorSatellite: "LINSTOR CA " + filepath.Join(missing, "ca.crt") + " not found",
-		report.CheckTalosServices:    "talosconfig " + filepath.Join(missing, "config") + " not found",
-		report.CheckCiliumHealth:     "Cilium agent socket " + filepath.Join(missing, "cilium.sock") + " not found",
+		report.CheckTalosServices: "talosconfig " + filepath.Join(missing, "config") + " not found",
+		report.CheckCiliumHealth:  "Cilium agent socket " + filepath.Join(missing, "cilium.sock") + " not found",
 	} {
 		require.Len(t, byCheck[c], 1, "%s: %v", c, byCheck)
 		assert.Contains(t, byCheck[c][0], "Unknown/"+report.ReasonInputMissing+": "+want, c)
 	}
-	// DRBD state is still read locally (drbdsetup) without LINSTOR.
+	// DRBD state is read locally (drbdsetup).
 	require.NotEmpty(t, byCheck[report.CheckDRBDResource])
 	for _, o := range byCheck[report.CheckDRBDResource] {
 		assert.Contains(t, o, "Healthy/DiskUpToDate: resource pvc-a on node-0: disk UpToDate (from drbdsetup)")
 	}
+}
+
+// upToDate is one resource, pvc-a, whose local disk is in state.
+func upToDate(state string) []drbdsetup.Resource {
+	return []drbdsetup.Resource{{Name: "pvc-a", Role: "Secondary", Devices: []drbdsetup.Device{{Volume: 0, DiskState: state}}}}
 }

@@ -76,7 +76,7 @@ func TestSchemaAndChecksRejectBadValues(t *testing.T) {
 		{"ping loss out of order", map[string]any{"agent": map[string]any{"thresholds": map[string]any{"kubeOVNPingLoss": map[string]any{"degraded": 0.5, "down": 0.1}}}}, "agent.thresholds.kubeOVNPingLoss"},
 		{"ping loss above 1", map[string]any{"agent": map[string]any{"thresholds": map[string]any{"kubeOVNPingLoss": map[string]any{"degraded": 0.5, "down": 2}}}}, "/agent/thresholds/kubeOVNPingLoss/down"},
 		{"fsync window below samples", map[string]any{"agent": map[string]any{"sources": map[string]any{"fsyncProbe": map[string]any{"samples": 10, "window": 5}}}}, "agent.sources.fsyncProbe.window 5"},
-		{"URL without scheme", map[string]any{"agent": map[string]any{"sources": map[string]any{"linstor": map[string]any{"url": "linstor:3371"}}}}, "/agent/sources/linstor/url"},
+		{"URL without scheme", map[string]any{"aggregator": map[string]any{"linstor": map[string]any{"url": "linstor:3371"}}}, "/aggregator/linstor/url"},
 		{"relative host path", map[string]any{"agent": map[string]any{"sources": map[string]any{"cilium": map[string]any{"runPath": "run/cilium"}}}}, "/agent/sources/cilium/runPath"},
 		{"digest not sha256", map[string]any{"aggregator": map[string]any{"image": "ghcr.io/cozystack/cozystack/cozy-health-aggregator:0.1.0@latest"}}, "/aggregator/image"},
 		{"image without tag or digest", map[string]any{"agent": map[string]any{"image": "ghcr.io/cozystack/cozystack/cozy-health-agent"}}, "/agent/image"},
@@ -131,8 +131,8 @@ func TestDefaultsRender(t *testing.T) {
 	assert.Contains(t, cfgText, "tls-service: cozy-health-aggregator,cozy-health-aggregator-ingest")
 	assert.Contains(t, cfgText, "warm-up-max: 45s")
 	assert.Equal(t, 3, kinds["ClusterRoleBinding"], "aggregator; the adapters' Health objects in every namespace; the agent's get nodes")
-	assert.Equal(t, 2, kinds["Role"], "Health objects and Lease; the TLS Secret and CA ConfigMap")
-	assert.Equal(t, 2, kinds["RoleBinding"])
+	assert.Equal(t, 3, kinds["Role"], "Health objects and Lease; the TLS Secret and CA ConfigMap; the LINSTOR client Secret in cozy-linstor")
+	assert.Equal(t, 3, kinds["RoleBinding"])
 	assert.Equal(t, 6, kinds["ClusterRole"], "aggregator, the adapters' Health objects, drain-check, tenant view, agent (get nodes), metrics reader")
 	assert.Contains(t, cfgText, "metrics-auth: delegated")
 	agentRole, err := r.Object("ClusterRole", "cozy-health-agent")
@@ -203,7 +203,6 @@ func TestDisabledSourcesDropTheirMounts(t *testing.T) {
 	r, err := Render(Options{Values: map[string]any{"agent": map[string]any{"sources": map[string]any{
 		"talos": map[string]any{"enabled": false}, "cilium": map[string]any{"runPath": ""},
 		"fsyncProbe": map[string]any{"hostPath": ""}, "diskstats": map[string]any{"enabled": false},
-		"linstor":  map[string]any{"url": ""},
 		"kubeOVN":  map[string]any{"ovsRunPath": "", "ovnRunPath": "", "ovnDBPath": ""},
 		"nodeRole": map[string]any{"enabled": false},
 	}}}})
@@ -211,7 +210,7 @@ func TestDisabledSourcesDropTheirMounts(t *testing.T) {
 	ds, err := r.Object("DaemonSet", "cozy-health-agent")
 	require.NoError(t, err)
 	args := containerArgs(t, ds)
-	for _, a := range []string{"--talosconfig=", "--kube-api-token-file=", "--cilium-socket=", "--cilium-health-socket=", "--fsync-probe-dir=", "--proc-root=", "--linstor-url=",
+	for _, a := range []string{"--talosconfig=", "--kube-api-token-file=", "--cilium-socket=", "--cilium-health-socket=", "--fsync-probe-dir=", "--proc-root=",
 		"--ovs-db-socket=", "--ovn-controller-pidfile=", "--ovn-nb-ctl=", "--ovn-sb-ctl=", "--ovn-db-dir="} {
 		assert.Contains(t, args, a)
 	}
@@ -381,4 +380,47 @@ func TestAgentBlastRadius(t *testing.T) {
 	ds, err = r.Object("DaemonSet", "cozy-health-agent")
 	require.NoError(t, err)
 	assert.EqualValues(t, 1000, nested(t, ds, "spec", "template", "spec", "securityContext", "runAsUser"))
+}
+
+// The LINSTOR client certificate is read where it lives: a Role on that one
+// Secret in its namespace, bound to the aggregator, and the aggregator's
+// configuration naming it; the agents mount nothing of LINSTOR's.
+func TestLinstorSecretReadWhereItLives(t *testing.T) {
+	r, err := Render(Options{})
+	require.NoError(t, err)
+	role, err := r.Object("Role", "cozy-health-aggregator-linstor-client")
+	require.NoError(t, err)
+	assert.Equal(t, "cozy-linstor", role.GetNamespace())
+	rules, _, _ := unstructured.NestedSlice(role.Object, "rules")
+	require.Len(t, rules, 1)
+	rule := rules[0].(map[string]any)
+	assert.Equal(t, []any{"secrets"}, rule["resources"])
+	assert.Equal(t, []any{"linstor-client-tls"}, rule["resourceNames"])
+	assert.Equal(t, []any{"get", "list", "watch"}, rule["verbs"])
+	rb, err := r.Object("RoleBinding", "cozy-health-aggregator-linstor-client")
+	require.NoError(t, err)
+	assert.Equal(t, "cozy-linstor", rb.GetNamespace())
+	assert.Equal(t, "cozy-health-aggregator", nested(t, rb, "subjects", 0, "name"))
+
+	cm, err := r.Object("ConfigMap", "cozy-health-aggregator")
+	require.NoError(t, err)
+	conf := nested(t, cm, "data", "config.yaml").(string)
+	for _, want := range []string{`linstor-url: "https://linstor-controller.cozy-linstor.svc:3371"`, `linstor-secret-namespace: "cozy-linstor"`,
+		`linstor-secret: "linstor-client-tls"`, "linstor-interval: 10s"} {
+		assert.Contains(t, conf, want)
+	}
+	ds, err := r.Object("DaemonSet", "cozy-health-agent")
+	require.NoError(t, err)
+	for _, a := range containerArgs(t, ds) {
+		assert.NotContains(t, a, "linstor", "the agents do not read LINSTOR's controller")
+	}
+
+	r, err = Render(Options{Set: []string{"aggregator.linstor.url="}})
+	require.NoError(t, err)
+	_, err = r.Object("Role", "cozy-health-aggregator-linstor-client")
+	assert.ErrorIs(t, err, ErrNotFound, "no LINSTOR: no Role in a namespace that may not exist")
+	r, err = Render(Options{Set: []string{"aggregator.linstor.secretName=", "aggregator.linstor.url=http://linstor-controller.cozy-linstor.svc:3370"}})
+	require.NoError(t, err)
+	_, err = r.Object("Role", "cozy-health-aggregator-linstor-client")
+	assert.ErrorIs(t, err, ErrNotFound, "no client certificate: nothing to read")
 }

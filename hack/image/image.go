@@ -62,7 +62,8 @@ type Program struct {
 // root-owned API socket (connect needs write permission on it), writes its
 // fsync probe into a root-owned host directory on the etcd disk, and reads
 // the host's /proc. It runs no other program: DRBD state comes from
-// LINSTOR's view, so the image carries no drbdsetup.
+// the LINSTOR controller's view (read by the aggregator), so the image
+// carries no drbdsetup.
 var Programs = []Program{
 	{Name: "cozy-health-agent", Package: "./agent", User: "0:0"},
 	{Name: "cozy-health-aggregator", Package: "./aggregator", User: "65532:65532"},

@@ -108,6 +108,9 @@ func TestChartOnTalosPodSecurity(t *testing.T) {
 	cp := chartPlane(t)
 	cs := cp.Clientset()
 	a := newApplier(t, cp.Config)
+	// Where Cozystack runs LINSTOR (its Secret linstor-client-tls lives
+	// there): the chart's Role on that one Secret goes in it.
+	createNamespace(t, cs, "cozy-linstor", nil)
 
 	variants := []struct {
 		name string
@@ -115,7 +118,7 @@ func TestChartOnTalosPodSecurity(t *testing.T) {
 	}{
 		{"plain-manifests", render.Options{Set: []string{"namespace.create=true"}}},
 		{"delegated", render.Options{Set: []string{"namespace.create=true", "aggregator.drainAuth=delegated"}}},
-		{"sources-off", render.Options{Set: []string{"namespace.create=true", "agent.sources.talos.enabled=false", "agent.sources.cilium.runPath=", "agent.sources.linstor.url=", "agent.sources.fsyncProbe.hostPath=", "agent.sources.diskstats.enabled=false",
+		{"sources-off", render.Options{Set: []string{"namespace.create=true", "agent.sources.talos.enabled=false", "agent.sources.cilium.runPath=", "aggregator.linstor.url=", "agent.sources.fsyncProbe.hostPath=", "agent.sources.diskstats.enabled=false",
 			"agent.sources.kubeOVN.ovsRunPath=", "agent.sources.kubeOVN.ovnRunPath=", "agent.sources.kubeOVN.ovnDBPath="}}},
 		{"drain-subjects", render.Options{Values: map[string]any{"namespace": map[string]any{"create": true},
 			"drainCheck": map[string]any{"subjects": []any{map[string]any{"kind": "Group", "name": "operators", "apiGroup": "rbac.authorization.k8s.io"}}}}}},

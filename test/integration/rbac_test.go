@@ -50,6 +50,9 @@ func TestShippedRBAC(t *testing.T) {
 	ctx := context.Background()
 	cp, _ := setup(t)
 	require.NoError(t, cp.InstallTalosServiceAccountCRD(ctx))
+	// Where Cozystack runs LINSTOR: the manifests' Role on its client
+	// certificate Secret lives there.
+	require.NoError(t, cp.EnsureNamespace(ctx, "cozy-linstor"))
 	f := filepath.Join(harness.RepoRoot(), deploy.ManifestsFile)
 	out, err := cp.Kubectl(ctx, "apply", "--server-side", "-f", f)
 	require.NoError(t, err, "apply %s: %s", f, out)

@@ -108,7 +108,6 @@ func NodeValues(dir string) map[string]any {
 				"talos": map[string]any{"enabled": false},
 				"kubeOVN": map[string]any{"pingerURL": "", "ovsRunPath": filepath.Join(dir, "openvswitch"),
 					"ovnRunPath": filepath.Join(dir, "ovn"), "ovnDBPath": filepath.Join(dir, "ovn-db")},
-				"linstor":    map[string]any{"url": ""},
 				"cilium":     map[string]any{"runPath": filepath.Join(dir, "cilium")},
 				"fsyncProbe": map[string]any{"hostPath": filepath.Join(dir, "fsync-probe")},
 			},
@@ -116,7 +115,8 @@ func NodeValues(dir string) map[string]any {
 		// The test reads /metrics through the apiserver's pod proxy, which
 		// passes no bearer token; delegated metrics auth is tested in
 		// aggregator/internal/delegated and deploy/render.
-		"aggregator": map[string]any{"reportInterval": "2s", "refreshPeriod": "3s", "metricsAuth": "none"},
+		// No LINSTOR controller (and no cozy-linstor namespace) here.
+		"aggregator": map[string]any{"reportInterval": "2s", "refreshPeriod": "3s", "metricsAuth": "none", "linstor": map[string]any{"url": ""}},
 	}
 }
 

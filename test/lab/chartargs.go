@@ -38,8 +38,6 @@ func labValues(o Options) map[string]any {
 			"sources": map[string]any{
 				// This machine's disks are not the lab nodes'.
 				"diskstats": map[string]any{"enabled": false},
-				// The lab's LINSTOR speaks plain HTTP: no client certificate.
-				"linstor": map[string]any{"clientSecret": ""},
 			},
 			// The fsync probe writes to this machine's disk, shared with
 			// the builds and tests running beside the lab: its p99 says how
@@ -64,6 +62,10 @@ func labValues(o Options) map[string]any {
 				"retryPeriod":   (o.LeaseDuration / 6).String(),
 			},
 			"tokenAudience": TokenAudience,
+			// The aggregators read the lab's LINSTOR controller (its URL
+			// is the lab's, below), once per report interval; it speaks
+			// plain HTTP: no client certificate Secret.
+			"linstor": map[string]any{"secretName": "", "interval": o.Interval.String()},
 			// The lab's scrapes (test/monitoring, e2e) read /metrics without
 			// a Kubernetes token.
 			"metricsAuth": "none",
@@ -281,6 +283,8 @@ func (l *Lab) aggregatorProcess(c *chartRelease, a *Aggregator) ([]string, []str
 			"--listen":       {a.GRPC},
 			"--http-addr":    {a.HTTP},
 			"--metrics-addr": {a.Metrics},
+			// One LINSTOR controller for the whole lab.
+			"--linstor-url": {l.State.Nodes[0].LinstorURL},
 		},
 	}
 	return s.process(c.aggregator, filepath.Join(l.opts.BinDir, "cozy-health-aggregator"))
@@ -333,7 +337,6 @@ func (l *Lab) agentProcess(c *chartRelease, n *Node) ([]string, []string, error)
 			"--metrics-addr": {n.AgentMetrics},
 			// Each node's sources listen on their own loopback ports.
 			"--etcd-metrics-url": {n.EtcdMetrics},
-			"--linstor-url":      {n.LinstorURL},
 			// Not in a pod: no $KUBERNETES_SERVICE_HOST.
 			"--kube-api-server": {l.State.APIServerURL},
 		},

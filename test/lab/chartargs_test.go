@@ -29,7 +29,7 @@ func TestChartProcess(t *testing.T) {
 			"volume:kube-api-access":                 "/lab/n1/kube-api",
 		},
 		fields: map[string]string{"spec.nodeName": "node-1", "status.hostIP": "127.0.0.9"},
-		flags:  map[string][]string{"--aggregator": {"127.0.0.1:1", "127.0.0.1:2"}, "--linstor-url": {"http://127.0.0.1:3"}, "--extra": {"x"}},
+		flags:  map[string][]string{"--aggregator": {"127.0.0.1:1", "127.0.0.1:2"}, "--etcd-metrics-url": {"http://127.0.0.1:3/metrics"}, "--extra": {"x"}},
 	}
 	args, env, err := s.process(c.agent, "/bin/agent")
 	require.NoError(t, err)
@@ -46,7 +46,10 @@ func TestChartProcess(t *testing.T) {
 	assert.Contains(t, args, "--cilium-health-socket=/lab/n1/health.sock")
 	assert.Contains(t, args, "--ovs-db-socket=/lab/n1/ovs/db.sock")
 	assert.Contains(t, args, "--ovn-nb-ctl=/lab/n1/ovn/ovnnb_db.ctl")
-	assert.Contains(t, args, "--linstor-url=http://127.0.0.1:3")
+	assert.Contains(t, args, "--etcd-metrics-url=http://127.0.0.1:3/metrics", "a flag the chart passes is replaced")
+	for _, a := range args {
+		assert.NotContains(t, a, "linstor", "the agents do not read the LINSTOR controller")
+	}
 	assert.Contains(t, args, "--proc-root=", "diskstats off in the lab, the chart's way")
 	assert.Equal(t, "--extra=x", args[len(args)-1], "a flag the chart does not pass is added")
 	assert.Contains(t, env, "NODE_NAME=node-1")

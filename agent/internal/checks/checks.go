@@ -7,7 +7,6 @@
 package checks
 
 import (
-	"context"
 	"errors"
 	"flag"
 	"fmt"
@@ -25,12 +24,10 @@ import (
 	"github.com/cozystack/cozy-health/agent/internal/checks/fsynclatency"
 	"github.com/cozystack/cozy-health/agent/internal/checks/fsyncprobe"
 	"github.com/cozystack/cozy-health/agent/internal/checks/kubeovn"
-	"github.com/cozystack/cozy-health/agent/internal/checks/linstor"
 	"github.com/cozystack/cozy-health/agent/internal/checks/ovncentral"
 	"github.com/cozystack/cozy-health/agent/internal/checks/ovs"
 	"github.com/cozystack/cozy-health/agent/internal/checks/talosservices"
 	"github.com/cozystack/cozy-health/agent/internal/sources"
-	"github.com/cozystack/cozy-health/pkg/report"
 )
 
 // Plugin is one check as the agent wires it. A check package exports one
@@ -71,26 +68,8 @@ func Table() []Plugin {
 		&kubeovn.Plugin{},
 		&ovs.Plugin{},
 		&ovncentral.Plugin{},
-		linstorSatellite{},
 		&drbd.Plugin{},
 	}
-}
-
-// linstorSatellite wires the linstor-satellite check, whose package keeps
-// its own constructor (its controller part is moving to the aggregator);
-// until then its observations are completed (check.Stamp) here.
-type linstorSatellite struct{}
-
-func (linstorSatellite) Build(src *sources.Set) (check.Check, error) {
-	return stamped{linstor.NewSatellite(src.Linstor, src.Node)}, nil
-}
-
-// stamped completes a check's observations with check.Stamp.
-type stamped struct{ check.Check }
-
-func (s stamped) Run(ctx context.Context) ([]report.Observation, error) {
-	obs, err := s.Check.Run(ctx)
-	return check.Stamp(s.Check, obs...), err
 }
 
 // Config is the flags of every check in Table and of the shared sources.

@@ -17,24 +17,22 @@ import (
 	"github.com/cozystack/cozy-health/agent/internal/check"
 	"github.com/cozystack/cozy-health/agent/internal/checks"
 	"github.com/cozystack/cozy-health/agent/internal/checks/cilium"
-	"github.com/cozystack/cozy-health/agent/internal/checks/linstor"
 	"github.com/cozystack/cozy-health/agent/internal/runner"
 	agenttalos "github.com/cozystack/cozy-health/agent/internal/sources/talos"
 	"github.com/cozystack/cozy-health/pkg/report"
 	"github.com/cozystack/cozy-health/test/harness"
 	ciliumsrc "github.com/cozystack/cozy-health/test/sources/cilium"
-	linstorsrc "github.com/cozystack/cozy-health/test/sources/linstor"
 	"github.com/cozystack/cozy-health/test/sources/talos"
 	"github.com/cozystack/cozy-health/test/volume"
 )
 
 // TestMissingInputsRecoverWithoutRestart: one agent's checks, built once,
-// on a node where the LINSTOR client Secret, the Talos ServiceAccount Secret
-// and the Cilium socket are not there yet. Those checks read Unknown with
-// what to mount while the rest report; when the kubelet later writes the
-// Secret volumes (its atomic layout) and Cilium starts, the very same checks
-// recover on their next run; a rotated LINSTOR certificate is followed and a
-// half-broken one reads InputUnreadable.
+// on a node where the Talos ServiceAccount Secret and the Cilium socket are
+// not there yet. Those checks read Unknown with what to mount while the
+// rest report; when the kubelet later writes the Secret volume (its atomic
+// layout) and Cilium starts, the very same checks recover on their next
+// run. (The LINSTOR client certificate is no agent input: the aggregator
+// reads it from its Secret, see aggregator/internal/adapters/linstor.)
 func TestMissingInputsRecoverWithoutRestart(t *testing.T) {
 	cluster := harness.StartEtcdClusterT(t, 1)
 	talosPKI, err := talos.NewPKI([]string{"127.0.0.1"}, []string{"os:reader"}, time.Hour)
@@ -45,30 +43,21 @@ func TestMissingInputsRecoverWithoutRestart(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(srv.Stop)
 
-	linstorPKI, err := talos.NewPKI([]string{"127.0.0.1"}, []string{"linstor-client"}, time.Hour)
-	require.NoError(t, err)
-	ls, err := linstorsrc.Start("", linstorPKI.ServerTLS())
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = ls.Close() })
-	ls.SetNode("node-0", "ONLINE")
-
 	dir := t.TempDir()
 	sockDir, err := os.MkdirTemp("", "cil")
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = os.RemoveAll(sockDir) })
-	talosDir, linstorDir := filepath.Join(dir, "talos.dev"), filepath.Join(dir, "linstor-client")
+	talosDir := filepath.Join(dir, "talos.dev")
 	probe := filepath.Join(dir, "probe")
 	require.NoError(t, os.Mkdir(probe, 0o700))
 
 	talosconfig, ciliumSocket := filepath.Join(talosDir, "config"), filepath.Join(sockDir, "cilium.sock")
-	linstorCA, linstorCert, linstorKey := filepath.Join(linstorDir, "ca.crt"), filepath.Join(linstorDir, "tls.crt"), filepath.Join(linstorDir, "tls.key")
 	cfg := checks.NewConfig()
 	fs := flag.NewFlagSet("test", flag.ContinueOnError)
 	cfg.RegisterFlags(fs)
 	require.NoError(t, fs.Parse([]string{
 		"--talosconfig", talosconfig, "--etcd-metrics-url", cluster.Members[0].MetricsURL, "--fsync-probe-dir", probe,
 		"--proc-root=", "--drbdsetup=", "--cilium-socket", ciliumSocket,
-		"--linstor-url", ls.URL, "--linstor-ca-file", linstorCA, "--linstor-client-cert-file", linstorCert, "--linstor-client-key-file", linstorKey,
 		"--fsync-probe-p99-degraded=30s", "--fsync-probe-p99-down=1m",
 	}))
 	require.NoError(t, cfg.Validate())
@@ -89,11 +78,8 @@ func TestMissingInputsRecoverWithoutRestart(t *testing.T) {
 
 	obs := collect()
 	for c, want := range map[string]string{
-		report.CheckTalosServices:    "talosconfig " + talosconfig + " not found: mount Secret cozy-health-agent-talos-secrets",
-		report.CheckCiliumHealth:     "Cilium agent socket " + ciliumSocket + " not found: mount hostPath /var/run/cilium",
-		report.CheckLinstorSatellite: "LINSTOR CA " + linstorCA + " not found: " + linstor.InputFix,
-		// No drbdsetup on this node: without LINSTOR nothing is known.
-		report.CheckDRBDResource: "LINSTOR CA " + linstorCA + " not found",
+		report.CheckTalosServices: "talosconfig " + talosconfig + " not found: mount Secret cozy-health-agent-talos-secrets",
+		report.CheckCiliumHealth:  "Cilium agent socket " + ciliumSocket + " not found: mount hostPath /var/run/cilium",
 	} {
 		o, ok := obs[c]
 		require.True(t, ok, "%s is reported, not left out: %v", c, obs)
@@ -114,38 +100,23 @@ func TestMissingInputsRecoverWithoutRestart(t *testing.T) {
 	for _, c := range []string{report.CheckFsyncLatency, report.CheckFsyncProbe} {
 		assert.Equal(t, report.StatusHealthy, obs[c].Status, "%s keeps reporting: %+v", c, obs[c])
 	}
-	assert.Equal(t, 1.0, errorsTotal(t, reg, report.CheckLinstorSatellite, report.ReasonInputMissing))
+	assert.Equal(t, 1.0, errorsTotal(t, reg, report.CheckCiliumHealth, report.ReasonInputMissing))
 
 	// The kubelet mounts the Secrets (they were created meanwhile) and the
 	// Cilium agent comes up.
 	talosconfigPEM, err := talosPKI.Talosconfig([]string{talosAddr}, talosPKI.ClientCertPEM, talosPKI.ClientKeyPEM)
 	require.NoError(t, err)
 	require.NoError(t, volume.Write(talosDir, map[string][]byte{"config": talosconfigPEM}))
-	require.NoError(t, volume.Write(linstorDir, map[string][]byte{"ca.crt": linstorPKI.CAPEM, "tls.crt": linstorPKI.ClientCertPEM, "tls.key": linstorPKI.ClientKeyPEM}))
 	cil, err := ciliumsrc.Start(ciliumSocket)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = cil.Close() })
 
 	obs = collect()
 	for _, c := range []string{report.CheckTalosServices, report.CheckEtcdMember, report.CheckEtcdMembership, report.CheckEtcdAlarms,
-		report.CheckCiliumHealth, report.CheckLinstorSatellite} {
+		report.CheckCiliumHealth} {
 		assert.Equal(t, report.StatusHealthy, obs[c].Status, "%s recovered without a restart: %+v", c, obs[c])
 	}
-	assert.NotContains(t, obs, report.CheckDRBDResource, "no resource on this node: nothing to judge")
-
-	// A half-written rotation (certificate and key that do not match) is
-	// unreadable; the complete one is followed.
-	crt, _, err := linstorPKI.IssueClient([]string{"linstor-client"}, time.Hour)
-	require.NoError(t, err)
-	require.NoError(t, volume.Write(linstorDir, map[string][]byte{"ca.crt": linstorPKI.CAPEM, "tls.crt": crt, "tls.key": linstorPKI.ClientKeyPEM}))
-	o := collect()[report.CheckLinstorSatellite]
-	assert.Equal(t, report.StatusUnknown, o.Status)
-	assert.Equal(t, report.ReasonInputUnreadable, o.Reason)
-	assert.Contains(t, o.Message, "LINSTOR client certificate "+linstorCert+" unreadable (tls: private key does not match public key)")
-	crt, key, err := linstorPKI.IssueClient([]string{"linstor-client"}, time.Hour)
-	require.NoError(t, err)
-	require.NoError(t, volume.Write(linstorDir, map[string][]byte{"ca.crt": linstorPKI.CAPEM, "tls.crt": crt, "tls.key": key}))
-	assert.Equal(t, report.StatusHealthy, collect()[report.CheckLinstorSatellite].Status)
+	assert.NotContains(t, obs, report.CheckDRBDResource, "no drbdsetup here: the aggregator reads DRBD from LINSTOR")
 }
 
 // errorsTotal reads cozy_health_agent_check_errors_total{check, reason}.
@@ -175,12 +146,11 @@ func errorsTotal(t *testing.T, reg *prometheus.Registry, check, reason string) f
 // bytes at most): with the chart's paths the whole fix stays readable.
 func TestInputMessagesFitAHealthEntry(t *testing.T) {
 	for _, m := range []struct{ what, path, fix string }{
-		{"LINSTOR client certificate", "/etc/linstor/client/tls.crt", linstor.InputFix},
 		{"talosconfig", agenttalos.DefaultConfigFile, agenttalos.InputFix},
 		{"Cilium agent socket", "/var/run/cilium/cilium.sock", cilium.InputFix},
 	} {
 		err := check.Input(m.what, m.path, m.fix, os.ErrNotExist)
-		entry := "LinstorSatellite: " + err.Error()
+		entry := "TalosServices: " + err.Error()
 		assert.LessOrEqual(t, len(entry), 256, entry)
 	}
 }

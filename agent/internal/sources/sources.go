@@ -3,8 +3,9 @@
 // (sources/talos: --talosconfig, --talos-endpoints, --talos-node), this
 // node's role from its Node object (sources/noderole: --kube-api-*), one
 // shared scrape of etcd's metrics (sources/etcdmetrics: --etcd-metrics-url),
-// the host's /proc (--proc-root) and the LINSTOR controller
-// (--linstor-*). A check is built from the Set (checks.Plugin.Build) and
+// and the host's /proc (--proc-root). The LINSTOR controller's view is
+// cluster-level: the aggregator reads it (aggregator/internal/adapters/linstor).
+// A check is built from the Set (checks.Plugin.Build) and
 // takes what it reads; a source left unconfigured is nil in the Set, and
 // the checks that need it are not applicable.
 //
@@ -20,7 +21,6 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/cozystack/cozy-health/agent/internal/check"
-	"github.com/cozystack/cozy-health/agent/internal/checks/linstor"
 	"github.com/cozystack/cozy-health/agent/internal/sources/etcdmetrics"
 	"github.com/cozystack/cozy-health/agent/internal/sources/noderole"
 	"github.com/cozystack/cozy-health/agent/internal/sources/talos"
@@ -43,10 +43,6 @@ type Config struct {
 	KubeAPITokenFile string
 	// KubeAPICAFile verifies the API server (--kube-api-ca-file).
 	KubeAPICAFile string
-	// Linstor is the LINSTOR controller's REST URL and TLS files
-	// (--linstor-url, --linstor-ca-file, --linstor-client-cert-file,
-	// --linstor-client-key-file).
-	Linstor linstor.ClientConfig
 }
 
 // RegisterFlags binds the shared sources' flags, with their defaults, to fs.
@@ -59,21 +55,13 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	// where the kubelet mounts the default one.
 	fs.StringVar(&c.KubeAPITokenFile, "kube-api-token-file", "/var/run/secrets/kubernetes.io/serviceaccount/token", "ServiceAccount token file for reading the agent's own Node (get nodes); empty disables: without Talos access every node's etcd reads Unknown")
 	fs.StringVar(&c.KubeAPICAFile, "kube-api-ca-file", "/var/run/secrets/kubernetes.io/serviceaccount/ca.crt", "CA file verifying the API server")
-	fs.StringVar(&c.Linstor.URL, "linstor-url", "", "LINSTOR controller REST URL; empty disables the LINSTOR view")
-	fs.StringVar(&c.Linstor.CAFile, "linstor-ca-file", "", "CA verifying the LINSTOR controller")
-	fs.StringVar(&c.Linstor.CertFile, "linstor-client-cert-file", "", "TLS client certificate for LINSTOR")
-	fs.StringVar(&c.Linstor.KeyFile, "linstor-client-key-file", "", "TLS client key for LINSTOR")
 }
 
 // Validate rejects values the sources cannot be opened with.
 func (c *Config) Validate() error {
 	errs := []error{
 		check.ValidateURL("etcd-metrics-url", c.EtcdMetricsURL),
-		check.ValidateURL("linstor-url", c.Linstor.URL),
 		check.ValidateURL("kube-api-server", c.KubeAPIServer),
-	}
-	if (c.Linstor.CertFile == "") != (c.Linstor.KeyFile == "") {
-		errs = append(errs, errors.New("--linstor-client-cert-file and --linstor-client-key-file go together"))
 	}
 	return errors.Join(errs...)
 }
@@ -96,8 +84,6 @@ type Set struct {
 	EtcdMetrics *etcdmetrics.Reader
 	// ProcRoot is the host's /proc; "" when disabled.
 	ProcRoot string
-	// Linstor asks the LINSTOR controller; nil when --linstor-url is empty.
-	Linstor *linstor.Client
 }
 
 // Open opens the sources of a validated configuration for node. Nothing is
@@ -120,12 +106,6 @@ func Open(cfg Config, node string, log *zap.Logger) (*Set, error) {
 				_ = s.Close()
 				return nil, fmt.Errorf("open the Node role reader: %w", err)
 			}
-		}
-	}
-	if cfg.Linstor.URL != "" {
-		if s.Linstor, err = linstor.NewClient(cfg.Linstor); err != nil {
-			_ = s.Close()
-			return nil, err
 		}
 	}
 	return s, nil

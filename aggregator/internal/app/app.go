@@ -41,6 +41,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/cozystack/cozy-health/aggregator/internal/adapterkit"
+	linstoradapter "github.com/cozystack/cozy-health/aggregator/internal/adapters/linstor"
 	"github.com/cozystack/cozy-health/aggregator/internal/config"
 	"github.com/cozystack/cozy-health/aggregator/internal/delegated"
 	"github.com/cozystack/cozy-health/aggregator/internal/drain"
@@ -116,7 +117,10 @@ type App struct {
 	// informers are dynamic, one per served API, started and stopped as
 	// CRDs come and go, under Run's errgroup.
 	adapters *adapterkit.Manager
-	drain    *drain.Service
+	// linstor reads the LINSTOR controller's view (nil without
+	// --linstor-url); the engine and the drain check read it.
+	linstor *linstoradapter.Reader
+	drain   *drain.Service
 	// claims counts and logs the cluster claims the rollup and the drain
 	// check do not believe (quorum.Auditor).
 	claims  *quorum.Auditor
@@ -238,6 +242,13 @@ func New(cfg config.Config, log *zap.Logger, opts Options) (a *App, err error) {
 		if a.adapters, err = a.newAdapters(cfg, rc); err != nil {
 			return nil, err
 		}
+	}
+	if cfg.LinstorURL != "" {
+		if a.linstor, err = linstoradapter.New(linstoradapter.Config{URL: cfg.LinstorURL, SecretNamespace: cfg.LinstorSecretNamespace,
+			SecretName: cfg.LinstorSecret, Interval: cfg.LinstorInterval, Metrics: a.metrics}, a.kube, a.base, a.clock); err != nil {
+			return nil, fmt.Errorf("--linstor-url: %w", err)
+		}
+		a.engine.SetCluster(a.linstor.Facts)
 	}
 
 	a.informers = informers.NewSharedInformerFactory(a.kube, 10*time.Minute)
@@ -472,6 +483,9 @@ func (a *App) Run(ctx context.Context) error {
 			a.seedAdapterTransitions(ctx)
 			return a.adapters.Run(ctx)
 		})
+	}
+	if a.linstor != nil {
+		g.Go(func() error { return a.linstor.Run(ctx) })
 	}
 	g.Go(func() error { return serveHTTP(a.httpSrv, a.httpLis) })
 	g.Go(func() error { return serveHTTP(a.metSrv, a.metLis) })

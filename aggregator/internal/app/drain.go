@@ -14,6 +14,7 @@ import (
 	"github.com/cozystack/cozy-health/aggregator/internal/config"
 	"github.com/cozystack/cozy-health/aggregator/internal/drain"
 	"github.com/cozystack/cozy-health/aggregator/internal/state"
+	"github.com/cozystack/cozy-health/pkg/linstorapi"
 )
 
 // newDrain builds the drain pre-check on the shared Node informer; New
@@ -33,7 +34,11 @@ func (a *App) newDrain(nodes coreinformers.NodeInformer, log *zap.Logger) (*drai
 		return nil, nil, fmt.Errorf("--drain-auth: want %s or %s, got %q", config.DrainAuthNone, config.DrainAuthDelegated, a.cfg.DrainAuth)
 	}
 	source := drainSource(a.state, nodes, a.rollup.Grace, log.With(zap.String("component", "drain")))
-	svc, err := drain.NewService(drain.Config{Auditor: a.claims}, source, a.clock, log, a.reg)
+	dcfg := drain.Config{Auditor: a.claims}
+	if a.linstor != nil {
+		dcfg.Linstor = func() ([]linstorapi.Replica, string) { return a.linstor.Replicas(a.clock.Now()) }
+	}
+	svc, err := drain.NewService(dcfg, source, a.clock, log, a.reg)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -438,6 +438,9 @@ func TestDeployRBACSuffices(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	require.NoError(t, cp.InstallTalosServiceAccountCRD(ctx))
+	// Where Cozystack runs LINSTOR: the manifests' Role on its client
+	// certificate Secret lives there.
+	require.NoError(t, cp.EnsureNamespace(ctx, "cozy-linstor"))
 	out, err := cp.Kubectl(ctx, "apply", "--server-side", "-f", filepath.Join(harness.RepoRoot(), deploy.ManifestsFile))
 	require.NoError(t, err, out)
 	_, err = cp.Clientset().CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-a"}}, metav1.CreateOptions{})

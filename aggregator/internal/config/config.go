@@ -9,6 +9,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/url"
 	"os"
 	"strings"
 	"time"
@@ -181,6 +182,18 @@ type Config struct {
 	// AdapterWritesPerSecond is the token-bucket rate of the adapters'
 	// writes, beside the node components' (--adapter-writes-per-second).
 	AdapterWritesPerSecond float64
+
+	// LinstorURL is the LINSTOR controller's REST URL (--linstor-url);
+	// empty: the controller's view is not read (the agents' drbdsetup, if
+	// any, is the only DRBD source).
+	LinstorURL string
+	// LinstorSecretNamespace and LinstorSecret name the client certificate
+	// Secret, read where it lives (--linstor-secret-namespace,
+	// --linstor-secret; empty: no client certificate).
+	LinstorSecretNamespace, LinstorSecret string
+	// LinstorInterval: the controller's view is read this often
+	// (--linstor-interval); it is Unknown past 3 intervals without a read.
+	LinstorInterval time.Duration
 }
 
 // TLS modes (Config.TLSMode).
@@ -249,6 +262,9 @@ func Default() Config {
 		AdapterPeriod:          adapterkit.DefaultPeriod,
 		AdapterSyncTimeout:     adapterkit.DefaultSyncTimeout,
 		AdapterWritesPerSecond: 5,
+		LinstorSecretNamespace: "cozy-linstor",
+		LinstorSecret:          "linstor-client-tls",
+		LinstorInterval:        10 * time.Second,
 	}
 }
 
@@ -307,6 +323,10 @@ func bind(fs *flag.FlagSet, c *Config) {
 	fs.DurationVar(&c.AdapterPeriod, "adapter-period", c.AdapterPeriod, "judge every adapter again this often, besides on every change (backups age without events)")
 	fs.DurationVar(&c.AdapterSyncTimeout, "adapter-sync-timeout", c.AdapterSyncTimeout, "an adapter whose informer has not synced this long after it started reads Unknown")
 	fs.Float64Var(&c.AdapterWritesPerSecond, "adapter-writes-per-second", c.AdapterWritesPerSecond, "token-bucket rate of the adapters' writes (beside --writes-per-second)")
+	fs.StringVar(&c.LinstorURL, "linstor-url", c.LinstorURL, "LINSTOR controller REST URL read once per --linstor-interval by every replica; empty disables the LINSTOR view")
+	fs.StringVar(&c.LinstorSecretNamespace, "linstor-secret-namespace", c.LinstorSecretNamespace, "namespace of the LINSTOR client certificate Secret")
+	fs.StringVar(&c.LinstorSecret, "linstor-secret", c.LinstorSecret, "Secret with ca.crt, tls.crt, tls.key of a LINSTOR API client certificate, watched where it lives; empty: no client certificate")
+	fs.DurationVar(&c.LinstorInterval, "linstor-interval", c.LinstorInterval, "read the LINSTOR controller's view this often (Unknown past 3 intervals without a read)")
 }
 
 // Load parses args (without the program name), applies the --config file if
@@ -471,6 +491,17 @@ func (c *Config) Validate() error {
 	}
 	if c.AdapterSyncTimeout <= 0 {
 		bad("adapter-sync-timeout", "must be > 0, got %s", c.AdapterSyncTimeout)
+	}
+	if c.LinstorURL != "" {
+		if u, err := url.Parse(c.LinstorURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			bad("linstor-url", "want an http:// or https:// URL with a host, got %q", c.LinstorURL)
+		}
+		if c.LinstorSecret != "" && c.LinstorSecretNamespace == "" {
+			bad("linstor-secret-namespace", "must be set with --linstor-secret")
+		}
+	}
+	if c.LinstorInterval < time.Second {
+		bad("linstor-interval", "must be >= 1s, got %s", c.LinstorInterval)
 	}
 	if c.AdapterWritesPerSecond <= 0 {
 		bad("adapter-writes-per-second", "must be > 0, got %g", c.AdapterWritesPerSecond)

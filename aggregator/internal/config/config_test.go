@@ -74,6 +74,10 @@ func TestBadValuesNameTheFlag(t *testing.T) {
 		{[]string{"--drain-auth", "basic"}, "--drain-auth"},
 		{[]string{"--drain-auth", ""}, "--drain-auth"},
 		{[]string{"--report-interval", "10ms"}, "--report-interval"},
+		{[]string{"--linstor-url", "linstor:3371"}, "--linstor-url"},
+		{[]string{"--linstor-url", "http://"}, "--linstor-url"},
+		{[]string{"--linstor-url", "https://c:3371", "--linstor-secret-namespace", ""}, "--linstor-secret-namespace"},
+		{[]string{"--linstor-interval", "100ms"}, "--linstor-interval"},
 	} {
 		_, err := Load(append(append([]string{}, tlsArgs...), tc.args...), io.Discard)
 		require.Error(t, err, "%v", tc.args)
@@ -127,6 +131,10 @@ func TestShippedConfigLoads(t *testing.T) {
 	assert.Equal(t, "cozy-health", cfg.TLSNamespace)
 	assert.Equal(t, "cozy-health-aggregator-tls", cfg.TLSSecret)
 	assert.Contains(t, cfg.TLSHosts(), "cozy-health-aggregator.cozy-health.svc")
+	assert.Equal(t, "https://linstor-controller.cozy-linstor.svc:3371", cfg.LinstorURL)
+	assert.Equal(t, "cozy-linstor", cfg.LinstorSecretNamespace)
+	assert.Equal(t, "linstor-client-tls", cfg.LinstorSecret)
+	assert.Equal(t, 10*time.Second, cfg.LinstorInterval)
 }
 
 func TestTLSModes(t *testing.T) {

@@ -324,6 +324,12 @@ func (linstorLastReplicaRule) Check(node string, s *Snapshot, now time.Time) []R
 // whole); empty when its report lists them. Holding none is then never
 // read from the absence of data.
 func drbdUnknownWhy(node string, s *Snapshot) string {
+	if s.ctl != nil {
+		if s.ctl.why != "" {
+			return "the LINSTOR controller's view is not current (" + s.ctl.why + ")"
+		}
+		return ""
+	}
 	if s.nodes[node].LastReport == nil {
 		return "its agent never reported"
 	}

@@ -42,6 +42,10 @@ type Config struct {
 	// claims no other holder corroborates); nil drops them. The raft
 	// claims are the same the rollup reads and audits.
 	Auditor *quorum.Auditor
+	// Linstor, when set, is the LINSTOR controller's view the aggregator
+	// reads itself; the LINSTOR rules read replicas from it instead of the
+	// agents' reports.
+	Linstor ControllerView
 }
 
 // Validate refuses values the service cannot run with.
@@ -126,6 +130,9 @@ func (s *Service) Snapshot(now time.Time) *Snapshot {
 	}
 	start := time.Now()
 	snap = s.indexer.Snapshot(s.source(now), now)
+	if s.cfg.Linstor != nil {
+		snap = snap.WithControllerView(s.cfg.Linstor())
+	}
 	s.m.snapshotSeconds.Observe(time.Since(start).Seconds())
 	s.cur.Store(snap)
 	return snap

@@ -7,6 +7,7 @@ import (
 
 	"github.com/cozystack/cozy-health/aggregator/internal/quorum"
 	"github.com/cozystack/cozy-health/aggregator/internal/state"
+	"github.com/cozystack/cozy-health/pkg/linstorapi"
 	"github.com/cozystack/cozy-health/pkg/report"
 )
 
@@ -77,6 +78,18 @@ type Snapshot struct {
 	// kubeOVN lists the nodes whose latest report observes kube-ovn at
 	// all (ovs-ovn, the pinger, ovn-central), sorted: kube-ovn is deployed.
 	kubeOVN []string
+	// ctl is the LINSTOR controller's view when the aggregator reads it;
+	// nil: the agents' drbd-resource reports are read.
+	ctl *controllerView
+}
+
+// WithControllerView returns s reading the LINSTOR replicas from the
+// controller's view (reps, or why it is not current) instead of the
+// agents' reports.
+func (s *Snapshot) WithControllerView(reps []linstorapi.Replica, why string) *Snapshot {
+	c := *s
+	c.ctl = newControllerView(reps, why)
+	return &c
 }
 
 // replica is one node's replica of a DRBD resource.
@@ -274,6 +287,9 @@ func buildHolders(facts map[string]*nodeFacts) map[string][]string {
 // drbdUnknown is the reason node's drbd-resource check read Unknown as a
 // whole; empty when it did not (or the node never reported).
 func (s *Snapshot) drbdUnknown(node string) string {
+	if s.ctl != nil {
+		return ""
+	}
 	if f := s.facts[node]; f != nil {
 		return f.drbdUnknown
 	}
@@ -282,6 +298,9 @@ func (s *Snapshot) drbdUnknown(node string) string {
 
 // resources returns the resources node holds a replica of, sorted.
 func (s *Snapshot) resources(node string) []drbdFact {
+	if s.ctl != nil {
+		return s.ctl.byNode[node]
+	}
 	if f := s.facts[node]; f != nil {
 		return f.drbd
 	}
@@ -290,6 +309,9 @@ func (s *Snapshot) resources(node string) []drbdFact {
 
 // replicas returns every replica of resource res, by node.
 func (s *Snapshot) replicas(res string) []replica {
+	if s.ctl != nil {
+		return s.ctl.byRes[res]
+	}
 	holders := s.holders[res]
 	out := make([]replica, 0, len(holders))
 	for _, n := range holders {

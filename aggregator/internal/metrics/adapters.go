@@ -23,10 +23,14 @@ const (
 	// AdapterErrorWatchFailing: a source the API has not confirmed past
 	// the watch grace (Unknown/WatchFailing); counted once per occurrence.
 	AdapterErrorWatchFailing = "watch_failing"
+	// AdapterErrorRead: a read of a source the aggregator polls (the
+	// LINSTOR controller's REST API) failed: unreachable, refused, an
+	// answer that does not decode, the client certificate missing.
+	AdapterErrorRead = "read"
 )
 
 // AdapterErrorReasons are every reason of cozy_health_adapter_errors_total.
-var AdapterErrorReasons = []string{AdapterErrorPanic, AdapterErrorTimeout, AdapterErrorNotSynced, AdapterErrorWatch, AdapterErrorWatchFailing}
+var AdapterErrorReasons = []string{AdapterErrorPanic, AdapterErrorTimeout, AdapterErrorNotSynced, AdapterErrorWatch, AdapterErrorWatchFailing, AdapterErrorRead}
 
 // adapterMetrics are the cluster adapters' own metrics, one label set per
 // adapter (a handful), set by the adapter manager when it judges.
@@ -63,7 +67,7 @@ func newAdapterMetrics() *adapterMetrics {
 		}, []string{"adapter"}),
 		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "cozy_health_adapter_errors_total",
-			Help: "Cluster adapter failures by reason: panic and timeout (a judgement failed: JudgeFailed), not_synced (an informer past the sync timeout: SourceNotSynced), watch (a list or watch of a source failed), watch_failing (a source unconfirmed by the API past the grace: WatchFailing).",
+			Help: "Cluster adapter failures by reason: panic and timeout (a judgement failed: JudgeFailed), not_synced (an informer past the sync timeout: SourceNotSynced), watch (a list or watch of a source failed), watch_failing (a source unconfirmed by the API past the grace: WatchFailing), read (a read of a polled source, the LINSTOR controller, failed).",
 		}, []string{"adapter", "reason"}),
 		skipped: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "cozy_health_adapter_judges_skipped_total",

@@ -38,7 +38,7 @@ cozy_health_adapter_synced{adapter="velero"} 0
 cozy_health_adapter_objects{adapter="cnpg"} 4000
 cozy_health_adapter_objects{adapter="velero"} 0
 `), "cozy_health_adapter_applicable", "cozy_health_adapter_synced", "cozy_health_adapter_objects"))
-	assert.Equal(t, 10, testutil.CollectAndCount(m.adapters.errors), "every adapter x reason exists from the start")
+	assert.Equal(t, 2*len(AdapterErrorReasons), testutil.CollectAndCount(m.adapters.errors), "every adapter x reason exists from the start")
 	assert.Equal(t, 1.0, testutil.ToFloat64(m.adapters.errors.WithLabelValues("cnpg", AdapterErrorWatch)))
 	assert.Equal(t, 0.0, testutil.ToFloat64(m.adapters.errors.WithLabelValues("velero", AdapterErrorWatch)))
 	// Queue depth, events and the API's last confirmation.

@@ -42,10 +42,22 @@ type Engine struct {
 	// alwaysRecompute turns retiming off (tests compare both ways).
 	alwaysRecompute bool
 
+	// cluster, when set, returns the facts read centrally (the LINSTOR
+	// controller's view) merged into their component; clusterGen and
+	// clusterFresh are what the last evaluation merged (retiming is valid
+	// only while they hold).
+	cluster      func(now time.Time) *ClusterFacts
+	clusterGen   uint64
+	clusterFresh bool
+
 	// mu guards latest.
 	mu     sync.RWMutex
 	latest map[string]*status.Component
 }
+
+// SetCluster makes every evaluation merge the facts f returns
+// (MergeCluster). Call before Run.
+func (e *Engine) SetCluster(f func(now time.Time) *ClusterFacts) { e.cluster = f }
 
 // NewEngine wires an Engine that publishes into namespace. m and pub may be
 // nil (no rollup metrics, no publisher).
@@ -105,11 +117,23 @@ func (e *Engine) Evaluate() map[string]*status.Component {
 	var out map[string]*status.Component
 	var observed map[string]time.Time
 	unchanged := false
-	if e.latest != nil && !e.alwaysRecompute && !e.damper.Holding() {
+	var cf *ClusterFacts
+	if e.cluster != nil {
+		cf = e.cluster(now)
+	}
+	sameCluster := cf == nil || (cf.Gen == e.clusterGen && cf.Fresh(now) == e.clusterFresh)
+	if e.latest != nil && !e.alwaysRecompute && !e.damper.Holding() && sameCluster {
 		e.state.Read(func(nodes map[string]state.Entry) { observed, unchanged = e.cache.Unchanged(nodes, now, e.cfg) })
+	}
+	if cf != nil {
+		e.clusterGen, e.clusterFresh = cf.Gen, cf.Fresh(now)
 	}
 	if unchanged {
 		out = Retime(e.latest, observed, now, e.cfg)
+		if cf.Fresh(now) {
+			_, agents := observed[cf.Component]
+			ClampCluster(out[cf.Component], cf, !agents, e.cfg)
+		}
 		for _, comp := range report.NodeComponents {
 			e.pub.Retime(e.namespace, out[comp])
 		}
@@ -117,7 +141,7 @@ func (e *Engine) Evaluate() map[string]*status.Component {
 			e.metrics.ObserveRollup(metrics.RollupRetimed, time.Since(start))
 		}
 	} else {
-		out = e.recompute(e.state.Snapshot(), now)
+		out = e.recompute(e.state.Snapshot(), now, cf)
 		if e.metrics != nil {
 			e.metrics.ObserveRollup(metrics.RollupFull, time.Since(start))
 		}
@@ -130,8 +154,11 @@ func (e *Engine) Evaluate() map[string]*status.Component {
 
 // recompute is the full rollup: Compute, then damping, compaction and
 // stamping, published.
-func (e *Engine) recompute(snap state.Snapshot, now time.Time) map[string]*status.Component {
+func (e *Engine) recompute(snap state.Snapshot, now time.Time, cf *ClusterFacts) map[string]*status.Component {
 	out := ComputeCached(snap, now, e.cfg, e.cache)
+	if cf != nil {
+		MergeCluster(out[cf.Component], cf, now, e.cfg)
+	}
 	for _, comp := range report.NodeComponents {
 		cs := out[comp]
 		e.damper.Apply(cs, now)

@@ -32,7 +32,6 @@ import (
 	ciliumsrc "github.com/cozystack/cozy-health/test/sources/cilium"
 	"github.com/cozystack/cozy-health/test/sources/drbdsetup"
 	kubeovnsrc "github.com/cozystack/cozy-health/test/sources/kubeovn"
-	linstorsrc "github.com/cozystack/cozy-health/test/sources/linstor"
 	ovssrc "github.com/cozystack/cozy-health/test/sources/ovs"
 	"github.com/cozystack/cozy-health/test/sources/talos"
 )
@@ -117,18 +116,11 @@ func sources(b *testing.B) []string {
 	require.NoError(b, err)
 	b.Cleanup(func() { _ = pinger.Close() })
 
-	ls, err := linstorsrc.Start("", nil)
-	require.NoError(b, err)
-	b.Cleanup(func() { _ = ls.Close() })
-	for _, n := range []string{"node-0", "node-1", "node-2"} {
-		ls.SetNode(n, "ONLINE")
-	}
+	// The LINSTOR controller's view is the aggregator's read now
+	// (aggregator/internal/adapters/linstor): the agent reads DRBD locally.
 	var local []drbdsetup.Resource
 	for i := range 20 {
 		res := fmt.Sprintf("pvc-%04d", i)
-		for _, n := range []string{"node-0", "node-1", "node-2"} {
-			ls.SetReplica(linstorsrc.Replica{Resource: res, Node: n, DiskState: "UpToDate", Diskless: n == "node-2"})
-		}
 		local = append(local, drbdsetup.Resource{Name: res, Role: "Secondary", Devices: []drbdsetup.Device{{Minor: 1000 + i, DiskState: "UpToDate", Quorum: true}},
 			Connections: []drbdsetup.Connection{{PeerNodeID: 1, Name: "node-1", ConnectionState: "Connected", PeerRole: "Secondary",
 				PeerDevices: []drbdsetup.PeerDevice{{ReplicationState: "Established", PeerDiskState: "UpToDate", PercentInSync: 100}}}}})
@@ -155,7 +147,6 @@ func sources(b *testing.B) []string {
 		"--ovn-nb-ctl", filepath.Join(ovnRun, "ovnnb_db.ctl"),
 		"--ovn-sb-ctl", filepath.Join(ovnRun, "ovnsb_db.ctl"),
 		"--ovn-db-dir", ovnDB,
-		"--linstor-url", ls.URL,
 		"--drbdsetup", fake.Path,
 		"--log-level", "warn",
 	}

@@ -1,7 +1,8 @@
 // Package linstor serves the LINSTOR controller's REST API endpoints the
-// agent reads, GET /v1/nodes and GET /v1/view/resources, with their real
-// JSON shapes (rest_v1_openapi.yaml, LINSTOR 1.33) and the query filters
-// (nodes, resources) applied, over HTTP or mutual TLS. Node connection
+// aggregator reads, GET /v1/nodes and GET /v1/view/resources, marshalled
+// from upstream's own Go types (golinstor v0.63.0's client.Node and
+// client.ResourceWithVolumes, the API of LINSTOR 1.33) with the query
+// filters (nodes, resources) applied, over HTTP or mutual TLS. Node connection
 // status and each replica's disk state are settable (the lab's
 // linstor-offline and drbd-outdated faults).
 package linstor
@@ -17,6 +18,9 @@ import (
 	"sort"
 	"sync"
 	"time"
+
+	lapi "github.com/LINBIT/golinstor/client"
+	"github.com/LINBIT/golinstor/devicelayerkind"
 
 	"github.com/cozystack/cozy-health/test/sources/fault"
 )
@@ -44,6 +48,8 @@ type Server struct {
 	nodes    map[string]string
 	replicas []Replica
 	minor    int
+	// requests counts requests by path.
+	requests map[string]int
 }
 
 // Start serves on 127.0.0.1:0 (or addr); with tlsCfg non-nil it serves HTTPS.
@@ -62,7 +68,7 @@ func Start(addr string, tlsCfg *tls.Config) (*Server, error) {
 // hands the listeners over); with tlsCfg non-nil it serves HTTPS. Close
 // closes ln.
 func Serve(ln net.Listener, tlsCfg *tls.Config) *Server {
-	s := &Server{nodes: map[string]string{}, minor: 1000}
+	s := &Server{nodes: map[string]string{}, minor: 1000, requests: map[string]int{}}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/nodes", s.listNodes)
 	mux.HandleFunc("GET /v1/view/resources", s.viewResources)
@@ -124,6 +130,7 @@ func (s *Server) Close() error {
 }
 
 func (s *Server) listNodes(w http.ResponseWriter, r *http.Request) {
+	s.count(r)
 	if s.Fault.Apply(w, r) {
 		return
 	}
@@ -136,23 +143,23 @@ func (s *Server) listNodes(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	sort.Strings(names)
-	out := make([]map[string]any, 0, len(names))
+	out := make([]lapi.Node, 0, len(names))
 	for i, n := range names {
-		out = append(out, map[string]any{
-			"name":  n,
-			"type":  "SATELLITE",
-			"flags": []string{},
-			"props": map[string]string{"CurStltConnName": "default", "NodeUname": n},
-			"net_interfaces": []map[string]any{{
-				"name": "default", "address": fmt.Sprintf("10.0.0.%d", 10+i), "satellite_port": 3367,
-				"satellite_encryption_type": "SSL", "is_active": true, "uuid": fmt.Sprintf("4a3c2b1e-0000-4000-8000-%012d", i),
+		out = append(out, lapi.Node{
+			Name:  n,
+			Type:  "SATELLITE",
+			Flags: []string{},
+			Props: map[string]string{"CurStltConnName": "default", "NodeUname": n},
+			NetInterfaces: []lapi.NetInterface{{
+				Name: "default", Address: net.IPv4(10, 0, 0, byte(10+i)), SatellitePort: 3367,
+				SatelliteEncryptionType: "SSL", IsActive: true, Uuid: fmt.Sprintf("4a3c2b1e-0000-4000-8000-%012d", i),
 			}},
-			"connection_status":     s.nodes[n],
-			"uuid":                  fmt.Sprintf("9d6b2c8e-0000-4000-8000-%012d", i),
-			"storage_providers":     []string{"DISKLESS", "LVM", "LVM_THIN", "FILE", "FILE_THIN"},
-			"resource_layers":       []string{"DRBD", "LUKS", "NVME", "WRITECACHE", "CACHE", "BCACHE", "STORAGE"},
-			"unsupported_providers": map[string][]string{"ZFS": {"'cat /sys/module/zfs/version' returned with exit code 1"}},
-			"unsupported_layers":    map[string][]string{},
+			ConnectionStatus:     s.nodes[n],
+			Uuid:                 fmt.Sprintf("9d6b2c8e-0000-4000-8000-%012d", i),
+			StorageProviders:     []lapi.ProviderKind{lapi.DISKLESS, lapi.LVM, lapi.LVM_THIN, lapi.FILE, lapi.FILE_THIN},
+			ResourceLayers:       []devicelayerkind.DeviceLayerKind{devicelayerkind.Drbd, devicelayerkind.Luks, devicelayerkind.Nvme, devicelayerkind.Writecache, devicelayerkind.Cache, devicelayerkind.Bcache, devicelayerkind.Storage},
+			UnsupportedProviders: map[lapi.ProviderKind][]string{lapi.ZFS: {"'cat /sys/module/zfs/version' returned with exit code 1"}},
+			UnsupportedLayers:    map[devicelayerkind.DeviceLayerKind][]string{},
 		})
 	}
 	s.mu.Unlock()
@@ -160,59 +167,59 @@ func (s *Server) listNodes(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) viewResources(w http.ResponseWriter, r *http.Request) {
+	s.count(r)
 	if s.Fault.Apply(w, r) {
 		return
 	}
 	q := r.URL.Query()
 	nodes, resources := q["nodes"], q["resources"]
 	s.mu.Lock()
-	out := []map[string]any{}
+	out := []lapi.ResourceWithVolumes{}
 	for i, rep := range s.replicas {
 		if len(nodes) > 0 && !slices.Contains(nodes, rep.Node) || len(resources) > 0 && !slices.Contains(resources, rep.Resource) {
 			continue
 		}
-		out = append(out, s.resourceJSON(i, rep))
+		out = append(out, s.resource(i, rep))
 	}
 	s.mu.Unlock()
 	writeJSON(w, out)
 }
 
-// resourceJSON renders one ResourceWithVolumes the way the controller does
-// (cf. the golinstor fixture in shared/reference/samples).
-func (s *Server) resourceJSON(i int, rep Replica) map[string]any {
+// resource renders one ResourceWithVolumes as the controller fills it
+// (cf. the golinstor fixture in shared/reference/samples). The volume state
+// is left empty while the node's satellite is not ONLINE: the controller
+// holds no satellite state for it then (Json.apiToVolumeState). s.mu held.
+func (s *Server) resource(i int, rep Replica) lapi.ResourceWithVolumes {
 	flags := []string{}
-	provider, pool := "LVM_THIN", "thinpool"
+	provider, pool := lapi.LVM_THIN, "thinpool"
 	if rep.Diskless {
 		flags = []string{"DRBD_DISKLESS", "DISKLESS"}
-		provider, pool = "DISKLESS", "DfltDisklessStorPool"
+		provider, pool = lapi.DISKLESS, "DfltDisklessStorPool"
 	}
-	minor := s.minor + i
+	minor := int32(s.minor + i)
 	dev := fmt.Sprintf("/dev/drbd%d", minor)
-	vol := map[string]any{
-		"volume_number":      0,
-		"storage_pool_name":  pool,
-		"provider_kind":      provider,
-		"device_path":        dev,
-		"allocated_size_kib": 206,
-		"layer_data_list": []map[string]any{
-			{"type": "DRBD", "data": map[string]any{
-				"drbd_volume_definition": map[string]any{"volume_number": 0, "minor_number": minor},
-				"device_path":            dev,
-				"backing_device":         "/dev/linstor_thinpool/" + rep.Resource + "_00000",
-				"allocated_size_kib":     512148,
-				"usable_size_kib":        512000,
+	backing := "/dev/linstor_thinpool/" + rep.Resource + "_00000"
+	vol := lapi.Volume{
+		VolumeNumber:     0,
+		StoragePoolName:  pool,
+		ProviderKind:     provider,
+		DevicePath:       dev,
+		AllocatedSizeKib: 206,
+		LayerDataList: []lapi.VolumeLayer{
+			{Type: devicelayerkind.Drbd, Data: &lapi.DrbdVolume{
+				DrbdVolumeDefinition: lapi.DrbdVolumeDefinition{VolumeNumber: 0, MinorNumber: minor},
+				DevicePath:           dev, BackingDevice: backing, AllocatedSizeKib: 512148, UsableSizeKib: 512000,
 			}},
-			{"type": "STORAGE", "data": map[string]any{
-				"volume_number": 0, "device_path": "/dev/linstor_thinpool/" + rep.Resource + "_00000",
-				"allocated_size_kib": 516096, "usable_size_kib": 516096, "disk_state": "[]",
+			{Type: devicelayerkind.Storage, Data: &lapi.StorageVolume{
+				VolumeNumber: 0, DevicePath: backing, AllocatedSizeKib: 516096, UsableSizeKib: 516096, DiskState: "[]",
 			}},
 		},
-		"uuid": fmt.Sprintf("03b8ffd6-0000-4000-8000-%012d", i),
+		Uuid: fmt.Sprintf("03b8ffd6-0000-4000-8000-%012d", i),
 	}
-	if rep.DiskState != "" {
-		vol["state"] = map[string]any{"disk_state": rep.DiskState}
+	if s.nodes[rep.Node] == "ONLINE" {
+		vol.State.DiskState = rep.DiskState
 	}
-	conns := map[string]any{}
+	conns := map[string]lapi.DrbdConnection{}
 	for _, peer := range s.replicas {
 		if peer.Resource == rep.Resource && peer.Node != rep.Node {
 			ok := s.nodes[peer.Node] == "ONLINE"
@@ -220,36 +227,58 @@ func (s *Server) resourceJSON(i int, rep Replica) map[string]any {
 			if !ok {
 				msg = "Connecting"
 			}
-			conns[peer.Node] = map[string]any{"connected": ok, "message": msg}
+			conns[peer.Node] = lapi.DrbdConnection{Connected: ok, Message: msg}
 		}
 	}
-	return map[string]any{
-		"name":      rep.Resource,
-		"node_name": rep.Node,
-		"props":     map[string]string{"StorPoolName": pool},
-		"flags":     flags,
-		"layer_object": map[string]any{
-			"children": []map[string]any{{"type": "STORAGE", "storage": map[string]any{
-				"storage_volumes": []map[string]any{{"volume_number": 0, "device_path": "/dev/linstor_thinpool/" + rep.Resource + "_00000", "allocated_size_kib": 516096, "usable_size_kib": 516096, "disk_state": "[]"}},
-			}}},
-			"type": "DRBD",
-			"drbd": map[string]any{
-				"drbd_resource_definition": map[string]any{"peer_slots": 7, "al_stripes": 1, "al_stripe_size_kib": 32, "port": 7000 + i, "transport_type": "IP", "secret": "redacted", "down": false},
-				"node_id":                  i % 8,
-				"peer_slots":               7,
-				"al_stripes":               1,
-				"al_size":                  32,
-				"drbd_volumes":             []map[string]any{{"drbd_volume_definition": map[string]any{"volume_number": 0, "minor_number": minor}, "device_path": dev, "allocated_size_kib": 512148, "usable_size_kib": 512000}},
-				"connections":              conns,
-				"promotion_score":          10102,
-				"may_promote":              !rep.Diskless,
+	inUse := false
+	created := lapi.TimeStampMs{Time: time.UnixMilli(1622636098831)}
+	return lapi.ResourceWithVolumes{
+		Resource: lapi.Resource{
+			Name:     rep.Resource,
+			NodeName: rep.Node,
+			Props:    map[string]string{"StorPoolName": pool},
+			Flags:    flags,
+			LayerObject: &lapi.ResourceLayer{
+				Children: []lapi.ResourceLayer{{Type: devicelayerkind.Storage, Storage: &lapi.StorageResource{
+					StorageVolumes: []lapi.StorageVolume{{VolumeNumber: 0, DevicePath: backing, AllocatedSizeKib: 516096, UsableSizeKib: 516096, DiskState: "[]"}},
+				}}},
+				Type: devicelayerkind.Drbd,
+				Drbd: &lapi.DrbdResource{
+					DrbdResourceDefinition: lapi.DrbdResourceDefinitionLayer{PeerSlots: 7, AlStripes: 1, Port: int32(7000 + i), TransportType: "IP", Secret: "redacted"},
+					NodeId:                 int32(i % 8),
+					PeerSlots:              7,
+					AlStripes:              1,
+					AlSize:                 32,
+					DrbdVolumes:            []lapi.DrbdVolume{{DrbdVolumeDefinition: lapi.DrbdVolumeDefinition{VolumeNumber: 0, MinorNumber: minor}, DevicePath: dev, AllocatedSizeKib: 512148, UsableSizeKib: 512000}},
+					Connections:            conns,
+					PromotionScore:         10102,
+					MayPromote:             !rep.Diskless,
+				},
 			},
+			State: &lapi.ResourceState{InUse: &inUse},
+			Uuid:  fmt.Sprintf("78f0d7fe-0000-4000-8000-%012d", i),
 		},
-		"state":            map[string]any{"in_use": false},
-		"uuid":             fmt.Sprintf("78f0d7fe-0000-4000-8000-%012d", i),
-		"create_timestamp": 1622636098831,
-		"volumes":          []map[string]any{vol},
+		CreateTimestamp: &created,
+		Volumes:         []lapi.Volume{vol},
 	}
+}
+
+// count records one request by path.
+func (s *Server) count(r *http.Request) {
+	s.mu.Lock()
+	s.requests[r.URL.Path]++
+	s.mu.Unlock()
+}
+
+// Requests is how many requests each path was asked since the start.
+func (s *Server) Requests() map[string]int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make(map[string]int, len(s.requests))
+	for k, v := range s.requests {
+		out[k] = v
+	}
+	return out
 }
 
 func writeJSON(w http.ResponseWriter, v any) {

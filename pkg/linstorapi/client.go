@@ -1,0 +1,229 @@
+// Package linstorapi is the one LINSTOR controller REST client of
+// cozy-health, shared by the binaries: GET /v1/nodes and GET
+// /v1/view/resources decoded into upstream's own types (golinstor's
+// client.Node and client.ResourceWithVolumes, the version Cozystack's
+// LINSTOR 1.33 speaks), over plain HTTP or mutual TLS, with a bounded body.
+//
+// The TLS material is asked of a Credentials at every request and the
+// transport is rebuilt only when it changed, so a certificate cert-manager
+// renews (a Secret the caller watches) is used from the next request on,
+// without a restart.
+package linstorapi
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+
+	lapi "github.com/LINBIT/golinstor/client"
+)
+
+// Node and ResourceWithVolumes are upstream's types, re-exported so that
+// callers need not import golinstor themselves.
+type (
+	Node                = lapi.Node
+	ResourceWithVolumes = lapi.ResourceWithVolumes
+)
+
+// DefaultMaxBody caps one answer; a larger one is an error, not truncated.
+// A resource view entry is about 2 KiB: 64 MiB is some 30,000 replicas.
+const DefaultMaxBody = 64 << 20
+
+// TLSMaterial is the PEM a client presents and verifies with: Cozystack's
+// Secret linstor-client-tls (ca.crt, tls.crt, tls.key).
+type TLSMaterial struct {
+	CA, Cert, Key []byte
+}
+
+func (m TLSMaterial) equal(o TLSMaterial) bool {
+	return bytes.Equal(m.CA, o.CA) && bytes.Equal(m.Cert, o.Cert) && bytes.Equal(m.Key, o.Key)
+}
+
+// Credentials returns the current TLS material; an error (the Secret is
+// not there yet) fails the request with it.
+type Credentials func() (TLSMaterial, error)
+
+// Config configures a Client.
+type Config struct {
+	// URL is the controller's base URL (http:// or https://).
+	URL string
+	// Credentials, when set, supplies the client certificate and CA; nil
+	// speaks plain HTTP (or HTTPS verified by the system roots).
+	Credentials Credentials
+	// MaxBody caps one answer; 0 means DefaultMaxBody.
+	MaxBody int64
+}
+
+// Client reads the controller's REST API. Safe for concurrent use.
+type Client struct {
+	base    *url.URL
+	creds   Credentials
+	maxBody int64
+
+	// mu guards http and material: the HTTP client built from the TLS
+	// material as it was last seen.
+	mu       sync.Mutex
+	http     *http.Client
+	material TLSMaterial
+}
+
+// New builds a client; it does not connect.
+func New(cfg Config) (*Client, error) {
+	u, err := url.Parse(strings.TrimSuffix(cfg.URL, "/"))
+	if err != nil {
+		return nil, fmt.Errorf("parse linstor url: %w", err)
+	}
+	if u.Scheme != "http" && u.Scheme != "https" || u.Host == "" {
+		return nil, fmt.Errorf("parse linstor url %q: want http:// or https:// with a host", cfg.URL)
+	}
+	c := &Client{base: u, creds: cfg.Credentials, maxBody: cfg.MaxBody}
+	if c.maxBody <= 0 {
+		c.maxBody = DefaultMaxBody
+	}
+	if c.creds == nil {
+		c.http = &http.Client{Transport: newTransport(nil)}
+	}
+	return c, nil
+}
+
+// URL is the controller's base URL.
+func (c *Client) URL() string { return c.base.String() }
+
+func newTransport(tc *tls.Config) *http.Transport {
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.MaxIdleConnsPerHost = 2
+	tr.TLSClientConfig = tc
+	return tr
+}
+
+// TLSConfig builds the client TLS configuration from m: its CA as the only
+// root, its certificate as the client certificate (both optional).
+func TLSConfig(m TLSMaterial) (*tls.Config, error) {
+	tc := &tls.Config{MinVersion: tls.VersionTLS12}
+	if len(m.CA) > 0 {
+		tc.RootCAs = x509.NewCertPool()
+		if !tc.RootCAs.AppendCertsFromPEM(m.CA) {
+			return nil, errors.New("ca.crt holds no PEM certificate")
+		}
+	}
+	if len(m.Cert) > 0 || len(m.Key) > 0 {
+		crt, err := tls.X509KeyPair(m.Cert, m.Key)
+		if err != nil {
+			return nil, fmt.Errorf("tls.crt and tls.key: %w", err)
+		}
+		tc.Certificates = []tls.Certificate{crt}
+	}
+	return tc, nil
+}
+
+// client returns the HTTP client for the credentials as they are now.
+func (c *Client) client() (*http.Client, error) {
+	if c.creds == nil {
+		return c.http, nil
+	}
+	m, err := c.creds()
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.http != nil && m.equal(c.material) {
+		return c.http, nil
+	}
+	tc, err := TLSConfig(m)
+	if err != nil {
+		return nil, fmt.Errorf("linstor client certificate: %w", err)
+	}
+	if c.http != nil {
+		c.http.CloseIdleConnections()
+	}
+	c.http, c.material = &http.Client{Transport: newTransport(tc)}, m
+	return c.http, nil
+}
+
+// StatusError is a non-2xx answer of the controller.
+type StatusError struct {
+	Path string
+	Code int
+}
+
+func (e *StatusError) Error() string { return fmt.Sprintf("linstor %s: HTTP %d", e.Path, e.Code) }
+
+func (c *Client) get(ctx context.Context, path string, into any) error {
+	hc, err := c.client()
+	if err != nil {
+		return err
+	}
+	u := *c.base
+	u.Path += path
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
+	if err != nil {
+		return fmt.Errorf("build linstor request %s: %w", path, err)
+	}
+	req.Header.Set("Accept", "application/json")
+	resp, err := hc.Do(req)
+	if err != nil {
+		return fmt.Errorf("get linstor %s: %w", path, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, c.maxBody+1))
+	if err != nil {
+		return fmt.Errorf("read linstor %s: %w", path, err)
+	}
+	if int64(len(body)) > c.maxBody {
+		return fmt.Errorf("read linstor %s: body larger than %d bytes", path, c.maxBody)
+	}
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		return &StatusError{Path: path, Code: resp.StatusCode}
+	}
+	if err := json.Unmarshal(body, into); err != nil {
+		return fmt.Errorf("decode linstor %s: %w", path, err)
+	}
+	return nil
+}
+
+// Nodes lists every node the controller knows (GET /v1/nodes).
+func (c *Client) Nodes(ctx context.Context) ([]Node, error) {
+	var out []Node
+	if err := c.get(ctx, "/v1/nodes", &out); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// ResourceView lists every resource with its volumes on every node (GET
+// /v1/view/resources).
+func (c *Client) ResourceView(ctx context.Context) ([]ResourceWithVolumes, error) {
+	var out []ResourceWithVolumes
+	if err := c.get(ctx, "/v1/view/resources", &out); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// ParseNodes decodes a /v1/nodes body.
+func ParseNodes(body []byte) ([]Node, error) {
+	var out []Node
+	if err := json.Unmarshal(body, &out); err != nil {
+		return nil, fmt.Errorf("decode linstor /v1/nodes: %w", err)
+	}
+	return out, nil
+}
+
+// ParseResources decodes a /v1/view/resources body.
+func ParseResources(body []byte) ([]ResourceWithVolumes, error) {
+	var out []ResourceWithVolumes
+	if err := json.Unmarshal(body, &out); err != nil {
+		return nil, fmt.Errorf("decode linstor /v1/view/resources: %w", err)
+	}
+	return out, nil
+}
