@@ -17,6 +17,11 @@ const (
 	// for kubectl users to apply after the Talos patch (the plain manifests
 	// leave it out: Talos refuses it before).
 	TalosServiceAccountFile = "deploy/manifests/talos-serviceaccount.yaml"
+	// LinstorRBACFile is the Role and RoleBinding on LINSTOR's client
+	// Secret (in cozy-linstor) alone, for kubectl users on a cluster with
+	// LINSTOR (the plain manifests leave them out: the namespace may not
+	// exist).
+	LinstorRBACFile = "deploy/manifests/linstor-rbac.yaml"
 	// CozystackDashboardFile is files/dashboard.json where Cozystack keeps
 	// its infra dashboards (dashboards/<group>/<name>.json).
 	CozystackDashboardFile = "deploy/cozystack/dashboards/cozy-health/cozy-health.json"
@@ -38,7 +43,16 @@ const manifestsHeader = `# cozy-health plain manifests, rendered from the Helm c
 #
 # The Talos ServiceAccount is not here (Talos refuses it until the patch in
 # talos/manifests is applied): apply deploy/manifests/talos-serviceaccount.yaml
-# after the patch.
+# after the patch. Nor is the Role on LINSTOR's client Secret (its namespace,
+# cozy-linstor, exists only with LINSTOR): there apply
+# deploy/manifests/linstor-rbac.yaml.
+`
+
+const linstorHeader = `# cozy-health's Role and RoleBinding on the LINSTOR API client Secret
+# (cozy-linstor/linstor-client-tls), rendered from the Helm chart by
+# 'make manifests'. DO NOT EDIT. Apply it on a cluster with LINSTOR:
+#
+#   kubectl apply --server-side -f deploy/manifests/linstor-rbac.yaml
 `
 
 const talosHeader = `# cozy-health's talos.dev/v1alpha1 ServiceAccount, rendered from the Helm chart
@@ -80,6 +94,21 @@ func GeneratedFiles() (map[string][]byte, error) {
 		return nil, fmt.Errorf("the chart rendered no talos.dev ServiceAccount with talos.dev/v1alpha1 served")
 	}
 	out[TalosServiceAccountFile] = fmt.Appendf([]byte(talosHeader), "---\n%s\n", sa.Content)
+
+	l, err := Render(Options{APIVersions: []string{"piraeus.io/v1"}})
+	if err != nil {
+		return nil, err
+	}
+	linstor := []byte(linstorHeader)
+	for _, m := range l.Manifests {
+		if m.Source == "templates/linstor-rbac.yaml" {
+			linstor = fmt.Appendf(linstor, "---\n%s\n", m.Content)
+		}
+	}
+	if len(linstor) == len(linstorHeader) {
+		return nil, fmt.Errorf("the chart rendered no LINSTOR client Role with piraeus.io/v1 served")
+	}
+	out[LinstorRBACFile] = linstor
 
 	dash, err := fs.ReadFile(deploy.Chart(), "files/dashboard.json")
 	if err != nil {

@@ -131,8 +131,8 @@ func TestDefaultsRender(t *testing.T) {
 	assert.Contains(t, cfgText, "tls-service: cozy-health-aggregator,cozy-health-aggregator-ingest")
 	assert.Contains(t, cfgText, "warm-up-max: 45s")
 	assert.Equal(t, 3, kinds["ClusterRoleBinding"], "aggregator; the adapters' Health objects in every namespace; the agent's get nodes")
-	assert.Equal(t, 3, kinds["Role"], "Health objects and Lease; the TLS Secret and CA ConfigMap; the LINSTOR client Secret in cozy-linstor")
-	assert.Equal(t, 3, kinds["RoleBinding"])
+	assert.Equal(t, 2, kinds["Role"], "Health objects and Lease; the TLS Secret and CA ConfigMap (the LINSTOR client Secret's only where piraeus.io/v1 is served)")
+	assert.Equal(t, 2, kinds["RoleBinding"])
 	assert.Equal(t, 6, kinds["ClusterRole"], "aggregator, the adapters' Health objects, drain-check, tenant view, agent (get nodes), metrics reader")
 	assert.Contains(t, cfgText, "metrics-auth: delegated")
 	agentRole, err := r.Object("ClusterRole", "cozy-health-agent")
@@ -235,13 +235,14 @@ func TestNodeSelectorReachesTheAggregator(t *testing.T) {
 }
 
 // The committed generated files (plain manifests, the Talos
-// ServiceAccount, Cozystack's dashboard and kube-state-metrics entry) are
+// ServiceAccount, the LINSTOR client Role, Cozystack's dashboard and
+// kube-state-metrics entry) are
 // what the chart renders today (make verify-generate checks the same
 // through make generate).
 func TestGeneratedFilesUpToDate(t *testing.T) {
 	files, err := GeneratedFiles()
 	require.NoError(t, err)
-	require.Len(t, files, 4)
+	require.Len(t, files, 5)
 	for p, want := range files {
 		got, err := os.ReadFile(filepath.Join(repoRoot(t), p))
 		require.NoError(t, err, "run make manifests")
@@ -386,7 +387,7 @@ func TestAgentBlastRadius(t *testing.T) {
 // Secret in its namespace, bound to the aggregator, and the aggregator's
 // configuration naming it; the agents mount nothing of LINSTOR's.
 func TestLinstorSecretReadWhereItLives(t *testing.T) {
-	r, err := Render(Options{})
+	r, err := Render(Options{APIVersions: []string{"piraeus.io/v1"}})
 	require.NoError(t, err)
 	role, err := r.Object("Role", "cozy-health-aggregator-linstor-client")
 	require.NoError(t, err)
@@ -415,11 +416,23 @@ func TestLinstorSecretReadWhereItLives(t *testing.T) {
 		assert.NotContains(t, a, "linstor", "the agents do not read LINSTOR's controller")
 	}
 
-	r, err = Render(Options{Set: []string{"aggregator.linstor.url="}})
+	r, err = Render(Options{})
 	require.NoError(t, err)
 	_, err = r.Object("Role", "cozy-health-aggregator-linstor-client")
-	assert.ErrorIs(t, err, ErrNotFound, "no LINSTOR: no Role in a namespace that may not exist")
-	r, err = Render(Options{Set: []string{"aggregator.linstor.secretName=", "aggregator.linstor.url=http://linstor-controller.cozy-linstor.svc:3370"}})
+	assert.ErrorIs(t, err, ErrNotFound, "piraeus.io/v1 not served: no Role in a namespace that may not exist")
+	r, err = Render(Options{Set: []string{"aggregator.linstor.rbac=true"}})
+	require.NoError(t, err)
+	_, err = r.Object("Role", "cozy-health-aggregator-linstor-client")
+	assert.NoError(t, err, "rbac=true renders it whatever the cluster serves")
+	r, err = Render(Options{APIVersions: []string{"piraeus.io/v1"}, Set: []string{"aggregator.linstor.rbac=false"}})
+	require.NoError(t, err)
+	_, err = r.Object("Role", "cozy-health-aggregator-linstor-client")
+	assert.ErrorIs(t, err, ErrNotFound, "rbac=false: never")
+	r, err = Render(Options{APIVersions: []string{"piraeus.io/v1"}, Set: []string{"aggregator.linstor.url="}})
+	require.NoError(t, err)
+	_, err = r.Object("Role", "cozy-health-aggregator-linstor-client")
+	assert.ErrorIs(t, err, ErrNotFound, "no LINSTOR URL: nothing to read")
+	r, err = Render(Options{APIVersions: []string{"piraeus.io/v1"}, Set: []string{"aggregator.linstor.secretName=", "aggregator.linstor.url=http://linstor-controller.cozy-linstor.svc:3370"}})
 	require.NoError(t, err)
 	_, err = r.Object("Role", "cozy-health-aggregator-linstor-client")
 	assert.ErrorIs(t, err, ErrNotFound, "no client certificate: nothing to read")

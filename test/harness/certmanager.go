@@ -1,13 +1,8 @@
 package harness
 
 import (
-	"bytes"
 	"context"
-	"fmt"
-	"os"
 	"path/filepath"
-
-	"sigs.k8s.io/yaml"
 )
 
 // CertManagerCRDs are the file names under test/crds/certmanager: the
@@ -20,30 +15,14 @@ var CertManagerCRDs = []string{"crd-issuers.yaml", "crd-certificates.yaml"}
 // Established. No cert-manager controller runs: nothing is issued.
 func (c *ControlPlane) InstallCertManagerCRDs(ctx context.Context) error {
 	for _, n := range CertManagerCRDs {
-		f := filepath.Join(RepoRoot(), "test", "crds", "certmanager", n)
-		raw, err := os.ReadFile(f)
-		if err != nil {
-			return fmt.Errorf("read %s: %w", f, err)
-		}
-		for _, doc := range bytes.Split(raw, []byte("\n---")) {
-			var obj map[string]any
-			if err := yaml.Unmarshal(doc, &obj); err != nil {
-				return fmt.Errorf("decode %s: %w", f, err)
-			}
-			if len(obj) == 0 {
-				continue
-			}
-			// The labels are cert-manager's chart templates as text.
+		// The labels are cert-manager's chart templates as text.
+		dropLabels := func(obj map[string]any) {
 			if md, ok := obj["metadata"].(map[string]any); ok {
 				delete(md, "labels")
 			}
-			b, err := yaml.Marshal(obj)
-			if err != nil {
-				return err
-			}
-			if err := c.applyCRD(ctx, n, b); err != nil {
-				return err
-			}
+		}
+		if err := c.installCRDFile(ctx, filepath.Join("certmanager", n), dropLabels); err != nil {
+			return err
 		}
 	}
 	return nil

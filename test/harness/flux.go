@@ -3,13 +3,10 @@ package harness
 import (
 	"context"
 	"errors"
-	"fmt"
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -23,22 +20,7 @@ import (
 // $COZY_HEALTH_FLUX when set, otherwise what hack/flux.sh prints (it builds
 // them the first time).
 func FluxDir() (string, error) {
-	if d := os.Getenv("COZY_HEALTH_FLUX"); d != "" {
-		return d, nil
-	}
-	root := RepoRoot()
-	if root == "" {
-		return "", errors.New("find flux: COZY_HEALTH_FLUX is unset and the repository root was not found")
-	}
-	cmd := exec.Command("bash", filepath.Join(root, "hack", "flux.sh"))
-	cmd.Stderr = os.Stderr
-	out, err := cmd.Output()
-	if err != nil {
-		return "", fmt.Errorf("run hack/flux.sh: %w", err)
-	}
-	d := strings.TrimSpace(string(out))
-	_ = os.Setenv("COZY_HEALTH_FLUX", d)
-	return d, nil
+	return toolDir("COZY_HEALTH_FLUX", "flux.sh")
 }
 
 // FluxOptions tune the controllers for a test.

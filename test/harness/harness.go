@@ -85,22 +85,28 @@ type ControlPlane struct {
 // BinDir returns the directory holding kube-apiserver, kubectl and etcd:
 // $COZY_HEALTH_TESTBIN when set, otherwise what hack/testbin.sh prints (it
 // builds the binaries the first time, about 10 minutes on 2 cores).
-func BinDir() (string, error) {
-	if d := os.Getenv("COZY_HEALTH_TESTBIN"); d != "" {
+func BinDir() (string, error) { return toolDir("COZY_HEALTH_TESTBIN", "testbin.sh") }
+
+// toolDir is one cached tool directory: $env when set, otherwise what
+// hack/script prints (it builds the tools the first time, under flock, into
+// a cache outside the repository keyed on their version), remembered in
+// $env for the rest of the process and its children.
+func toolDir(env, script string) (string, error) {
+	if d := os.Getenv(env); d != "" {
 		return d, nil
 	}
 	root := RepoRoot()
 	if root == "" {
-		return "", errors.New("find testbin: COZY_HEALTH_TESTBIN is unset and the repository root was not found")
+		return "", fmt.Errorf("find the directory of hack/%s: %s is unset and the repository root was not found", script, env)
 	}
-	cmd := exec.Command("bash", filepath.Join(root, "hack", "testbin.sh"))
+	cmd := exec.Command("bash", filepath.Join(root, "hack", script))
 	cmd.Stderr = os.Stderr
 	out, err := cmd.Output()
 	if err != nil {
-		return "", fmt.Errorf("run hack/testbin.sh: %w", err)
+		return "", fmt.Errorf("run hack/%s: %w", script, err)
 	}
 	d := strings.TrimSpace(string(out))
-	_ = os.Setenv("COZY_HEALTH_TESTBIN", d)
+	_ = os.Setenv(env, d)
 	return d, nil
 }
 

@@ -149,22 +149,7 @@ func (s *NodeState) Pid(name string) int {
 // $COZY_HEALTH_NODEBIN when set, otherwise what hack/nodebin.sh prints (it
 // builds them the first time, about 8 minutes on 2 cores after testbin).
 func NodeBinDir() (string, error) {
-	if d := os.Getenv("COZY_HEALTH_NODEBIN"); d != "" {
-		return d, nil
-	}
-	root := RepoRoot()
-	if root == "" {
-		return "", errors.New("find nodebin: COZY_HEALTH_NODEBIN is unset and the repository root was not found")
-	}
-	cmd := exec.Command("bash", filepath.Join(root, "hack", "nodebin.sh"))
-	cmd.Stderr = os.Stderr
-	out, err := cmd.Output()
-	if err != nil {
-		return "", fmt.Errorf("run hack/nodebin.sh: %w", err)
-	}
-	d := strings.TrimSpace(string(out))
-	_ = os.Setenv("COZY_HEALTH_NODEBIN", d)
-	return d, nil
+	return toolDir("COZY_HEALTH_NODEBIN", "nodebin.sh")
 }
 
 // NodePrerequisites reports what this host lacks to run a node: root, the

@@ -57,7 +57,7 @@ func TestSecretWhereItLives(t *testing.T) {
 		_, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
 		require.NoError(t, err)
 	}
-	rel, err := render.Render(render.Options{Namespace: "cozy-health"})
+	rel, err := render.Render(render.Options{Namespace: "cozy-health", APIVersions: []string{"piraeus.io/v1"}})
 	require.NoError(t, err)
 	roleObj, err := rel.Object("Role", "cozy-health-aggregator-linstor-client")
 	require.NoError(t, err)
