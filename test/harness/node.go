@@ -504,14 +504,38 @@ func pidAlive(pid int) bool {
 	if pid <= 0 || syscall.Kill(pid, 0) != nil {
 		return false
 	}
+	st := ProcState(pid)
+	return st != 0 && st != 'Z'
+}
+
+// ProcState is the state letter of pid in /proc/<pid>/stat (R, S, D, T for
+// stopped, Z for a zombie...), 0 when it cannot be read.
+func ProcState(pid int) byte {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
-		return false
+		return 0
 	}
+	// The state follows the parenthesised command name.
 	if i := strings.LastIndexByte(string(b), ')'); i >= 0 && i+2 < len(b) {
-		return b[i+2] != 'Z'
+		return b[i+2]
 	}
-	return true
+	return 0
+}
+
+// WaitStopped waits until pid is stopped (SIGSTOP is delivered
+// asynchronously: a process signalled a moment ago may still answer).
+func WaitStopped(pid int, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		st := ProcState(pid)
+		if st == 'T' || st == 't' {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("pid %d not stopped after %s (state %q)", pid, timeout, st)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 // stopPid sends SIGTERM, waits up to grace, then SIGKILL. A pid not running

@@ -164,6 +164,7 @@ func TestRealEtcdUnderStress(t *testing.T) {
 	// A frozen member (SIGSTOP): etcd cannot answer for it; its node reads
 	// Down, the others keep quorum and stay Healthy. Thawed, it recovers.
 	require.NoError(t, syscall.Kill(cluster.Pid(1), syscall.SIGSTOP))
+	require.NoError(t, harness.WaitStopped(cluster.Pid(1), 5*time.Second))
 	sctx, scancel := context.WithTimeout(ctx, time.Second)
 	_, err = etcd.Status(sctx, cluster.Members[1].ClientURL)
 	scancel()
