@@ -5,12 +5,16 @@
 // although a steady interval uses a fraction of it. The pages are clean,
 // file-backed and stay in the page cache: dropping them costs a minor fault
 // when code runs again, never I/O and never data (writable mappings are left
-// alone).
+// alone). A read-only mapping holding a page the process changed before
+// making it read-only (a dynamically linked binary's RELRO: the GOT the
+// dynamic linker relocated, then sealed) is left alone too: dropping that
+// anonymous copy would fault the file's unrelocated bytes back in.
 package memtrim
 
 import (
 	"bufio"
 	"fmt"
+	"io"
 	"os"
 	"strconv"
 	"strings"
@@ -24,35 +28,66 @@ type Result struct {
 	Bytes    uint64
 }
 
-// Executable advises the kernel that the read-only mappings of the running
-// executable are not needed (MADV_DONTNEED); they fault back in on use.
+// Executable advises the kernel that the read-only, purely file-backed
+// mappings of the running executable are not needed (MADV_DONTNEED); they
+// fault back in on use.
 func Executable() (Result, error) {
 	exe, err := os.Readlink("/proc/self/exe")
 	if err != nil {
 		return Result{}, fmt.Errorf("find executable: %w", err)
 	}
-	f, err := os.Open("/proc/self/maps")
+	f, err := os.Open("/proc/self/smaps")
 	if err != nil {
 		return Result{}, fmt.Errorf("read mappings: %w", err)
 	}
 	defer f.Close()
+	clean, err := trimmable(f, exe)
+	if err != nil {
+		return Result{}, fmt.Errorf("read mappings: %w", err)
+	}
 	var res Result
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		start, end, ok := readOnlyMappingOf(sc.Text(), exe)
-		if !ok {
-			continue
-		}
-		if _, _, errno := unix.Syscall(unix.SYS_MADVISE, uintptr(start), uintptr(end-start), unix.MADV_DONTNEED); errno != 0 {
-			return res, fmt.Errorf("madvise %x-%x: %w", start, end, errno)
+	for _, m := range clean {
+		if _, _, errno := unix.Syscall(unix.SYS_MADVISE, uintptr(m.start), uintptr(m.end-m.start), unix.MADV_DONTNEED); errno != 0 {
+			return res, fmt.Errorf("madvise %x-%x: %w", m.start, m.end, errno)
 		}
 		res.Mappings++
-		res.Bytes += end - start
-	}
-	if err := sc.Err(); err != nil {
-		return res, fmt.Errorf("read mappings: %w", err)
+		res.Bytes += m.end - m.start
 	}
 	return res, nil
+}
+
+// span is one mapping's address range.
+type span struct{ start, end uint64 }
+
+// trimmable reads /proc/self/smaps and returns exe's read-only private
+// mappings without anonymous pages.
+func trimmable(smaps io.Reader, exe string) ([]span, error) {
+	var clean []span
+	var cur *span
+	sc := bufio.NewScanner(smaps)
+	for sc.Scan() {
+		line := sc.Text()
+		if k, v, found := strings.Cut(line, ":"); found && !strings.Contains(k, " ") && !strings.Contains(k, "-") {
+			// A field of the current mapping: one with anonymous
+			// (changed, private) pages is not trimmed.
+			if cur != nil && k == "Anonymous" && strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")) != "0" {
+				cur = nil
+			}
+			continue
+		}
+		// A mapping's header line.
+		if cur != nil {
+			clean = append(clean, *cur)
+		}
+		cur = nil
+		if start, end, ok := readOnlyMappingOf(line, exe); ok {
+			cur = &span{start, end}
+		}
+	}
+	if cur != nil {
+		clean = append(clean, *cur)
+	}
+	return clean, sc.Err()
 }
 
 // readOnlyMappingOf parses one /proc/self/maps line and reports a
