@@ -89,12 +89,9 @@ func newTokenAuthenticator(reviews authenticationv1client.TokenReviewInterface, 
 // audience is refused without a review.
 func (a *tokenAuthenticator) authenticate(ctx context.Context, token, peer string) (identity, error) {
 	key := sha256.Sum256([]byte(token))
-	a.mu.Lock()
-	c, ok := a.cache[key]
-	a.mu.Unlock()
-	if ok && a.now().Before(c.expires) {
+	if id, ok := a.cached(key); ok {
 		a.m.tokenReviews.WithLabelValues(tokenReviewCached).Inc()
-		return c.id, nil
+		return id, nil
 	}
 	if _, detail := a.precheck(token); detail != "" {
 		a.m.tokenReviews.WithLabelValues(tokenReviewShape).Inc()
@@ -111,6 +108,12 @@ func (a *tokenAuthenticator) authenticate(ctx context.Context, token, peer strin
 	// runs under its own deadline so one stream going away does not fail
 	// the others waiting on it.
 	v, err, _ := a.group.Do(string(key[:]), func() (any, error) {
+		// A review of the same token that finished between the lookup
+		// above and this call has stored its verdict: use it.
+		if id, ok := a.cached(key); ok {
+			a.m.tokenReviews.WithLabelValues(tokenReviewCached).Inc()
+			return id, nil
+		}
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 		defer cancel()
 		id, err := a.review(rctx, token)
@@ -126,6 +129,17 @@ func (a *tokenAuthenticator) authenticate(ctx context.Context, token, peer strin
 		return identity{}, err
 	}
 	return v.(identity), nil
+}
+
+// cached is the unexpired verdict on the token hashed to key, if any.
+func (a *tokenAuthenticator) cached(key [sha256.Size]byte) (identity, bool) {
+	a.mu.Lock()
+	c, ok := a.cache[key]
+	a.mu.Unlock()
+	if !ok || !a.now().Before(c.expires) {
+		return identity{}, false
+	}
+	return c.id, true
 }
 
 func (a *tokenAuthenticator) store(key [sha256.Size]byte, id identity) {
