@@ -308,6 +308,19 @@ apiVersion: postgresql.cnpg.io/v1
 kind: ScheduledBackup
 metadata: {name: postgres-docs-daily, namespace: ` + docsNS + `}
 spec: {schedule: "0 0 0 * * *", cluster: {name: postgres-docs}, suspend: true}
+---
+# Where the runbook looks for LINSTOR's API client certificate: the
+# namespace and Secret the Piraeus operator's cert-manager Certificate
+# writes on a cluster with LINSTOR (its contents are not read here).
+apiVersion: v1
+kind: Namespace
+metadata: {name: cozy-linstor}
+---
+apiVersion: v1
+kind: Secret
+metadata: {name: linstor-client-tls, namespace: cozy-linstor}
+type: Opaque
+stringData: {ca.crt: "", tls.crt: "", tls.key: ""}
 EOF`)
 	require.Equal(t, 0, code, out)
 

@@ -144,9 +144,13 @@ func silentTruth(all, nodes []string) Truth {
 		t.Drain[n] = Set{Undecide, Blocked}
 	}
 	// Their own entries: Unknown (HeartbeatMissed), never Healthy, never
-	// Down: nothing is known about them.
+	// Down: nothing is known about them (linstor's come from the
+	// controller, not from them).
 	t.Entries = map[string]map[string]Set{}
 	for _, c := range Components {
+		if c == "linstor" {
+			continue
+		}
 		t.Entries[c] = map[string]Set{}
 		for _, n := range nodes {
 			t.Entries[c][n] = Set{Unknown}
