@@ -129,14 +129,14 @@ BENCH_NODES ?= 1000,5000,10000
 BENCH_MACHINE ?= $(shell nproc) cores ($(shell grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//'); $(shell awk '/MemTotal/ {printf "%.0f GiB", $$2/1048576}' /proc/meminfo)), $(shell uname -sr)
 
 .PHONY: bench
-bench: ## Run every bench (agent, ingest, aggregator at BENCH_NODES, adapters, drain) and print one table: figure, goal, measured, ratio (also in bin/bench/table.md).
+bench: ## Run every bench (drain, ingest, agent, aggregator at BENCH_NODES, adapters) and print one table: figure, goal, measured, ratio (also in bin/bench/table.md).
 	mkdir -p "$(BENCH_RESULTS)"
 	rm -f "$(BENCH_RESULTS)"/agent.txt "$(BENCH_RESULTS)"/ingest.txt "$(BENCH_RESULTS)"/aggregator.txt "$(BENCH_RESULTS)"/adapters.txt "$(BENCH_RESULTS)"/drain.txt
-	$(MAKE) bench-agent
+	$(MAKE) bench-drain
 	$(MAKE) bench-ingest
+	$(MAKE) bench-agent
 	$(MAKE) bench-aggregator
 	$(MAKE) bench-adapters
-	$(MAKE) bench-drain
 	go run ./test/bench/collect -dir "$(BENCH_RESULTS)" -machine "$(BENCH_MACHINE)"
 
 .PHONY: bench-agent
