@@ -605,18 +605,26 @@ func reportToHealth(ctx context.Context, b *testing.B, hc versioned.Interface, c
 	return out
 }
 
-// printProfileTops prints the top 15 entries of the CPU profile and of the
-// heap profile (in use and allocated since start) in dir, and writes each
-// next to its profile as <name>-top.txt.
+// printProfileTops prints the top 15 entries of the CPU profile (by own
+// time, and by time including callees) and of the heap profile (in use and
+// allocated since start) in dir, and writes each next to its profile as
+// <name>-top.txt.
 func printProfileTops(b *testing.B, dir string) {
-	for _, p := range []struct{ file, index, out string }{
-		{"cpu.pprof", "", "cpu-top.txt"},
-		{"heap.pprof", "inuse_space", "heap-inuse-top.txt"},
-		{"heap.pprof", "alloc_space", "heap-alloc-top.txt"},
+	for _, p := range []struct {
+		file, index, out string
+		cum              bool
+	}{
+		{"cpu.pprof", "", "cpu-top.txt", false},
+		{"cpu.pprof", "", "cpu-top-cum.txt", true},
+		{"heap.pprof", "inuse_space", "heap-inuse-top.txt", false},
+		{"heap.pprof", "alloc_space", "heap-alloc-top.txt", false},
 	} {
 		args := []string{"tool", "pprof", "-top", "-nodecount=15"}
 		if p.index != "" {
 			args = append(args, "-sample_index="+p.index)
+		}
+		if p.cum {
+			args = append(args, "-cum")
 		}
 		out, err := exec.Command("go", append(args, filepath.Join(dir, p.file))...).CombinedOutput()
 		if err != nil {
