@@ -120,17 +120,40 @@ lab-node: build testbin nodebin ## A control plane with one real kubelet node, t
 soak: build testbin ## Soak: a 3-node lab under a seeded fault schedule for SOAK_MINUTES (20), seconds of false green/red per fault (SOAK_SEED, SOAK_ARGS); fails on a false green or a bound missed.
 	COZY_HEALTH_TESTBIN="$(TESTBIN)" COZY_HEALTH_BIN="$(CURDIR)/$(BIN)" go run ./test/soak/cmd/cozy-health-soak --minutes "$${SOAK_MINUTES:-20}" --seed "$${SOAK_SEED:-1}" $${SOAK_ARGS:-}
 
+# Where the bench-* targets tee their output (one <bench>.txt each), the
+# aggregator's profiles (aggregator/nodes-N/) and `make bench`'s table.
+BENCH_RESULTS ?= $(CURDIR)/$(BIN)/bench
+# The node counts bench-aggregator runs at, one after the other.
+BENCH_NODES ?= 1000,5000,10000
+# The machine named above `make bench`'s table.
+BENCH_MACHINE ?= $(shell nproc) cores ($(shell grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//'); $(shell awk '/MemTotal/ {printf "%.0f GiB", $$2/1048576}' /proc/meminfo)), $(shell uname -sr)
+
+.PHONY: bench
+bench: ## Run every bench (drain, ingest, agent, aggregator at BENCH_NODES, adapters) and print one table: figure, goal, measured, ratio (also in bin/bench/table.md).
+	mkdir -p "$(BENCH_RESULTS)"
+	rm -f "$(BENCH_RESULTS)"/agent.txt "$(BENCH_RESULTS)"/ingest.txt "$(BENCH_RESULTS)"/aggregator.txt "$(BENCH_RESULTS)"/adapters.txt "$(BENCH_RESULTS)"/drain.txt
+	$(MAKE) bench-drain
+	$(MAKE) bench-ingest
+	$(MAKE) bench-agent
+	$(MAKE) bench-aggregator
+	$(MAKE) bench-adapters
+	go run ./test/bench/collect -dir "$(BENCH_RESULTS)" -machine "$(BENCH_MACHINE)"
+
 .PHONY: bench-agent
 bench-agent: build ## Measure agent RSS and CPU at a 5 s interval with every check enabled.
-	COZY_HEALTH_TESTBIN="$(TESTBIN)" COZY_HEALTH_BIN="$(CURDIR)/$(BIN)" go test -run '^$$' -bench . -benchtime 1x -timeout 20m ./test/bench/agent/
+	mkdir -p "$(BENCH_RESULTS)"
+	COZY_HEALTH_TESTBIN="$(TESTBIN)" COZY_HEALTH_BIN="$(CURDIR)/$(BIN)" go test -run '^$$' -bench . -benchtime 1x -timeout 20m ./test/bench/agent/ | tee "$(BENCH_RESULTS)/agent.txt"
 
 .PHONY: bench-ingest
 bench-ingest: ## Measure verified reports per second per core against bare ed25519 verify + decode.
-	go test -run '^$$' -bench . -benchmem ./aggregator/internal/ingest/
+	mkdir -p "$(BENCH_RESULTS)"
+	go test -run '^$$' -bench . -benchmem ./aggregator/internal/ingest/ | tee "$(BENCH_RESULTS)/ingest.txt"
 
 .PHONY: bench-aggregator
-bench-aggregator: build testbin ## 5,000 simulated nodes through the real ingest path: CPU, RSS, writes/s, staleness.
-	COZY_HEALTH_TESTBIN="$(TESTBIN)" COZY_HEALTH_BIN="$(CURDIR)/$(BIN)" go test -run '^$$' -bench . -benchtime 1x -timeout 20m ./test/bench/aggregator/
+bench-aggregator: build testbin ## Simulated nodes (BENCH_NODES, default 1000,5000,10000) through the real ingest path: CPU, RSS, writes/s, report -> Health, staleness per size and their growth; CPU and heap profiles' top 15.
+	mkdir -p "$(BENCH_RESULTS)/aggregator"
+	BENCH_NODES="$(BENCH_NODES)" COZY_HEALTH_BENCH_PROFILE_DIR="$(BENCH_RESULTS)/aggregator" COZY_HEALTH_TESTBIN="$(TESTBIN)" COZY_HEALTH_BIN="$(CURDIR)/$(BIN)" go test -run '^$$' -bench . -benchtime 1x -timeout 90m ./test/bench/aggregator/ | tee "$(BENCH_RESULTS)/aggregator.txt"
+	go run ./test/bench/collect -dir "$(BENCH_RESULTS)" -only aggregator
 
 .PHONY: bench-lab
 bench-lab: build testbin ## Start and stop the lab COZY_HEALTH_BENCH_LAB_RUNS times (default 20, 1-3 nodes) and count failed starts.
@@ -138,11 +161,13 @@ bench-lab: build testbin ## Start and stop the lab COZY_HEALTH_BENCH_LAB_RUNS ti
 
 .PHONY: bench-adapters
 bench-adapters: build testbin ## 5,000 HelmReleases and 2,000 CNPG Clusters: adapter memory and CPU per 1,000 objects, status change -> Health p50/p99.
-	COZY_HEALTH_TESTBIN="$(TESTBIN)" COZY_HEALTH_BIN="$(CURDIR)/$(BIN)" go test -run '^$$' -bench . -benchtime 1x -timeout 30m ./test/bench/adapters/
+	mkdir -p "$(BENCH_RESULTS)"
+	COZY_HEALTH_TESTBIN="$(TESTBIN)" COZY_HEALTH_BIN="$(CURDIR)/$(BIN)" go test -run '^$$' -bench . -benchtime 1x -timeout 30m ./test/bench/adapters/ | tee "$(BENCH_RESULTS)/adapters.txt"
 
 .PHONY: bench-drain
 bench-drain: ## drain-check latency with 5,000 simulated nodes.
-	go test -run '^$$' -bench . -benchmem ./aggregator/internal/drain/
+	mkdir -p "$(BENCH_RESULTS)"
+	go test -run '^$$' -bench . -benchmem ./aggregator/internal/drain/ | tee "$(BENCH_RESULTS)/drain.txt"
 
 .PHONY: clean
 clean: ## Remove bin/ (the test binaries' cache outside the repo is kept).

@@ -4,10 +4,13 @@
 // real cozy-health-aggregator process, which writes Health objects to a
 // real kube-apiserver from the test harness.
 //
-// Run it with `make bench-aggregator`. It prints the aggregator's CPU (% of
-// one core), its peak RSS, the steady-state rate of apiserver writes, and
-// how long a node that goes silent takes to read Unknown in the Health
-// object.
+// Run it with `make bench-aggregator`. At each node count of BENCH_NODES
+// (a comma-separated list, e.g. 1000,5000,10000; default 5000) it prints the
+// aggregator's CPU (% of one core), its peak RSS, the steady-state rate of
+// apiserver writes, how long a node's status change takes from its report to
+// the Health object, and how long a node that goes silent takes to read
+// Unknown in the Health object. With COZY_HEALTH_BENCH_PROFILE_DIR it also
+// writes a CPU and heap profile per size and prints their top entries.
 package aggregator
 
 import (
@@ -19,6 +22,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -62,17 +67,27 @@ type agent struct {
 	seq      uint64
 	controlP bool
 	stop     atomic.Bool
+	// degrade makes the agent's next reports carry a Degraded fsync
+	// probe; degradedSent is the unix-nano time the first one was sent,
+	// recoveredSent that of the first Healthy one after it.
+	degrade       atomic.Bool
+	degradedSent  atomic.Int64
+	recoveredSent atomic.Int64
 	// lastSent is the unix-nano time of the last report sent.
 	lastSent atomic.Int64
 }
 
-func (a *agent) report(now time.Time) *report.NodeReport {
+func (a *agent) report(now time.Time, degraded bool) *report.NodeReport {
 	a.seq++
 	h := report.StatusHealthy
+	fsync, fsyncReason := report.StatusHealthy, "LatencyOK"
+	if degraded {
+		fsync, fsyncReason = report.StatusDegraded, "LatencyHigh"
+	}
 	nodeRef := &report.ResourceRef{Kind: report.KindNode, Name: a.node}
 	obs := []report.Observation{
 		{Component: report.ComponentNode, Check: report.CheckTalosServices, Status: h, Reason: "ServicesRunning", Message: "etcd, kubelet, cri running", ResourceRef: nodeRef},
-		{Component: report.ComponentDisk, Check: report.CheckFsyncProbe, Status: h, Reason: "LatencyOK", Message: "fsync p99 2.1ms", ResourceRef: nodeRef, Attributes: map[string]float64{report.AttrFsyncP99Seconds: 0.0021}},
+		{Component: report.ComponentDisk, Check: report.CheckFsyncProbe, Status: fsync, Reason: fsyncReason, Message: "fsync p99 2.1ms", ResourceRef: nodeRef, Attributes: map[string]float64{report.AttrFsyncP99Seconds: 0.0021}},
 		{Component: report.ComponentDisk, Check: report.CheckDiskstats, Status: h, Reason: "LatencyOK", Message: "await 1.2ms", ResourceRef: &report.ResourceRef{Kind: report.KindBlockDevice, Name: "nvme0n1"}},
 		{Component: report.ComponentDisk, Check: report.CheckDiskstats, Status: h, Reason: "LatencyOK", Message: "await 0.9ms", ResourceRef: &report.ResourceRef{Kind: report.KindBlockDevice, Name: "nvme1n1"}},
 		{Component: report.ComponentCilium, Check: report.CheckCiliumHealth, Status: h, Reason: "AgentHealthy", Message: "cilium agent ok", ResourceRef: nodeRef},
@@ -143,7 +158,8 @@ func (a *agent) stream(ctx context.Context, conn *grpc.ClientConn, rejected *ato
 	defer t.Stop()
 	for !a.stop.Load() {
 		now := time.Now()
-		sr, err := a.signer.SignReport(a.report(now))
+		degraded := a.degrade.Load()
+		sr, err := a.signer.SignReport(a.report(now, degraded))
 		if err != nil {
 			return err
 		}
@@ -151,6 +167,11 @@ func (a *agent) stream(ctx context.Context, conn *grpc.ClientConn, rejected *ato
 			return fmt.Errorf("send report: %w", err)
 		}
 		a.lastSent.Store(now.UnixNano())
+		if degraded {
+			a.degradedSent.CompareAndSwap(0, now.UnixNano())
+		} else if a.degradedSent.Load() != 0 {
+			a.recoveredSent.CompareAndSwap(0, now.UnixNano())
+		}
 		ack, err := stream.Recv()
 		if err != nil {
 			return fmt.Errorf("report ack: %w", err)
@@ -170,12 +191,38 @@ func (a *agent) stream(ctx context.Context, conn *grpc.ClientConn, rejected *ato
 	return nil
 }
 
-func BenchmarkAggregator5000Nodes(b *testing.B) {
-	nodes := benchproc.EnvInt("COZY_HEALTH_BENCH_NODES", 5000)
+// BenchmarkAggregator runs one sub-benchmark per node count
+// (BenchmarkAggregator/nodes=5000), so the figures of every size come out as
+// benchmark lines a collector can read (test/bench/collect).
+func BenchmarkAggregator(b *testing.B) {
+	sizes, err := nodeCounts()
+	require.NoError(b, err)
 	window := envDuration("COZY_HEALTH_BENCH_WINDOW", 60*time.Second)
-	for range b.N {
-		runBench(b, nodes, window)
+	for _, nodes := range sizes {
+		b.Run(fmt.Sprintf("nodes=%d", nodes), func(b *testing.B) {
+			for range b.N {
+				runBench(b, nodes, window)
+			}
+		})
 	}
+}
+
+// nodeCounts is BENCH_NODES (e.g. "1000,5000,10000"), else
+// COZY_HEALTH_BENCH_NODES, else 5,000.
+func nodeCounts() ([]int, error) {
+	v := os.Getenv("BENCH_NODES")
+	if v == "" {
+		return []int{benchproc.EnvInt("COZY_HEALTH_BENCH_NODES", 5000)}, nil
+	}
+	var sizes []int
+	for _, f := range strings.Split(v, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 10 {
+			return nil, fmt.Errorf("BENCH_NODES=%q: %q is not a node count of at least 10", v, f)
+		}
+		sizes = append(sizes, n)
+	}
+	return sizes, nil
 }
 
 func runBench(b *testing.B, nodes int, window time.Duration) {
@@ -307,6 +354,11 @@ func runBench(b *testing.B, nodes int, window time.Duration) {
 	// first 30 s, a heap profile at its end and one of the state alone (once
 	// every connection is closed) are written there.
 	pdir := os.Getenv("COZY_HEALTH_BENCH_PROFILE_DIR")
+	if pdir != "" {
+		pdir = filepath.Join(pdir, fmt.Sprintf("nodes-%d", nodes))
+		require.NoError(b, os.MkdirAll(pdir, 0o755))
+	}
+	profileSeconds := int(min(30*time.Second, window).Seconds())
 	fetch := func(name, path string) {
 		resp, err := http.Get("http://" + metricsAddr + path)
 		if err != nil {
@@ -324,12 +376,15 @@ func runBench(b *testing.B, nodes int, window time.Duration) {
 	}
 	cpuProfiled := make(chan struct{})
 	if pdir != "" {
-		go func() { defer close(cpuProfiled); fetch("cpu.pprof", "/debug/pprof/profile?seconds=30") }()
+		go func() {
+			defer close(cpuProfiled)
+			fetch("cpu.pprof", fmt.Sprintf("/debug/pprof/profile?seconds=%d", profileSeconds))
+		}()
 	}
 	t0 := time.Now()
 	var peakRSS int64
 	// CPU per 2 s slice of the window, to show spikes next to the mean.
-	var slices []string
+	var cpuSlices []string
 	prevCPU, prevAt := cpu0, t0
 	for time.Since(t0) < window {
 		time.Sleep(2 * time.Second)
@@ -337,7 +392,7 @@ func runBench(b *testing.B, nodes int, window time.Duration) {
 		require.NoError(b, err)
 		peakRSS = max(peakRSS, rss)
 		now := time.Now()
-		slices = append(slices, fmt.Sprintf("%.0f", (c-prevCPU)/now.Sub(prevAt).Seconds()*100))
+		cpuSlices = append(cpuSlices, fmt.Sprintf("%.0f", (c-prevCPU)/now.Sub(prevAt).Seconds()*100))
 		prevCPU, prevAt = c, now
 	}
 	if pdir != "" {
@@ -373,8 +428,26 @@ func runBench(b *testing.B, nodes int, window time.Duration) {
 	writesPerSec := (writes1 - writes0) / elapsed
 	reportsPerSec := (acc1 - acc0) / elapsed
 
-	// A node goes silent (its stream stays open, nothing more is sent).
+	// Report -> Health: a few workers' next report carries a Degraded
+	// fsync probe, and once the disk object shows it, their next one a
+	// Healthy probe again; the time from the send of that report to the
+	// watch event of the disk object showing the change (through ingest,
+	// the rollup, the writer's queue and token bucket, the apiserver and
+	// the watch). A worsening is held by the damper (rollup.Holds) before
+	// it is published; a recovery is published at once, so the recovery is
+	// the pipeline's own latency.
 	victim := agents[nodes/2]
+	changed := changedAgents(agents, victim)
+	worsen := reportToHealth(ctx, b, hc, changed, healthv1alpha1.StatusDegraded,
+		func(a *agent) { a.degrade.Store(true) }, func(a *agent) int64 { return a.degradedSent.Load() })
+	toHealth := reportToHealth(ctx, b, hc, changed, healthv1alpha1.StatusHealthy,
+		func(a *agent) { a.degrade.Store(false) }, func(a *agent) int64 { return a.recoveredSent.Load() })
+	pct := func(d []time.Duration, p float64) float64 {
+		slices.Sort(d)
+		return d[int(p*float64(len(d)-1))].Seconds()
+	}
+
+	// A node goes silent (its stream stays open, nothing more is sent).
 	// Stop it right after a report, so the measure starts at its last one.
 	for {
 		last := time.Unix(0, victim.lastSent.Load())
@@ -439,15 +512,20 @@ func runBench(b *testing.B, nodes int, window time.Duration) {
 	b.ReportMetric(sinceMissed, "silent_to_unknown_s")
 	b.ReportMetric(sinceLast, "last_report_to_unknown_s")
 	b.ReportMetric(reportsPerSec, "reports/s")
+	b.ReportMetric(pct(toHealth, 0.5), "report_to_health_p50_s")
+	b.ReportMetric(pct(toHealth, 1), "report_to_health_max_s")
+	b.ReportMetric(pct(worsen, 0.5), "worsening_to_health_p50_s")
 	// The report goes to standard output: the testing package keeps only
 	// ten lines of a benchmark's log.
 	say := func(format string, args ...any) { fmt.Printf("    "+format+"\n", args...) }
 	say("aggregator with %d nodes on %d connections, %s steady-state window, environment %q:", nodes, conns, time.Duration(elapsed*float64(time.Second)).Round(time.Second), aggEnv)
-	say("  CPU                     %.1f %% of one core (target <= 30 %%); per 2 s: %s", cpuPct, strings.Join(slices, " "))
+	say("  CPU                     %.1f %% of one core (target <= 30 %%); per 2 s: %s", cpuPct, strings.Join(cpuSlices, " "))
 	say("  RSS                     peak %.1f MiB, at end %.1f MiB (target <= 200 MiB); at end %s", float64(peakRSS)/(1<<20), float64(rss)/(1<<20), benchproc.RSSParts(pid))
 	say("  apiserver writes        %.2f /s successful (target <= 2 /s); %v failed writes in total", writesPerSec, writeErrs)
 	say("  reports accepted        %.0f /s; %v rejected in total; %d rejected acks seen by agents; %d stream reconnects", reportsPerSec, rej, rejected.Load(), reconnects.Load())
 	say("  Node objects            %d, all Ready, 3 control-plane (created in %s); %v etcd/OVN claims rejected (cozy_health_claims_rejected_total)", nodes, nodesTook.Round(100*time.Millisecond), claimsRejected)
+	say("  report -> Health        p50 %.2f s, max %.2f s over %d nodes recovering (send of the report -> the disk object shows it); turning Degraded (held by the damper) p50 %.2f s, max %.2f s",
+		pct(toHealth, 0.5), pct(toHealth, 1), len(toHealth), pct(worsen, 0.5), pct(worsen, 1))
 	say("  silent -> Unknown       %.1f s after its first missed report (target <= 15 s); %.1f s after its last report (grace 3 x 5 s = 15 s)", sinceMissed, sinceLast)
 	say("  Go memory               heap in use %.1f MiB, stacks %.1f MiB, %.0f goroutines", heapInuse/(1<<20), stackInuse/(1<<20), goroutines)
 	say("                          heap held free %.1f MiB, heap goal %.1f MiB, allocating %.1f MiB/s",
@@ -465,8 +543,99 @@ func runBench(b *testing.B, nodes int, window time.Duration) {
 	b.ReportMetric(state.Heap/(1<<20), "state_heap_MiB")
 	say("  mean rollup             %.1f ms (%.0f full, %.0f retimed since start); mean status apply %.1f ms", rollupMean*1000, full, retimed, writeMean*1000)
 	say("  largest object          %s: %d nodes; linstor object %d bytes as JSON", h.Name, len(h.Status.Nodes), len(raw))
+	if pdir != "" {
+		printProfileTops(b, pdir)
+	}
 	if b.Failed() {
 		benchproc.LogTail(b, logPath)
+	}
+}
+
+// changedAgents are up to 20 workers spread over the cluster, not the
+// control-plane nodes and not the one that goes silent.
+func changedAgents(agents []*agent, silent *agent) []*agent {
+	var out []*agent
+	k := min(20, max(1, len(agents)/50))
+	for i := range k {
+		a := agents[3+i*(len(agents)-3)/k]
+		if a != silent && !a.controlP {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+// reportToHealth applies change to the agents and waits until the disk
+// object shows every one of them with status want; it returns, per agent,
+// the time from the send of its first changed report (sent) to the watch
+// event that shows it.
+func reportToHealth(ctx context.Context, b *testing.B, hc versioned.Interface, changed []*agent, want healthv1alpha1.Status, change func(*agent), sent func(*agent) int64) []time.Duration {
+	wctx, wcancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer wcancel()
+	w, err := hc.HealthV1alpha1().Healths(namespace).Watch(wctx, metav1.ListOptions{FieldSelector: "metadata.name=" + report.ComponentDisk})
+	require.NoError(b, err)
+	defer w.Stop()
+	for _, a := range changed {
+		change(a)
+	}
+	seen := map[string]time.Time{}
+	for ev := range w.ResultChan() {
+		h, ok := ev.Object.(*healthv1alpha1.Health)
+		if !ok {
+			continue
+		}
+		now := time.Now()
+		for _, a := range changed {
+			if _, done := seen[a.node]; done {
+				continue
+			}
+			if ns, ok := h.Status.Nodes[a.node]; ok && ns.Status == want && sent(a) != 0 {
+				seen[a.node] = now
+			}
+		}
+		if len(seen) == len(changed) {
+			break
+		}
+	}
+	require.Len(b, seen, len(changed), "not every changed node reached %s in the disk object within 2 minutes", want)
+	var out []time.Duration
+	for _, a := range changed {
+		out = append(out, seen[a.node].Sub(time.Unix(0, sent(a))))
+	}
+	return out
+}
+
+// printProfileTops prints the top 15 entries of the CPU profile (by own
+// time, and by time including callees) and of the heap profile (in use and
+// allocated since start) in dir, and writes each next to its profile as
+// <name>-top.txt.
+func printProfileTops(b *testing.B, dir string) {
+	for _, p := range []struct {
+		file, index, out string
+		cum              bool
+	}{
+		{"cpu.pprof", "", "cpu-top.txt", false},
+		{"cpu.pprof", "", "cpu-top-cum.txt", true},
+		{"heap.pprof", "inuse_space", "heap-inuse-top.txt", false},
+		{"heap.pprof", "alloc_space", "heap-alloc-top.txt", false},
+	} {
+		args := []string{"tool", "pprof", "-top", "-nodecount=15"}
+		if p.index != "" {
+			args = append(args, "-sample_index="+p.index)
+		}
+		if p.cum {
+			args = append(args, "-cum")
+		}
+		out, err := exec.Command("go", append(args, filepath.Join(dir, p.file))...).CombinedOutput()
+		if err != nil {
+			b.Errorf("go tool pprof %s: %v\n%s", p.file, err, out)
+			continue
+		}
+		require.NoError(b, os.WriteFile(filepath.Join(dir, p.out), out, 0o644))
+		fmt.Printf("    %s (%s):\n", p.out, filepath.Join(dir, p.file))
+		for _, line := range strings.Split(strings.TrimRight(string(out), "\n"), "\n") {
+			fmt.Printf("      %s\n", line)
+		}
 	}
 }
 

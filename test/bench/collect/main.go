@@ -1,0 +1,324 @@
+// Command collect turns the output of the benchmarks (`make bench` tees each
+// bench's `go test -bench` output into a results directory) into one table:
+// figure, goal, measured, ratio; and, when the aggregator ran at more than
+// one node count, a table of how its figures grow with the node count.
+//
+//	go run ./test/bench/collect [-dir bin/bench] [-machine "..."]
+//
+// It reads the benchmark result lines (the standard `go test -bench` format:
+// name, iterations, then value/unit pairs, including b.ReportMetric's), so
+// the benchmarks need nothing but ReportMetric to feed it. The tables are
+// Markdown, printed and written to <dir>/table.md.
+package main
+
+import (
+	"bufio"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// Results are the figures of one results file: benchmark name (without the
+// -GOMAXPROCS suffix) -> unit -> value.
+type Results map[string]map[string]float64
+
+var procSuffix = regexp.MustCompile(`-\d+$`)
+
+// Parse reads `go test -bench` output. A benchmark whose own output is
+// printed while it runs has its name and its result on different lines; a
+// result line (iterations, then value/unit pairs with ns/op) belongs to the
+// last benchmark name seen.
+func Parse(r io.Reader) (Results, error) {
+	res := Results{}
+	var name string
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		if len(f) == 0 {
+			continue
+		}
+		if strings.HasPrefix(f[0], "Benchmark") {
+			name = procSuffix.ReplaceAllString(f[0], "")
+			f = f[1:]
+		}
+		if name == "" || len(f) < 3 || len(f)%2 != 1 {
+			continue
+		}
+		if _, err := strconv.ParseInt(f[0], 10, 64); err != nil {
+			continue
+		}
+		vals := map[string]float64{}
+		for i := 1; i+1 < len(f); i += 2 {
+			v, err := strconv.ParseFloat(f[i], 64)
+			if err != nil {
+				vals = nil
+				break
+			}
+			vals[f[i+1]] = v
+		}
+		if _, ok := vals["ns/op"]; !ok {
+			continue
+		}
+		res[name] = vals
+	}
+	return res, sc.Err()
+}
+
+// Row is one figure of the table.
+type Row struct {
+	File, Bench, Unit string
+	Figure            string
+	// Scale converts the unit to Show's unit (e.g. ns/op -> ms).
+	Scale float64
+	Show  string
+	// Op is "<=" or ">=" with Goal, or "" with no goal (Source then says
+	// so).
+	Op     string
+	Goal   float64
+	Source string
+}
+
+// Rows are the figures of `make bench` and their goals: issue 26's where it
+// sets one, else the README's.
+func Rows(aggregatorSizes []int) []Row {
+	rows := []Row{
+		{File: "agent", Bench: "BenchmarkAgentFootprint", Unit: "cpu-millicores", Figure: "agent CPU, 5 s interval, every check", Show: "millicores", Op: "<=", Goal: 2, Source: "issue 26"},
+		{File: "agent", Bench: "BenchmarkAgentFootprint", Unit: "rss-max-MiB", Figure: "agent RSS max, 5 s interval, every check", Show: "MiB", Op: "<=", Goal: 20, Source: "issue 26"},
+		{File: "ingest", Bench: "BenchmarkIngestPath", Unit: "path-reports/cpu-s", Figure: "ingest: verified+accepted reports per CPU-second", Show: "reports/CPU-s"},
+		{File: "ingest", Bench: "BenchmarkIngestPath", Unit: "ratio", Figure: "ingest path vs bare ed25519 verify + decode", Show: "ratio", Op: ">=", Goal: 0.7, Source: "README"},
+		{File: "ingest", Bench: "BenchmarkIngestGRPC", Unit: "ratio", Figure: "ingest through gRPC+TLS vs bare verify + decode", Show: "ratio", Op: ">=", Goal: 0.7, Source: "README"},
+	}
+	for _, n := range aggregatorSizes {
+		b := fmt.Sprintf("BenchmarkAggregator/nodes=%d", n)
+		at := fmt.Sprintf("aggregator at %s nodes: ", thousands(n))
+		cpu := Row{File: "aggregator", Bench: b, Unit: "cpu_%core", Figure: at + "CPU", Show: "% of a core"}
+		rss := Row{File: "aggregator", Bench: b, Unit: "peak_rss_MiB", Figure: at + "RSS peak", Show: "MiB"}
+		if n == 5000 {
+			cpu.Op, cpu.Goal, cpu.Source = "<=", 15, "issue 26"
+			rss.Op, rss.Goal, rss.Source = "<=", 200, "README"
+		}
+		rows = append(rows, cpu, rss,
+			Row{File: "aggregator", Bench: b, Unit: "writes/s", Figure: at + "apiserver writes", Show: "/s", Op: "<=", Goal: 2, Source: "README"},
+			Row{File: "aggregator", Bench: b, Unit: "report_to_health_p50_s", Figure: at + "report -> Health p50 (a recovery: published at once)", Show: "s"},
+			Row{File: "aggregator", Bench: b, Unit: "report_to_health_max_s", Figure: at + "report -> Health max (a recovery)", Show: "s"},
+			Row{File: "aggregator", Bench: b, Unit: "worsening_to_health_p50_s", Figure: at + "report -> Health p50 of a worsening (damper hold included)", Show: "s"},
+			Row{File: "aggregator", Bench: b, Unit: "silent_to_unknown_s", Figure: at + "silent -> Unknown", Show: "s", Op: "<=", Goal: 15, Source: "README"},
+		)
+	}
+	return append(rows,
+		Row{File: "adapters", Bench: "BenchmarkAdapters", Unit: "change_to_health_p99_ms", Figure: "adapters (5,000 HelmReleases + 2,000 CNPG Clusters): status change -> Health p99", Scale: 1e-3, Show: "s", Op: "<=", Goal: 1, Source: "issue 26"},
+		Row{File: "adapters", Bench: "BenchmarkAdapters", Unit: "change_to_health_p50_ms", Figure: "adapters: status change -> Health p50", Scale: 1e-3, Show: "s"},
+		Row{File: "adapters", Bench: "BenchmarkAdapters", Unit: "live_KiB_per_1000_objects", Figure: "adapters: live memory per watched object", Scale: 1e-3, Show: "KiB", Op: "<=", Goal: 2, Source: "README"},
+		Row{File: "adapters", Bench: "BenchmarkAdapters", Unit: "millicores_per_1000_objects", Figure: "adapters: CPU per 1,000 objects at rest", Show: "millicores"},
+		Row{File: "drain", Bench: "BenchmarkDrainCheck", Unit: "p99-cpu-ms", Figure: "drain-check evaluation p99 (5,000 nodes)", Show: "ms", Op: "<=", Goal: 5, Source: "README"},
+		Row{File: "drain", Bench: "BenchmarkDrainCheckHTTP", Unit: "p99-ms", Figure: "drain-check over HTTP p99 (5,000 nodes)", Show: "ms", Op: "<=", Goal: 5, Source: "README"},
+		Row{File: "drain", Bench: "BenchmarkSnapshot5000Nodes", Unit: "ns/op", Figure: "drain snapshot of 5,000 nodes (mean)", Scale: 1e-6, Show: "ms"},
+	)
+}
+
+// AggregatorSizes are the node counts the aggregator ran at, ascending.
+func AggregatorSizes(r Results) []int {
+	var sizes []int
+	for name := range r {
+		if n, ok := strings.CutPrefix(name, "BenchmarkAggregator/nodes="); ok {
+			if v, err := strconv.Atoi(n); err == nil {
+				sizes = append(sizes, v)
+			}
+		}
+	}
+	slices.Sort(sizes)
+	return sizes
+}
+
+// Table is the Markdown table of rows against the results per file.
+func Table(rows []Row, results map[string]Results) string {
+	var sb strings.Builder
+	sb.WriteString("| figure | goal | measured | ratio |\n|---|---|---|---|\n")
+	for _, r := range rows {
+		goal := "none (current figure)"
+		if r.Op != "" {
+			goal = fmt.Sprintf("%s %s %s (%s)", r.Op, num(r.Goal), r.Show, r.Source)
+		}
+		v, ok := results[r.File][r.Bench][r.Unit]
+		if !ok {
+			fmt.Fprintf(&sb, "| %s | %s | not measured | |\n", r.Figure, goal)
+			continue
+		}
+		if r.Scale != 0 {
+			v *= r.Scale
+		}
+		ratio := ""
+		if r.Op != "" && r.Goal != 0 {
+			q := v / r.Goal
+			met := (r.Op == "<=" && q <= 1) || (r.Op == ">=" && q >= 1)
+			ratio = fmt.Sprintf("%.2f", q)
+			if met {
+				ratio += " (met)"
+			} else {
+				ratio += " (**not met**)"
+			}
+		}
+		fmt.Fprintf(&sb, "| %s | %s | %s %s | %s |\n", r.Figure, goal, num(v), r.Show, ratio)
+	}
+	return sb.String()
+}
+
+// growthFigures are the aggregator's figures the growth table shows;
+// perNode says whether a figure per 1,000 nodes means something (a rate or
+// a size does, a latency does not).
+var growthFigures = []struct {
+	Unit, Name, Show string
+	PerNode          bool
+}{
+	{"cpu_%core", "CPU", "% of a core", true},
+	{"peak_rss_MiB", "RSS peak", "MiB", true},
+	{"state_heap_MiB", "live state without connections", "MiB", true},
+	{"reports/s", "reports accepted", "/s", true},
+	{"writes/s", "apiserver writes", "/s", true},
+	{"report_to_health_p50_s", "report -> Health p50", "s", false},
+	{"report_to_health_max_s", "report -> Health max", "s", false},
+	{"worsening_to_health_p50_s", "worsening -> Health p50", "s", false},
+	{"silent_to_unknown_s", "silent -> Unknown", "s", false},
+}
+
+// Growth is the Markdown table of the aggregator's figures at each node
+// count: the value, the value per 1,000 nodes, the marginal cost of each
+// further 1,000 nodes between consecutive sizes, and the growth from the
+// smallest to the largest size next to the growth of the node count. Linear
+// growth shows as a marginal per 1,000 that stays flat.
+func Growth(r Results) string {
+	sizes := AggregatorSizes(r)
+	if len(sizes) < 2 {
+		return ""
+	}
+	var sb strings.Builder
+	sb.WriteString("| figure |")
+	for _, n := range sizes {
+		fmt.Fprintf(&sb, " %s nodes |", thousands(n))
+	}
+	first, last := sizes[0], sizes[len(sizes)-1]
+	fmt.Fprintf(&sb, " per 1k nodes | marginal per 1k (between sizes) | growth %s -> %s (nodes x%s) |\n|---|", thousands(first), thousands(last), num(float64(last)/float64(first)))
+	for range sizes {
+		sb.WriteString("---|")
+	}
+	sb.WriteString("---|---|---|\n")
+	for _, g := range growthFigures {
+		vals := make([]float64, len(sizes))
+		ok := true
+		for i, n := range sizes {
+			v, found := r[fmt.Sprintf("BenchmarkAggregator/nodes=%d", n)][g.Unit]
+			ok = ok && found
+			vals[i] = v
+		}
+		if !ok {
+			continue
+		}
+		fmt.Fprintf(&sb, "| %s (%s) |", g.Name, g.Show)
+		for _, v := range vals {
+			fmt.Fprintf(&sb, " %s |", num(v))
+		}
+		var per, marg []string
+		if g.PerNode {
+			for i, n := range sizes {
+				per = append(per, num(vals[i]/float64(n)*1000))
+				if i > 0 {
+					marg = append(marg, num((vals[i]-vals[i-1])/float64(n-sizes[i-1])*1000))
+				}
+			}
+		}
+		growth := "n/a"
+		if vals[0] != 0 {
+			growth = "x" + num(vals[len(vals)-1]/vals[0])
+		}
+		fmt.Fprintf(&sb, " %s | %s | %s |\n", strings.Join(per, " / "), strings.Join(marg, " / "), growth)
+	}
+	return sb.String()
+}
+
+// num prints v with three significant digits, without an exponent.
+func num(v float64) string {
+	switch a := max(v, -v); {
+	case a >= 100:
+		return strconv.FormatFloat(v, 'f', 0, 64)
+	case a >= 10:
+		return strconv.FormatFloat(v, 'f', 1, 64)
+	case a >= 1:
+		return strconv.FormatFloat(v, 'f', 2, 64)
+	default:
+		return strconv.FormatFloat(v, 'f', 3, 64)
+	}
+}
+
+func thousands(n int) string {
+	s := strconv.Itoa(n)
+	for i := len(s) - 3; i > 0; i -= 3 {
+		s = s[:i] + "," + s[i:]
+	}
+	return s
+}
+
+// Files are the results files `make bench` writes, by bench.
+var Files = []string{"agent", "ingest", "aggregator", "adapters", "drain"}
+
+func main() {
+	dir := flag.String("dir", "bin/bench", "the results directory (one <bench>.txt per bench)")
+	machine := flag.String("machine", "", "the machine the figures were measured on, printed above the table")
+	only := flag.String("only", "", "one bench (e.g. aggregator): only its results file and its rows; the table goes to <dir>/<bench>-table.md")
+	flag.Parse()
+	files, out := Files, "table.md"
+	if *only != "" {
+		if !slices.Contains(Files, *only) {
+			fmt.Fprintf(os.Stderr, "-only %q: not one of %s\n", *only, strings.Join(Files, ", "))
+			os.Exit(2)
+		}
+		files, out = []string{*only}, *only+"-table.md"
+	}
+	results := map[string]Results{}
+	for _, name := range files {
+		f, err := os.Open(filepath.Join(*dir, name+".txt"))
+		if os.IsNotExist(err) {
+			continue
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		r, err := Parse(f)
+		f.Close()
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "%s: %v\n", name, err)
+			os.Exit(1)
+		}
+		results[name] = r
+	}
+	if len(results) == 0 {
+		fmt.Fprintf(os.Stderr, "no results in %s (run make bench)\n", *dir)
+		os.Exit(1)
+	}
+	var sb strings.Builder
+	if *machine != "" {
+		fmt.Fprintf(&sb, "Measured on %s.\n\n", *machine)
+	}
+	var rows []Row
+	for _, r := range Rows(AggregatorSizes(results["aggregator"])) {
+		if slices.Contains(files, r.File) {
+			rows = append(rows, r)
+		}
+	}
+	sb.WriteString(Table(rows, results))
+	if g := Growth(results["aggregator"]); g != "" {
+		sb.WriteString("\nThe aggregator by node count:\n\n" + g)
+	}
+	fmt.Print(sb.String())
+	if err := os.WriteFile(filepath.Join(*dir, out), []byte(sb.String()), 0o644); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+}
