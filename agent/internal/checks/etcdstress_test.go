@@ -10,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
@@ -182,12 +183,28 @@ func TestRealEtcdUnderStress(t *testing.T) {
 	eventually("the removed member is Down", 2, member(2), func(o report.Observation) bool { return o.Status == report.StatusDown })
 	require.NoError(t, cluster.ReAddMember(ctx, 2))
 	membershipIs("three voters after the re-add", 3, 0)
-	o := eventually("the re-added member votes", 2, member(2), func(o report.Observation) bool {
-		return o.Status == report.StatusHealthy || o.Status == report.StatusDegraded
-	})
 	// A member added with an empty data dir replays the raft log, the fill
 	// included: its database can be far larger than the defragmented
-	// others'. The verdict follows etcd's own status of that member.
+	// others', past its quota even, and then etcd raises NOSPACE for it.
+	// The verdict follows what etcd itself says of that member.
+	o := eventually("the re-added member votes, or reads the NOSPACE etcd raised for it", 2, member(2), func(o report.Observation) bool {
+		return o.Status == report.StatusHealthy || o.Status == report.StatusDegraded || o.Reason == "AlarmNOSPACE"
+	})
+	if o.Reason == "AlarmNOSPACE" {
+		id, err := cluster.MemberID(ctx, 2)
+		require.NoError(t, err)
+		al, err := etcd.AlarmList(ctx)
+		require.NoError(t, err)
+		raised := false
+		for _, a := range al.Alarms {
+			raised = raised || (a.MemberID == id && a.Alarm == etcdserverpb.AlarmType_NOSPACE)
+		}
+		require.True(t, raised, "Down/AlarmNOSPACE only when etcd lists NOSPACE for member %x: %v", id, al.Alarms)
+		step("re-added member replayed the log past its quota: etcd raised NOSPACE for it, read %s/%s", o.Status, o.Reason)
+		_, err = etcd.Defragment(ctx, cluster.Members[2].ClientURL)
+		require.NoError(t, err)
+		require.NoError(t, harness.EtcdDisarmAll(ctx, etcd))
+	}
 	st, err := etcd.Status(ctx, cluster.Members[2].ClientURL)
 	require.NoError(t, err)
 	if float64(st.DbSize) >= 0.8*quota {
