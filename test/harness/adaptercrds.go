@@ -10,7 +10,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/rest"
 )
 
 // AdapterCRDs are the file names (without .yaml) under test/crds/adapters,
@@ -60,8 +62,18 @@ func (c *ControlPlane) DeleteCRD(ctx context.Context, name string) error {
 	})
 }
 
-func waitEstablished(ctx context.Context, dyn dynamic.Interface, name string) error {
-	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+// waitServed waits until the CRD is Established and then until discovery
+// lists its resource in every served version. The apiserver updates
+// discovery asynchronously after Established, so a client that builds its
+// view from discovery right after (Helm's .Capabilities.APIVersions, a
+// RESTMapper) can miss an API that is already Established.
+func waitServed(ctx context.Context, cfg *rest.Config, dyn dynamic.Interface, name string) error {
+	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
+	if err != nil {
+		return fmt.Errorf("discovery client: %w", err)
+	}
+	var crd *unstructured.Unstructured
+	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
 		got, err := dyn.Resource(crdGVR).Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			return false, nil //nolint:nilerr // keep polling until the deadline
@@ -69,7 +81,8 @@ func waitEstablished(ctx context.Context, dyn dynamic.Interface, name string) er
 		conds, _, _ := unstructured.NestedSlice(got.Object, "status", "conditions")
 		for _, cnd := range conds {
 			m, _ := cnd.(map[string]any)
-			if m["type"] == "Established" && m["status"] == "True" {
+			if m["type"] == "Established" && m["status"] == string(metav1.ConditionTrue) {
+				crd = got
 				return true, nil
 			}
 		}
@@ -77,6 +90,31 @@ func waitEstablished(ctx context.Context, dyn dynamic.Interface, name string) er
 	})
 	if err != nil {
 		return fmt.Errorf("wait for CRD %s Established: %w", name, err)
+	}
+	group, _, _ := unstructured.NestedString(crd.Object, "spec", "group")
+	plural, _, _ := unstructured.NestedString(crd.Object, "spec", "names", "plural")
+	versions, _, _ := unstructured.NestedSlice(crd.Object, "spec", "versions")
+	for _, v := range versions {
+		m, _ := v.(map[string]any)
+		if served, _ := m["served"].(bool); !served {
+			continue
+		}
+		gv := group + "/" + fmt.Sprint(m["name"])
+		err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+			list, err := dc.ServerResourcesForGroupVersion(gv)
+			if err != nil {
+				return false, nil //nolint:nilerr // not served yet: keep polling until the deadline
+			}
+			for _, r := range list.APIResources {
+				if r.Name == plural {
+					return true, nil
+				}
+			}
+			return false, nil
+		})
+		if err != nil {
+			return fmt.Errorf("wait for discovery to serve %s in %s: %w", plural, gv, err)
+		}
 	}
 	return nil
 }

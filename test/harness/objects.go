@@ -13,7 +13,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
 	"sigs.k8s.io/yaml"
 )
@@ -112,7 +111,7 @@ func (c *ControlPlane) PodBoundToken(ctx context.Context, ns, serviceAccount, po
 }
 
 // applyCRD applies one CRD (YAML) by server-side apply and waits until it is
-// Established.
+// Established and discovery lists it (waitServed).
 func (c *ControlPlane) applyCRD(ctx context.Context, what string, raw []byte) error {
 	dyn, err := dynamic.NewForConfig(c.Config)
 	if err != nil {
@@ -126,25 +125,7 @@ func (c *ControlPlane) applyCRD(ctx context.Context, what string, raw []byte) er
 	if err != nil {
 		return fmt.Errorf("apply CRD %s: %w", obj.GetName(), err)
 	}
-	name := obj.GetName()
-	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
-		got, err := dyn.Resource(crdGVR).Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			return false, nil //nolint:nilerr // keep polling until the deadline
-		}
-		conds, _, _ := unstructured.NestedSlice(got.Object, "status", "conditions")
-		for _, cnd := range conds {
-			m, _ := cnd.(map[string]any)
-			if m["type"] == "Established" && m["status"] == string(metav1.ConditionTrue) {
-				return true, nil
-			}
-		}
-		return false, nil
-	})
-	if err != nil {
-		return fmt.Errorf("wait for CRD %s Established: %w", name, err)
-	}
-	return nil
+	return waitServed(ctx, c.Config, dyn, obj.GetName())
 }
 
 // talosServiceAccountCRD is the CRD Talos installs for its ServiceAccount
