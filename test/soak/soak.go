@@ -222,7 +222,7 @@ func Run(ctx context.Context, dir string, o Options) (*Report, error) {
 		return rep, err
 	}
 	if !rep.Warmup.met() {
-		return rep, fmt.Errorf("soak: the lab did not reach its baseline within %s", rep.Warmup.bound)
+		return rep, fmt.Errorf("soak: the lab did not reach its baseline within %s (last read off it: %s)", rep.Warmup.bound, rep.Warmup.lastOff)
 	}
 	deadline := time.Now().Add(o.Duration)
 	for _, step := range Schedule(o.Seed, nodes, 10000, o) {
