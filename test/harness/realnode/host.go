@@ -1,4 +1,4 @@
-package harness
+package realnode
 
 import (
 	"bufio"
@@ -350,7 +350,7 @@ func tryAcquireHost(dir string) (string, error) {
 			if len(f) >= 2 {
 				pid, _ = strconv.Atoi(f[1])
 			}
-			st, lerr := LoadNodeState(owner)
+			st, lerr := LoadState(owner)
 			if pidAlive(pid) || (lerr == nil && st.anyAlive()) {
 				return owner, nil
 			}
