@@ -533,7 +533,9 @@ func (c *ControlPlane) spawn(name string, args []string) (*process, error) {
 }
 
 // Spawn starts bin with args, its output appended to logPath, and returns
-// its pid; detach as for spawnProcess. The caller stops it by pid.
+// its pid. A detached process gets its own session and outlives the caller;
+// the others are killed with it. The caller stops it by pid (realnode, whose
+// processes another process may have to stop from node.json).
 func Spawn(logPath, name, bin string, args []string, detach bool) (pid int, err error) {
 	p, err := spawnProcess(logPath, name, bin, args, detach)
 	if err != nil {
