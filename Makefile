@@ -7,18 +7,21 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -s -w -X github.com/cozystack/cozy-health/pkg/version.Version=$(VERSION)
 BIN := bin
 GO_TEST_FLAGS ?= -timeout 30m
-# The directory holding kube-apiserver, kubectl and etcd for tests (built once, cached).
-TESTBIN = $(shell bash hack/testbin.sh)
-# The directory holding kubelet, kube-proxy, kube-controller-manager,
-# kube-scheduler and CoreDNS for the test node (built once, cached).
-NODEBIN = $(shell bash hack/nodebin.sh)
-# promtool for the alert rules' unit tests (built once, cached).
-PROMTOOL = $(shell bash hack/promtool.sh)
-# vmalert and victoria-metrics single for the alert evaluation test (built once, cached).
-VMALERT = $(shell bash hack/vmalert.sh)
+# The directories of the test binaries, each built once from the Go module
+# proxy and cached outside the repo by hack/tooldir.sh NAME (manifests in
+# hack/tools/; a test reads $COZY_HEALTH_<NAME>, or runs the script itself):
+# kube-apiserver, kubectl and etcd;
+TESTBIN = $(shell bash hack/tooldir.sh testbin)
+# kubelet, kube-proxy, kube-controller-manager, kube-scheduler and CoreDNS for
+# the test node;
+NODEBIN = $(shell bash hack/tooldir.sh nodebin)
+# promtool for the alert rules' unit tests;
+PROMTOOL = $(shell bash hack/tooldir.sh promtool)
+# vmalert and victoria-metrics single for the alert evaluation test;
+VMALERT = $(shell bash hack/tooldir.sh vmalert)
 # Flux's source-controller and helm-controller (and their CRDs) for the
-# HelmRelease adapter's test on the real controllers (built once, cached).
-FLUX = $(shell bash hack/flux.sh)
+# HelmRelease adapter's test on the real controllers.
+FLUX = $(shell bash hack/tooldir.sh flux)
 # Where `make push` publishes the images, REGISTRY/NAME:IMAGE_TAG: Cozystack's
 # image path by default (its hack/common-envs.mk). IMAGE_TAG: default the
 # chart's appVersion. PUSH=0 writes the values without pushing.
@@ -51,23 +54,23 @@ push: image ## Push both images (whole amd64+arm64 index, digests kept) to REGIS
 
 .PHONY: testbin
 testbin: ## Build (once, cached outside the repo) kube-apiserver, kubectl and etcd v1.37.2 for tests.
-	@bash hack/testbin.sh
+	@bash hack/tooldir.sh testbin
 
 .PHONY: promtool
 promtool: ## Build (once, cached outside the repo) Prometheus's promtool for the alert rules' tests.
-	@bash hack/promtool.sh
+	@bash hack/tooldir.sh promtool
 
 .PHONY: vmalert
 vmalert: ## Build (once, cached outside the repo) VictoriaMetrics's vmalert and victoria-metrics single for the alert evaluation test.
-	@bash hack/vmalert.sh
+	@bash hack/tooldir.sh vmalert
 
 .PHONY: flux
 flux: ## Build (once, cached outside the repo) Flux's source-controller v1.7.3 and helm-controller v1.4.3 for the HelmRelease adapter's test.
-	@bash hack/flux.sh
+	@bash hack/tooldir.sh flux
 
 .PHONY: nodebin
 nodebin: testbin ## Build (once, cached outside the repo) kubelet, kube-proxy, kube-controller-manager, kube-scheduler v1.37.2 and CoreDNS for the test node.
-	@bash hack/nodebin.sh
+	@bash hack/tooldir.sh nodebin
 
 .PHONY: testdeps
 testdeps: ## Install (as root, with apt; fast when already there) the Debian packages make test runs, or fail naming the command.

@@ -15,7 +15,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/cozystack/cozy-health/test/harness"
+	"github.com/cozystack/cozy-health/test/harness/realnode"
 	"github.com/cozystack/cozy-health/test/lab"
 )
 
@@ -280,5 +280,5 @@ Try:
   KUBECONFIG=%[2]s bin/kubectl-health drain-check %[3]s
 Stop it (stops every process, restores sysctls, paths, cgroups, mounts, nftables, the bridge):
   bin/cozy-health-lab down --dir %[1]s
-`, s.Dir, s.Kubeconfig, s.RealNode, harness.NodeBridge, harness.NodePodCIDR, harness.NodeAddress)
+`, s.Dir, s.Kubeconfig, s.RealNode, realnode.Bridge, realnode.PodCIDR, realnode.Address)
 }

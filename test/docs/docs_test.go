@@ -26,6 +26,7 @@ import (
 
 	"github.com/cozystack/cozy-health/pkg/client/clientset/versioned"
 	"github.com/cozystack/cozy-health/test/harness"
+	"github.com/cozystack/cozy-health/test/harness/realnode"
 	"github.com/cozystack/cozy-health/test/lab"
 )
 
@@ -257,7 +258,7 @@ func TestDocsMakeAndGoCommands(t *testing.T) {
 
 func TestDocsCommandsRunOnTheLab(t *testing.T) {
 	cmds := documents(t)
-	c := harness.StartWithNode(t)
+	c := realnode.Start(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
 	bin := os.Getenv("COZY_HEALTH_BIN")

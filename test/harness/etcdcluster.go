@@ -131,7 +131,7 @@ func startEtcdCluster(ctx context.Context, o EtcdClusterOptions) (*EtcdCluster, 
 	if o.Voters <= 0 || o.Voters > o.Members {
 		o.Voters = o.Members
 	}
-	bin, err := BinDir()
+	bin, err := TestBin.Dir()
 	if err != nil {
 		return nil, err
 	}

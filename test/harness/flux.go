@@ -15,14 +15,6 @@ import (
 	"helm.sh/helm/v3/pkg/repo"
 )
 
-// FluxDir returns the directory holding Flux's source-controller and
-// helm-controller and, under crds/, the CRDs of the same versions:
-// $COZY_HEALTH_FLUX when set, otherwise what hack/flux.sh prints (it builds
-// them the first time).
-func FluxDir() (string, error) {
-	return toolDir("COZY_HEALTH_FLUX", "flux.sh")
-}
-
 // FluxOptions tune the controllers for a test.
 type FluxOptions struct {
 	// DependencyRequeue is helm-controller's and source-controller's
@@ -33,14 +25,14 @@ type FluxOptions struct {
 	MaxRetryDelay time.Duration
 }
 
-// StartFlux installs Flux's CRDs (from FluxDir's crds/) and starts
+// StartFlux installs Flux's CRDs (from the Flux tool's crds/) and starts
 // source-controller and helm-controller against c, as the admin, watching
 // every namespace, their logs in c.Dir. They are stopped at t's end.
 // source-controller serves its artifacts on a loopback port it advertises
 // to helm-controller.
 func (c *ControlPlane) StartFlux(t testing.TB, o FluxOptions) {
 	t.Helper()
-	dir, err := FluxDir()
+	dir, err := Flux.Dir()
 	if err != nil {
 		t.Fatalf("flux: %v", err)
 	}

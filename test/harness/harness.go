@@ -1,8 +1,9 @@
 // Package harness runs a real Kubernetes control plane for tests and for the
 // local lab: etcd and kube-apiserver v1.37.2, built from the Go module proxy
-// by hack/testbin.sh, on free loopback ports. Nothing in it is a fake: CRD
-// validation, the status subresource, server-side apply, RBAC, TokenReview and
-// Leases behave exactly as in a cluster.
+// (the TestBin tool, `make testbin`), on free loopback ports. Nothing in it
+// is a fake: CRD validation, the status subresource, server-side apply,
+// RBAC, TokenReview and Leases behave exactly as in a cluster. Its
+// subpackage realnode adds a real kubelet node.
 package harness
 
 import (
@@ -44,18 +45,17 @@ type Options struct {
 	// death signal, so they outlive the calling process (the lab's `up`).
 	Detach bool
 	// Address is the IP kube-apiserver binds to and advertises; default
-	// 127.0.0.1. StartCluster sets its node bridge's address, which pods
+	// 127.0.0.1. realnode sets its node bridge's address, which pods
 	// reach (a loopback address is not reachable from a pod).
 	Address string
 	// TalosPodSecurity enables PodSecurity admission as Talos configures it:
 	// every namespace but kube-system enforces "baseline" unless labelled
 	// otherwise, so a manifest Talos refuses is refused here too.
 	TalosPodSecurity bool
-
-	// kubelet makes the apiserver serve a real kubelet: Node authorization,
-	// NodeRestriction, a kubelet client certificate, ServiceAccount
-	// admission (pods get their token volumes).
-	kubelet bool
+	// Kubelet makes the apiserver serve a real kubelet (realnode sets it):
+	// Node authorization, NodeRestriction, a kubelet client certificate,
+	// ServiceAccount admission (pods get their token volumes).
+	Kubelet bool
 }
 
 // ControlPlane is a running etcd + kube-apiserver.
@@ -80,34 +80,6 @@ type ControlPlane struct {
 	etcd      *process
 	apiserver *process
 	apiArgs   []string
-}
-
-// BinDir returns the directory holding kube-apiserver, kubectl and etcd:
-// $COZY_HEALTH_TESTBIN when set, otherwise what hack/testbin.sh prints (it
-// builds the binaries the first time, about 10 minutes on 2 cores).
-func BinDir() (string, error) { return toolDir("COZY_HEALTH_TESTBIN", "testbin.sh") }
-
-// toolDir is one cached tool directory: $env when set, otherwise what
-// hack/script prints (it builds the tools the first time, under flock, into
-// a cache outside the repository keyed on their version), remembered in
-// $env for the rest of the process and its children.
-func toolDir(env, script string) (string, error) {
-	if d := os.Getenv(env); d != "" {
-		return d, nil
-	}
-	root := RepoRoot()
-	if root == "" {
-		return "", fmt.Errorf("find the directory of hack/%s: %s is unset and the repository root was not found", script, env)
-	}
-	cmd := exec.Command("bash", filepath.Join(root, "hack", script))
-	cmd.Stderr = os.Stderr
-	out, err := cmd.Output()
-	if err != nil {
-		return "", fmt.Errorf("run hack/%s: %w", script, err)
-	}
-	d := strings.TrimSpace(string(out))
-	_ = os.Setenv(env, d)
-	return d, nil
 }
 
 // RepoRoot returns the root of the cozy-health repository: $COZY_HEALTH_ROOT,
@@ -173,7 +145,7 @@ func StartControlPlane(ctx context.Context, o Options) (*ControlPlane, error) {
 	if o.Dir == "" {
 		return nil, errors.New("start control plane: Options.Dir is required")
 	}
-	bin, err := BinDir()
+	bin, err := TestBin.Dir()
 	if err != nil {
 		return nil, err
 	}
@@ -271,7 +243,7 @@ func (c *ControlPlane) start(ctx context.Context) error {
 		// reconciler; nothing can reach a loopback endpoint anyway.
 		c.apiArgs = append(c.apiArgs, "--endpoint-reconciler-type=none")
 	}
-	if c.opts.kubelet {
+	if c.opts.Kubelet {
 		certPEM, keyPEM, err := issueClient(ca, "kube-apiserver-kubelet-client", []string{"system:masters"})
 		if err != nil {
 			return err
@@ -464,16 +436,20 @@ func (c *ControlPlane) UserConfig(user string, groups ...string) (*rest.Config, 
 // UserKubeconfig writes a kubeconfig for user (see UserConfig) into Dir and
 // returns its path.
 func (c *ControlPlane) UserKubeconfig(user string, groups ...string) (string, error) {
+	path := filepath.Join(c.Dir, "kubeconfig-"+sanitize(user))
+	return path, c.WriteUserKubeconfig(path, user, groups...)
+}
+
+// WriteUserKubeconfig writes a kubeconfig for user (see UserConfig) at path.
+func (c *ControlPlane) WriteUserKubeconfig(path, user string, groups ...string) error {
 	certPEM, keyPEM, err := issueClient(c.ca, user, groups)
 	if err != nil {
-		return "", err
+		return err
 	}
-	path := filepath.Join(c.Dir, "kubeconfig-"+sanitize(user))
-	err = writeKubeconfig(path, c.APIServerURL, c.Config.CAData, user, map[string]string{
+	return writeKubeconfig(path, c.APIServerURL, c.Config.CAData, user, map[string]string{
 		"client-certificate-data": b64(certPEM),
 		"client-key-data":         b64(keyPEM),
 	})
-	return path, err
 }
 
 // ServingCA returns the PEM bundle that verifies the apiserver's serving
@@ -556,6 +532,18 @@ func (c *ControlPlane) spawn(name string, args []string) (*process, error) {
 	return spawnProcess(filepath.Join(c.Dir, name+".log"), name, filepath.Join(c.bin, name), args, c.detach)
 }
 
+// Spawn starts bin with args, its output appended to logPath, and returns
+// its pid. A detached process gets its own session and outlives the caller;
+// the others are killed with it. The caller stops it by pid (realnode, whose
+// processes another process may have to stop from node.json).
+func Spawn(logPath, name, bin string, args []string, detach bool) (pid int, err error) {
+	p, err := spawnProcess(logPath, name, bin, args, detach)
+	if err != nil {
+		return 0, err
+	}
+	return p.cmd.Process.Pid, nil
+}
+
 // spawnProcess starts bin with args (and env on top of this process's
 // environment), its output appended to logPath. Detached processes get
 // their own session and outlive the caller; the others are killed with it
@@ -625,20 +613,26 @@ func httpOK(client *http.Client, url string) func() error {
 		// deadline and the process's exit.
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 		defer cancel()
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-		if err != nil {
-			return err
-		}
-		resp, err := client.Do(req)
-		if err != nil {
-			return err
-		}
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			return fmt.Errorf("GET %s: %s", url, resp.Status)
-		}
-		return nil
+		return GetOK(ctx, client, url)
 	}
+}
+
+// GetOK fails unless GET url answers 200: the readiness probe of a process
+// a harness started.
+func GetOK(ctx context.Context, client *http.Client, url string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("GET %s: %s", url, resp.Status)
+	}
+	return nil
 }
 
 // waitFor polls probe until it succeeds, the process exits, or ctx ends.

@@ -3,7 +3,6 @@ package harness
 import (
 	"archive/tar"
 	"bytes"
-	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -132,31 +131,4 @@ func digest(b []byte) string {
 func blobPath(b []byte) string {
 	sum := sha256.Sum256(b)
 	return "blobs/sha256/" + hex.EncodeToString(sum[:])
-}
-
-// ImportImages imports OCI image archives into the node's containerd (the
-// k8s.io namespace the CRI uses), as `ctr images import` does on a real node.
-func (n *Node) ImportImages(ctx context.Context, archives ...string) error {
-	for _, a := range archives {
-		if _, err := n.ctr(ctx, "images", "import", "--platform", "linux/"+runtime.GOARCH, a); err != nil {
-			return fmt.Errorf("import image %s: %w", a, err)
-		}
-	}
-	return nil
-}
-
-// TrustRegistry lets the node's containerd pull from the plain-HTTP
-// registry at host (host:port on loopback), as a registry mirror entry in
-// its certs.d (config_path) does on a real node; containerd reads it at
-// every pull.
-func (n *Node) TrustRegistry(host string) error {
-	dir := filepath.Join(filepath.Dir(n.State.ContainerdSocket), "certs.d", host)
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return fmt.Errorf("trust registry %s: %w", host, err)
-	}
-	cfg := fmt.Sprintf("server = %q\n\n[host.%q]\n  capabilities = [\"pull\", \"resolve\"]\n", "http://"+host, "http://"+host)
-	if err := os.WriteFile(filepath.Join(dir, "hosts.toml"), []byte(cfg), 0o600); err != nil {
-		return fmt.Errorf("trust registry %s: %w", host, err)
-	}
-	return nil
 }

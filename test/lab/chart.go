@@ -18,6 +18,7 @@ import (
 
 	"github.com/cozystack/cozy-health/deploy/render"
 	"github.com/cozystack/cozy-health/test/harness"
+	"github.com/cozystack/cozy-health/test/harness/realnode"
 )
 
 // Helm runs Helm actions on one release of the cozy-health chart with the
@@ -74,7 +75,7 @@ func (h *Helm) Last() (*release.Release, error) { return h.cfg.Releases.Last(h.R
 // binDir each, FROM scratch) as OCI archives in dir, imports them into the
 // node's containerd and returns the chart values that select them (tag
 // "lab", never pulled).
-func ImportImages(ctx context.Context, c *harness.Cluster, binDir, dir string) (map[string]any, error) {
+func ImportImages(ctx context.Context, c *realnode.Cluster, binDir, dir string) (map[string]any, error) {
 	var archives []string
 	for _, name := range []string{"cozy-health-agent", "cozy-health-aggregator"} {
 		a := filepath.Join(dir, name+".tar")
@@ -144,7 +145,7 @@ func copyValues(v map[string]any) map[string]any {
 
 // installOnNode installs the chart into cozy-health (labelled privileged, as
 // Cozystack's package operator does) with the images from binDir.
-func installOnNode(ctx context.Context, c *harness.Cluster, binDir string, logf func(string, ...any)) error {
+func installOnNode(ctx context.Context, c *realnode.Cluster, binDir string, logf func(string, ...any)) error {
 	dir := filepath.Join(c.Dir, "chart")
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err

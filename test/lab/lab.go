@@ -30,6 +30,7 @@ import (
 	"github.com/cozystack/cozy-health/pkg/client/clientset/versioned"
 	"github.com/cozystack/cozy-health/pkg/report"
 	"github.com/cozystack/cozy-health/test/harness"
+	"github.com/cozystack/cozy-health/test/harness/realnode"
 )
 
 // Namespaces and names the lab uses, the same as a real install.
@@ -594,7 +595,7 @@ func DownDir(dir string) error {
 		return err
 	}
 	if s.RealNode != "" {
-		if err := harness.StopClusterDir(dir); err != nil {
+		if err := realnode.StopClusterDir(dir); err != nil {
 			return err
 		}
 		return os.Rename(statePath(dir), statePath(dir)+".down")

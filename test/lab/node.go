@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"path/filepath"
 
-	"github.com/cozystack/cozy-health/test/harness"
+	"github.com/cozystack/cozy-health/test/harness/realnode"
 )
 
 // NodeOptions configure UpNode.
@@ -38,7 +38,7 @@ func UpNode(ctx context.Context, o NodeOptions) (*State, error) {
 	if err != nil {
 		return nil, err
 	}
-	c, err := harness.StartCluster(ctx, harness.ClusterOptions{Dir: dir, Detach: true, NodeName: o.NodeName, Logf: o.Log})
+	c, err := realnode.StartCluster(ctx, realnode.Options{Dir: dir, Detach: true, NodeName: o.NodeName, Logf: o.Log})
 	if err != nil {
 		return nil, err
 	}
@@ -59,7 +59,7 @@ func UpNode(ctx context.Context, o NodeOptions) (*State, error) {
 		RealNode:     c.Node.Name(),
 	}
 	if err := s.save(); err != nil {
-		_ = harness.StopClusterDir(dir)
+		_ = realnode.StopClusterDir(dir)
 		return nil, err
 	}
 	return s, nil

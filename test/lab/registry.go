@@ -17,6 +17,7 @@ import (
 
 	"github.com/cozystack/cozy-health/hack/image/push"
 	"github.com/cozystack/cozy-health/test/harness"
+	"github.com/cozystack/cozy-health/test/harness/realnode"
 )
 
 // Registry is go-containerregistry's registry (the one crane is tested
@@ -63,7 +64,7 @@ func (r *Registry) Stop() error { return r.srv.Close() }
 // containerd pull from reg, and returns the chart values that run them: the
 // references as `make push` wrote them, pulled by the node (IfNotPresent,
 // the chart's default), never imported.
-func PushedImages(ctx context.Context, c *harness.Cluster, reg *Registry, dir, work string) (map[string]any, []push.Pushed, error) {
+func PushedImages(ctx context.Context, c *realnode.Cluster, reg *Registry, dir, work string) (map[string]any, []push.Pushed, error) {
 	src, err := os.ReadFile(filepath.Join(harness.RepoRoot(), "deploy", "charts", "cozy-health", "values.yaml"))
 	if err != nil {
 		return nil, nil, err

@@ -80,7 +80,7 @@ type alertResult struct {
 
 // TestAlertEvaluation evaluates the rules the chart ships on the real
 // evaluators, against the lab: Debian's prometheus, and VictoriaMetrics's
-// vmalert over victoria-metrics single (built by hack/vmalert.sh; their
+// vmalert over victoria-metrics single (built by `make vmalert`; their
 // -search.latencyOffset and -rule.evalDelay, 30 s each by default, cut to
 // 1 s here), each with its own Debian prometheus-alertmanager.
 // Both scrape the three aggregator replicas every second (honor_labels, as
@@ -556,19 +556,11 @@ scrape_configs:
 	return out
 }
 
-// vmalertDir is $COZY_HEALTH_VMALERT, else what hack/vmalert.sh prints
-// (it builds vmalert and victoria-metrics on a cache miss).
+// vmalertDir is the VMAlert tool directory: vmalert and victoria-metrics.
 func vmalertDir(t *testing.T) string {
 	t.Helper()
-	if d := os.Getenv("COZY_HEALTH_VMALERT"); d != "" {
-		return d
-	}
-	cmd := exec.Command("bash", filepath.Join(harness.RepoRoot(), "hack", "vmalert.sh"))
-	cmd.Stderr = os.Stderr
-	out, err := cmd.Output()
-	require.NoError(t, err, "hack/vmalert.sh")
-	d := strings.TrimSpace(string(out))
-	require.NoError(t, os.Setenv("COZY_HEALTH_VMALERT", d))
+	d, err := harness.VMAlert.Dir()
+	require.NoError(t, err)
 	return d
 }
 

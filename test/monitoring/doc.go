@@ -1,12 +1,12 @@
 // Package monitoring checks what cozy-health ships for the cluster's
 // monitoring stack (deploy/charts/cozy-health/files): the alert rules
 // (promtool check rules and promtool test rules, built from the Go module
-// proxy by hack/promtool.sh), the Grafana dashboard (every panel query
+// proxy by `make promtool`), the Grafana dashboard (every panel query
 // parses as PromQL and as MetricsQL), that every series and label the
 // rules and the dashboard read exists in a real scrape of the lab's
 // aggregators and agents, and that the rules the chart renders fire and
 // resolve on the real evaluators (Debian's prometheus and
 // prometheus-alertmanager; vmalert and victoria-metrics single, built by
-// hack/vmalert.sh) for every fault of the lab's fault matrix, with the
+// `make vmalert`) for every fault of the lab's fault matrix, with the
 // time from fault to firing and from repair to resolved measured.
 package monitoring

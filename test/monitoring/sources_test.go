@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -21,20 +20,12 @@ func filesDir() string {
 	return filepath.Join(harness.RepoRoot(), "deploy", "charts", "cozy-health", "files")
 }
 
-// promtool is $COZY_HEALTH_PROMTOOL, else what hack/promtool.sh prints
-// (it builds promtool on a cache miss).
+// promtool is the promtool binary of the Promtool tool directory.
 func promtool(t *testing.T) string {
 	t.Helper()
-	if p := os.Getenv("COZY_HEALTH_PROMTOOL"); p != "" {
-		return p
-	}
-	cmd := exec.Command("bash", filepath.Join(harness.RepoRoot(), "hack", "promtool.sh"))
-	cmd.Stderr = os.Stderr
-	out, err := cmd.Output()
-	require.NoError(t, err, "hack/promtool.sh")
-	p := strings.TrimSpace(string(out))
-	require.NoError(t, os.Setenv("COZY_HEALTH_PROMTOOL", p))
-	return p
+	d, err := harness.Promtool.Dir()
+	require.NoError(t, err)
+	return filepath.Join(d, "promtool")
 }
 
 // ruleFile is a Prometheus rule file.

@@ -1,5 +1,5 @@
 // Package nodee2e installs the cozy-health Helm chart, with the Helm Go SDK,
-// on a real kubelet node (test/harness StartWithNode): the images `make
+// on a real kubelet node (test/harness/realnode.Start): the images `make
 // image` built (the OCI archives a release ships) are imported into the
 // node's containerd and run pinned to their digests, the agent runs as a
 // DaemonSet pod on the host network with its pod-bound token, the three
@@ -35,7 +35,7 @@ import (
 
 	healthv1alpha1 "github.com/cozystack/cozy-health/pkg/apis/health/v1alpha1"
 	"github.com/cozystack/cozy-health/pkg/client/clientset/versioned"
-	"github.com/cozystack/cozy-health/test/harness"
+	"github.com/cozystack/cozy-health/test/harness/realnode"
 	"github.com/cozystack/cozy-health/test/lab"
 )
 
@@ -48,7 +48,7 @@ const (
 )
 
 func TestChartOnRealNode(t *testing.T) {
-	c := harness.StartWithNode(t)
+	c := realnode.Start(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
 	cs := c.Clientset()
@@ -387,7 +387,7 @@ func runPlugin(ctx context.Context, t *testing.T, plugin, kubeconfig string, arg
 }
 
 // assertGone checks that no object of a release manifest exists any more.
-func assertGone(ctx context.Context, t *testing.T, c *harness.Cluster, manifest string) {
+func assertGone(ctx context.Context, t *testing.T, c *realnode.Cluster, manifest string) {
 	t.Helper()
 	for _, doc := range strings.Split(manifest, "\n---") {
 		var obj struct {

@@ -5,7 +5,7 @@
 // evaluate the shipped rules as Cozystack's VictoriaMetrics does. They are
 // built from the Go module proxy at the version in this module's go.mod
 // (the newest whose go directive this repository's Go toolchain meets) by
-// hack/vmalert.sh.
+// `make vmalert`.
 package vmalert
 
 import (

@@ -154,7 +154,7 @@ func TestKubectlHealthDrainCheckDirect(t *testing.T) {
 	// PATH and passes the arguments and the exit code through.
 	t.Run("through kubectl", func(t *testing.T) {
 		harness.SkipShort(t)
-		bin, err := harness.BinDir()
+		bin, err := harness.TestBin.Dir()
 		require.NoError(t, err)
 		kctx, kcancel := context.WithTimeout(context.Background(), time.Minute)
 		defer kcancel()

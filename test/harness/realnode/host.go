@@ -1,4 +1,4 @@
-package harness
+package realnode
 
 import (
 	"bufio"
@@ -152,23 +152,39 @@ func (r *HostRecord) restore(dir string) error {
 // cgroupHierarchies lists the mounted cgroup hierarchies (v1 controllers,
 // named hierarchies and the v2 unified one).
 func cgroupHierarchies() []string {
+	var out []string
+	for _, m := range mounts() {
+		if m.fsType == "cgroup" || m.fsType == "cgroup2" {
+			out = append(out, m.point)
+		}
+	}
+	return out
+}
+
+// mount is one line of /proc/self/mountinfo.
+type mount struct{ point, fsType string }
+
+// mounts lists this process's mounts from /proc/self/mountinfo.
+func mounts() []mount {
 	f, err := os.Open("/proc/self/mountinfo")
 	if err != nil {
 		return nil
 	}
 	defer f.Close()
-	var out []string
+	var out []mount
 	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64*1024), 1024*1024)
 	for sc.Scan() {
 		fields := strings.Fields(sc.Text())
-		// mount point is field 5; the filesystem type follows the " - ".
-		sep := slices.Index(fields, "-")
-		if sep < 0 || sep+1 >= len(fields) || len(fields) < 5 {
+		if len(fields) < 5 {
 			continue
 		}
-		if fs := fields[sep+1]; fs == "cgroup" || fs == "cgroup2" {
-			out = append(out, unescapeMount(fields[4]))
+		// The mount point is field 5; the filesystem type follows the " - ".
+		m := mount{point: unescapeMount(fields[4])}
+		if sep := slices.Index(fields, "-"); sep >= 0 && sep+1 < len(fields) {
+			m.fsType = fields[sep+1]
 		}
+		out = append(out, m)
 	}
 	return out
 }
@@ -227,22 +243,10 @@ func unmountUnder(dir string) error {
 
 // mountsUnder lists mount points at or under dir, deepest first.
 func mountsUnder(dir string) []string {
-	f, err := os.Open("/proc/self/mountinfo")
-	if err != nil {
-		return nil
-	}
-	defer f.Close()
 	var out []string
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 64*1024), 1024*1024)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) < 5 {
-			continue
-		}
-		mp := unescapeMount(fields[4])
-		if mp == dir || strings.HasPrefix(mp, dir+"/") {
-			out = append(out, mp)
+	for _, m := range mounts() {
+		if m.point == dir || strings.HasPrefix(m.point, dir+"/") {
+			out = append(out, m.point)
 		}
 	}
 	sort.Slice(out, func(i, j int) bool { return len(out[i]) > len(out[j]) })
@@ -350,7 +354,7 @@ func tryAcquireHost(dir string) (string, error) {
 			if len(f) >= 2 {
 				pid, _ = strconv.Atoi(f[1])
 			}
-			st, lerr := LoadNodeState(owner)
+			st, lerr := LoadState(owner)
 			if pidAlive(pid) || (lerr == nil && st.anyAlive()) {
 				return owner, nil
 			}

@@ -1,4 +1,4 @@
-package harness
+package realnode
 
 import (
 	"context"
@@ -23,6 +23,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
+
+	"github.com/cozystack/cozy-health/test/harness"
 )
 
 const probeImage = "localhost/cozy-health/nodeprobe:test"
@@ -77,15 +79,15 @@ func snapshotHost(t *testing.T) hostSnapshot {
 // reaches each, logs come back through the apiserver; then Stop puts the
 // host back exactly as it was.
 func TestClusterWithNode(t *testing.T) {
-	SkipShort(t)
-	require.NoError(t, NodePrerequisites())
+	harness.SkipShort(t)
+	require.NoError(t, Prerequisites())
 	before := snapshotHost(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
 
 	dir := t.TempDir()
 	start := time.Now()
-	c, err := StartCluster(ctx, ClusterOptions{Dir: dir, Logf: t.Logf})
+	c, err := StartCluster(ctx, Options{Dir: dir, Logf: t.Logf})
 	require.NoError(t, err)
 	stopped := false
 	defer func() {
@@ -95,7 +97,7 @@ func TestClusterWithNode(t *testing.T) {
 	}()
 	t.Logf("cluster with a node up in %s", time.Since(start).Round(time.Millisecond))
 	running := snapshotHost(t)
-	assert.Contains(t, running.Links, NodeBridge)
+	assert.Contains(t, running.Links, Bridge)
 	assert.Equal(t, before.Sysctls["net/ipv4/ip_forward"], running.Sysctls["net/ipv4/ip_forward"], "IP forwarding is left as it was: no pod packet is routed off the host")
 
 	// The workload image: a static binary, imported without a registry.
@@ -105,7 +107,7 @@ func TestClusterWithNode(t *testing.T) {
 	out, err := build.CombinedOutput()
 	require.NoError(t, err, "%s", out)
 	archive := filepath.Join(dir, "nodeprobe.tar")
-	require.NoError(t, WriteImage(archive, probeImage, []ImageFile{{Path: "probe", Mode: 0o755, Source: probeBin}}, []string{"/probe"}))
+	require.NoError(t, harness.WriteImage(archive, probeImage, []harness.ImageFile{{Path: "probe", Mode: 0o755, Source: probeBin}}, []string{"/probe"}))
 	require.NoError(t, c.Node.ImportImages(ctx, archive))
 
 	cs := c.Clientset()
@@ -177,9 +179,9 @@ func TestClusterWithNode(t *testing.T) {
 		return len(podIPs) == 2, nil
 	}), "two echo pods Ready")
 	sort.Strings(podIPs)
-	_, podNet, _ := net.ParseCIDR(NodePodCIDR)
+	_, podNet, _ := net.ParseCIDR(PodCIDR)
 	for _, ip := range podIPs {
-		assert.True(t, podNet.Contains(net.ParseIP(ip)), "pod IP %s in %s", ip, NodePodCIDR)
+		assert.True(t, podNet.Contains(net.ParseIP(ip)), "pod IP %s in %s", ip, PodCIDR)
 	}
 
 	// A pod on the pod network: the cluster DNS resolves the kubernetes
@@ -190,7 +192,7 @@ func TestClusterWithNode(t *testing.T) {
 	podNetPod.Spec.DNSPolicy = corev1.DNSClusterFirst
 	got := runProbe(ctx, t, cs, podNetPod)
 	assert.Equal(t, []string{"10.96.0.1"}, got.Lookup)
-	assert.Equal(t, KubernetesVersion+" via https://10.96.0.1:443", got.Version)
+	assert.Equal(t, harness.KubernetesVersion+" via https://10.96.0.1:443", got.Version)
 
 	// A host-network pod (as the agent) resolves the headless Service to
 	// every ready pod through the cluster DNS and reaches each.
