@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -20,6 +21,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/cozystack/cozy-health/hack/image/oci"
 )
 
 // The node's network. Pods get addresses on a Linux bridge the node creates
@@ -693,7 +696,8 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
 
 	// The sandbox image.
 	pauseTar := filepath.Join(dir, "pause.tar")
-	if err := WriteImage(pauseTar, PauseImage, []ImageFile{{Path: "pause", Mode: 0o755, Source: filepath.Join(bin, "pause")}}, []string{"/pause"}); err != nil {
+	if _, err := oci.WriteArchive(pauseTar, PauseImage, oci.Program{Name: "pause"}, "harness",
+		map[string]string{runtime.GOARCH: filepath.Join(bin, "pause")}, time.Unix(0, 0)); err != nil {
 		return err
 	}
 	if err := n.ImportImages(ctx, pauseTar); err != nil {
@@ -960,4 +964,31 @@ func freePorts(n int) ([]int, error) {
 		out = append(out, l.Addr().(*net.TCPAddr).Port)
 	}
 	return out, nil
+}
+
+// ImportImages imports OCI image archives into the node's containerd (the
+// k8s.io namespace the CRI uses), as `ctr images import` does on a real node.
+func (n *Node) ImportImages(ctx context.Context, archives ...string) error {
+	for _, a := range archives {
+		if _, err := n.ctr(ctx, "images", "import", "--platform", "linux/"+runtime.GOARCH, a); err != nil {
+			return fmt.Errorf("import image %s: %w", a, err)
+		}
+	}
+	return nil
+}
+
+// TrustRegistry lets the node's containerd pull from the plain-HTTP
+// registry at host (host:port on loopback), as a registry mirror entry in
+// its certs.d (config_path) does on a real node; containerd reads it at
+// every pull.
+func (n *Node) TrustRegistry(host string) error {
+	dir := filepath.Join(filepath.Dir(n.State.ContainerdSocket), "certs.d", host)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("trust registry %s: %w", host, err)
+	}
+	cfg := fmt.Sprintf("server = %q\n\n[host.%q]\n  capabilities = [\"pull\", \"resolve\"]\n", "http://"+host, "http://"+host)
+	if err := os.WriteFile(filepath.Join(dir, "hosts.toml"), []byte(cfg), 0o600); err != nil {
+		return fmt.Errorf("trust registry %s: %w", host, err)
+	}
+	return nil
 }

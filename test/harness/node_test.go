@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"strings"
 	"syscall"
@@ -23,6 +24,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
+
+	"github.com/cozystack/cozy-health/hack/image/oci"
 )
 
 const probeImage = "localhost/cozy-health/nodeprobe:test"
@@ -105,7 +108,8 @@ func TestClusterWithNode(t *testing.T) {
 	out, err := build.CombinedOutput()
 	require.NoError(t, err, "%s", out)
 	archive := filepath.Join(dir, "nodeprobe.tar")
-	require.NoError(t, WriteImage(archive, probeImage, []ImageFile{{Path: "probe", Mode: 0o755, Source: probeBin}}, []string{"/probe"}))
+	_, err = oci.WriteArchive(archive, probeImage, oci.Program{Name: "probe"}, "test", map[string]string{runtime.GOARCH: probeBin}, time.Unix(0, 0))
+	require.NoError(t, err)
 	require.NoError(t, c.Node.ImportImages(ctx, archive))
 
 	cs := c.Clientset()
