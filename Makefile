@@ -41,7 +41,7 @@ build: ## Build cozy-health-agent, cozy-health-aggregator, kubectl-health and co
 	CGO_ENABLED=0 go build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN)/cozy-health-agent ./agent
 	CGO_ENABLED=0 go build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN)/cozy-health-aggregator ./aggregator
 	CGO_ENABLED=0 go build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN)/kubectl-health ./cmd/kubectl-health
-	CGO_ENABLED=0 go build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN)/cozy-health-lab ./cmd/cozy-health-lab
+	CGO_ENABLED=0 go build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN)/cozy-health-lab ./test/lab/cmd/cozy-health-lab
 
 .PHONY: image
 image: ## OCI images of the agent and aggregator (linux/amd64+arm64, no Docker) as archives in bin/images; prints sizes and digests.

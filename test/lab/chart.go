@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"time"
 
 	"helm.sh/helm/v3/pkg/action"
@@ -17,7 +18,7 @@ import (
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 
 	"github.com/cozystack/cozy-health/deploy/render"
-	"github.com/cozystack/cozy-health/test/harness"
+	"github.com/cozystack/cozy-health/hack/image/oci"
 	"github.com/cozystack/cozy-health/test/harness/realnode"
 )
 
@@ -71,16 +72,16 @@ func (h *Helm) Uninstall() error {
 // Last returns the release's latest revision.
 func (h *Helm) Last() (*release.Release, error) { return h.cfg.Releases.Last(h.Release) }
 
-// ImportImages makes the agent and aggregator images (a static binary from
-// binDir each, FROM scratch) as OCI archives in dir, imports them into the
-// node's containerd and returns the chart values that select them (tag
-// "lab", never pulled).
+// ImportImages makes the agent and aggregator images (the static binaries
+// from binDir, as `make image` lays them out) as OCI archives in dir,
+// imports them into the node's containerd and returns the chart values that
+// select them (tag "lab", never pulled).
 func ImportImages(ctx context.Context, c *realnode.Cluster, binDir, dir string) (map[string]any, error) {
 	var archives []string
-	for _, name := range []string{"cozy-health-agent", "cozy-health-aggregator"} {
-		a := filepath.Join(dir, name+".tar")
-		if err := harness.WriteImage(a, "ghcr.io/cozystack/"+name+":lab",
-			[]harness.ImageFile{{Path: name, Mode: 0o755, Source: filepath.Join(binDir, name)}}, []string{"/" + name}); err != nil {
+	for _, p := range oci.Programs {
+		a := filepath.Join(dir, p.Name+".tar")
+		if _, err := oci.WriteArchive(a, "ghcr.io/cozystack/"+p.Name+":lab", p, "lab",
+			map[string]string{runtime.GOARCH: filepath.Join(binDir, p.Name)}, time.Unix(0, 0)); err != nil {
 			return nil, err
 		}
 		archives = append(archives, a)

@@ -417,20 +417,15 @@ scrape_configs:
 	startEvaluator(t, dir, "vmalert", filepath.Join(vmDir, "vmalert"), vmalertArgs...)
 	evs := []*evaluator{prom, vm}
 
-	matrix := []alertWatch{
-		{alert: "CozyHealthEtcdFsyncSlow", fault: "node-1 fsync-slow", repair: "node-1 fsync-ok", labels: map[string]string{"node": "node-1"}},
-		{alert: "CozyHealthComponentDegraded", fault: "node-1 fsync-slow", repair: "node-1 fsync-ok", labels: map[string]string{"component": "etcd"}},
-		{alert: "CozyHealthDRBDReplicaNotUpToDate", fault: "node-2 drbd-outdated pvc-lab-1", repair: "node-2 drbd-uptodate pvc-lab-1", labels: map[string]string{"node": "node-2", "resource": "pvc-lab-1"}},
-		{alert: "CozyHealthComponentDown", fault: "node-2,node-3 ovn-nb-stop", repair: "node-2,node-3 ovn-nb-start", labels: map[string]string{"component": "kube-ovn"}},
-		{alert: "CozyHealthNodeHeartbeatMissed", fault: "node-3 agent-stop", repair: "node-3 agent-start", labels: map[string]string{"node": "node-3"}},
-		{alert: "CozyHealthComponentUnknown", fault: "node-3 agent-stop", repair: "node-3 agent-start"},
-		{alert: "CozyHealthBackupsStale", fault: "CNPG backup 50 h old", repair: "CNPG backup succeeded now", labels: map[string]string{"namespace": staleTenant, "resource": staleCluster}},
+	var matrix []alertWatch
+	for _, f := range faultMatrix {
+		matrix = append(matrix, alertWatch{alert: f.alert, fault: f.fault, repair: f.repair, labels: f.labels})
 	}
 	// Each evaluator has scraped every replica, and none of the measured
 	// alerts is pending or firing: the lab is healthy. Other alerts present
 	// then are logged (a finding, not measured here).
 	measured := append([]alertWatch{}, matrix...)
-	measured = append(measured, alertWatch{alert: "CozyHealthNotPublishing", labels: map[string]string{"cause": "NoAggregatorScraped"}})
+	measured = append(measured, alertWatch{alert: watchdog.alert, labels: watchdog.labels})
 	for _, ev := range evs {
 		var others []string
 		require.Eventually(t, func() bool {
@@ -478,40 +473,31 @@ scrape_configs:
 		return out
 	}
 	apply := func(spec string, mark func(*alertWatch, time.Time), of string) {
-		f := strings.Fields(spec)
 		at := time.Now()
 		for _, w := range byFault(of) {
 			mark(w, at)
 		}
-		for _, node := range strings.Split(f[0], ",") {
-			arg := ""
-			if len(f) > 2 {
-				arg = f[2]
-			}
-			msg, err := lab.Fault(ctx, st.Dir, node, f[1], arg)
-			require.NoError(t, err)
-			t.Logf("%s on %s: %s", f[1], node, msg)
-		}
+		injectLabFault(ctx, t, st.Dir, spec)
 	}
 	setFault := func(w *alertWatch, at time.Time) { w.faultAt = at }
 	setRepair := func(w *alertWatch, at time.Time) { w.repairAt = at }
 
 	// Every fault at once (as the scrape cross-check injects them).
-	for _, spec := range []string{"node-1 fsync-slow", "node-2 drbd-outdated pvc-lab-1", "node-2,node-3 ovn-nb-stop", "node-3 agent-stop"} {
+	faults, repairs := labFaults()
+	for _, spec := range faults {
 		apply(spec, setFault, spec)
 	}
-	for _, w := range byFault("CNPG backup 50 h old") {
+	for _, w := range byFault(backupFault) {
 		w.faultAt = time.Now()
 	}
 	require.NoError(t, createStaleBackup(ctx, labRestConfig(t, st)))
 	observe(ctx, t, ws, false, c.fireTimeout)
 
 	// Every repair at once.
-	for _, p := range [][2]string{{"node-1 fsync-ok", "node-1 fsync-slow"}, {"node-2 drbd-uptodate pvc-lab-1", "node-2 drbd-outdated pvc-lab-1"},
-		{"node-2,node-3 ovn-nb-start", "node-2,node-3 ovn-nb-stop"}, {"node-3 agent-start", "node-3 agent-stop"}} {
-		apply(p[0], setRepair, p[1])
+	for i, spec := range repairs {
+		apply(spec, setRepair, faults[i])
 	}
-	for _, w := range byFault("CNPG backup 50 h old") {
+	for _, w := range byFault(backupFault) {
 		w.repairAt = time.Now()
 	}
 	require.NoError(t, freshenBackup(ctx, t, st))
@@ -520,8 +506,8 @@ scrape_configs:
 	// The watchdog: every aggregator killed, then started again.
 	var nws []*alertWatch
 	for _, ev := range evs {
-		nws = append(nws, &alertWatch{ev: ev, alert: "CozyHealthNotPublishing", fault: "every aggregator SIGKILLed", repair: "aggregator-start",
-			labels: map[string]string{"cause": "NoAggregatorScraped"}, forDur: forOf["CozyHealthNotPublishing"]})
+		nws = append(nws, &alertWatch{ev: ev, alert: watchdog.alert, fault: watchdog.fault, repair: watchdog.repair,
+			labels: watchdog.labels, forDur: forOf[watchdog.alert]})
 	}
 	cur, err := lab.LoadState(st.Dir)
 	require.NoError(t, err)
@@ -539,9 +525,9 @@ scrape_configs:
 	for _, w := range nws {
 		w.repairAt = started
 	}
-	msg, err := lab.Fault(ctx, st.Dir, "", "aggregator-start", "")
+	msg, err := lab.Fault(ctx, st.Dir, "", watchdog.repair, "")
 	require.NoError(t, err)
-	t.Logf("aggregator-start: %s", msg)
+	t.Logf("%s: %s", watchdog.repair, msg)
 	observe(ctx, t, nws, true, c.fireTimeout)
 	ws = append(ws, nws...)
 

@@ -8,5 +8,9 @@
 // resolve on the real evaluators (Debian's prometheus and
 // prometheus-alertmanager; vmalert and victoria-metrics single, built by
 // `make vmalert`) for every fault of the lab's fault matrix, with the
-// time from fault to firing and from repair to resolved measured.
+// time from fault to firing and from repair to resolved measured. The
+// fault matrix is one table (faultmatrix_test.go) both lab tests read; the
+// rules file is the one source of the alert names, and the README's
+// tables, the runbook's sections and the promtool unit tests are compared
+// with these two as sets (TestAlertTables).
 package monitoring

@@ -5,6 +5,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"sort"
 	"strings"
 	"testing"
 
@@ -109,7 +110,151 @@ func TestAlertRuleShape(t *testing.T) {
 			}
 		})
 	}
-	assert.Len(t, names, 11, "the alerts the README's table lists")
+}
+
+// TestAlertTables: the shipped rules (alerts.yaml) are the one source of
+// the alert names; the README's alert table, docs/runbook.md's sections and
+// the promtool unit tests name the same set. The fault matrix
+// (faultMatrix, then watchdog) is the one source of the measured faults;
+// the README's fault-to-alert table (TestScrapeCrossCheck) and its table of
+// times on the real evaluators (TestAlertEvaluation) list the same set.
+// Every comparison is of sets, reporting what is missing and what is extra
+// by name.
+func TestAlertTables(t *testing.T) {
+	var rules []string
+	for _, r := range loadRules(t) {
+		if r.Alert != "" {
+			rules = append(rules, r.Alert)
+		}
+	}
+	readme, err := os.ReadFile(filepath.Join(harness.RepoRoot(), "README.md"))
+	require.NoError(t, err)
+	runbook, err := os.ReadFile(filepath.Join(harness.RepoRoot(), "docs", "runbook.md"))
+	require.NoError(t, err)
+	tests, err := os.ReadFile(filepath.Join("testdata", "alerts_test.yaml"))
+	require.NoError(t, err)
+
+	sameSet(t, "alerts.yaml", rules, "README.md's alert table (Monitoring and alerts)",
+		tableColumn(t, string(readme), "| alert | severity | fires when | runbook |", 0, alertName))
+	var sections []string
+	for _, m := range regexp.MustCompile(`(?m)^## (CozyHealth\w+)\s*$`).FindAllStringSubmatch(string(runbook), -1) {
+		sections = append(sections, m[1])
+	}
+	sameSet(t, "alerts.yaml", rules, "docs/runbook.md's alert sections", sections)
+	var tested []string
+	for _, m := range regexp.MustCompile(`(?m)^\s*alertname:\s*(\S+)\s*$`).FindAllStringSubmatch(string(tests), -1) {
+		tested = append(tested, m[1])
+	}
+	sameSet(t, "alerts.yaml", rules, "the promtool unit tests (testdata/alerts_test.yaml)", unique(tested))
+
+	var matrix, matrixAlerts []string
+	for _, f := range append(append([]faultAlert{}, faultMatrix...), watchdog) {
+		matrix = append(matrix, f.key())
+		matrixAlerts = append(matrixAlerts, f.alert)
+	}
+	assert.Empty(t, missingFrom(rules, matrixAlerts), "the fault matrix names these, which alerts.yaml has not")
+	sameSet(t, "the fault matrix (faultMatrix, watchdog)", matrix, "README.md's fault-to-alert table (TestScrapeCrossCheck)",
+		tableColumn(t, string(readme), "| fault (lab) | alert | expression holds after |", 1, alertKey))
+	sameSet(t, "the fault matrix (faultMatrix, watchdog)", matrix, "README.md's alert times on the real evaluators (TestAlertEvaluation)",
+		tableColumn(t, string(readme), "| alert | fault (repair) | `for` |", 0, alertKey))
+}
+
+// sameSet compares got (from gotFrom) with want (from the source wantFrom)
+// as sets: what got lacks, what it has beyond want, and what it lists
+// twice, each by name.
+func sameSet(t *testing.T, wantFrom string, want []string, gotFrom string, got []string) {
+	t.Helper()
+	count := map[string]int{}
+	for _, g := range got {
+		count[g]++
+	}
+	var twice []string
+	for g, n := range count {
+		if n > 1 {
+			twice = append(twice, g)
+		}
+	}
+	sort.Strings(twice)
+	assert.Empty(t, missingFrom(got, want), "%s lacks these of %s", gotFrom, wantFrom)
+	assert.Empty(t, missingFrom(want, got), "%s has these beyond %s", gotFrom, wantFrom)
+	assert.Empty(t, twice, "%s lists these more than once", gotFrom)
+}
+
+// missingFrom is what of names is not in set, sorted, each once.
+func missingFrom(set, names []string) []string {
+	in := map[string]bool{}
+	for _, s := range set {
+		in[s] = true
+	}
+	var out []string
+	for _, n := range unique(names) {
+		if !in[n] {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// unique is names sorted, each once.
+func unique(names []string) []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, n := range names {
+		if !seen[n] {
+			seen[n] = true
+			out = append(out, n)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// tableColumn reads the Markdown table whose header row starts with header
+// and returns column col of every row, through name; a row whose cell
+// names no alert ("") is left out.
+func tableColumn(t *testing.T, doc, header string, col int, name func(string) string) []string {
+	t.Helper()
+	i := strings.Index(doc, "\n"+header)
+	require.GreaterOrEqual(t, i, 0, "no table headed %q", header)
+	lines := strings.Split(doc[i+1:], "\n")
+	var out []string
+	for _, line := range lines[2:] { // the header and its |---| row
+		if !strings.HasPrefix(line, "|") {
+			break
+		}
+		cells := strings.Split(strings.Trim(line, "|"), " | ")
+		require.Greater(t, len(cells), col, "row %q", line)
+		if n := name(strings.TrimSpace(cells[col])); n != "" {
+			out = append(out, n)
+		}
+	}
+	require.NotEmpty(t, out, "table headed %q lists no alert", header)
+	return out
+}
+
+var alertCell = regexp.MustCompile("^`(CozyHealth\\w+)`(?: \\((.+?)\\))?")
+
+// alertName is the alert a cell starts with ("`CozyHealthX` (the
+// watchdog)" -> CozyHealthX), "" for none.
+func alertName(cell string) string {
+	if m := alertCell.FindStringSubmatch(cell); m != nil {
+		return m[1]
+	}
+	return ""
+}
+
+// alertKey is the cell as faultAlert.key names it: "`CozyHealthX` (etcd)"
+// -> "CozyHealthX (etcd)", "`CozyHealthX` (`Cause`)" -> "CozyHealthX
+// (Cause)".
+func alertKey(cell string) string {
+	m := alertCell.FindStringSubmatch(cell)
+	switch {
+	case m == nil:
+		return ""
+	case m[2] == "":
+		return m[1]
+	}
+	return m[1] + " (" + strings.Trim(m[2], "`") + ")"
 }
 
 // githubAnchor is the anchor GitHub gives a Markdown heading.

@@ -13,7 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/VictoriaMetrics/metricsql"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 	"github.com/stretchr/testify/assert"
@@ -257,45 +256,24 @@ func TestScrapeCrossCheck(t *testing.T) {
 
 	qs := referencedQueries(t)
 
-	// The faults the alerts are about, and the expression of each alert
-	// narrowed to the fault's node, as it must come to hold on the scrape.
+	// The faults the alerts are about (the fault matrix), and the
+	// expression of each alert narrowed to the fault's node, as it must
+	// come to hold on the scrape.
 	type watch struct {
-		alert, fault string
-		sel          selector
-		// one: the series' value must be 1 (a status gauge).
-		one  bool
+		faultAlert
 		held time.Duration
 	}
-	sel := func(metric string, kv ...string) selector {
-		s := selector{Metric: metric}
-		for i := 0; i < len(kv); i += 2 {
-			s.Matchers = append(s.Matchers, labelFilter(kv[i], kv[i+1]))
-		}
-		return s
+	var watches []*watch
+	for _, f := range faultMatrix {
+		watches = append(watches, &watch{faultAlert: f})
 	}
-	watches := []*watch{
-		{alert: "CozyHealthEtcdFsyncSlow", fault: "node-1 fsync-slow", sel: sel("cozy_health_issue", "component", "etcd", "type", "FsyncLatency", "node", "node-1", "reason", "~FsyncLatencyHigh|BackendCommitLatencyHigh")},
-		{alert: "CozyHealthComponentDegraded", fault: "node-1 fsync-slow", sel: sel("cozy_health_component_status", "component", "etcd", "status", "Degraded"), one: true},
-		{alert: "CozyHealthDRBDReplicaNotUpToDate", fault: "node-2 drbd-outdated pvc-lab-1", sel: sel("cozy_health_issue", "type", "DrbdResource", "node", "node-2", "resource", "pvc-lab-1", "status", "~Degraded|Down")},
-		// A node-local component is Down only when it is down for the
-		// cluster: ovn-central's NB raft loses its quorum (node-2's and
-		// node-3's NB members stopped, node-1's without a leader); node-3's
-		// silent agent cannot make that loss unproven.
-		{alert: "CozyHealthComponentDown", fault: "node-2,node-3 ovn-nb-stop", sel: sel("cozy_health_component_status", "component", "kube-ovn", "status", "Down"), one: true},
-		{alert: "CozyHealthNodeHeartbeatMissed", fault: "node-3 agent-stop", sel: sel("cozy_health_issue", "type", "Heartbeat", "reason", "HeartbeatMissed", "node", "node-3")},
-		{alert: "CozyHealthComponentUnknown", fault: "node-3 agent-stop", sel: sel("cozy_health_component_status", "status", "Unknown"), one: true},
-		{alert: "CozyHealthBackupsStale", fault: "CNPG backup 50 h old", sel: sel("cozy_health_issue", "namespace", staleTenant, "component", "backups",
-			"type", "Backup", "resource", staleCluster, "reason", "BackupStale", "status", "Degraded")},
-	}
-	faults := [][]string{{"node-1", "fsync-slow", ""}, {"node-2", "drbd-outdated", "pvc-lab-1"}, {"node-2", "ovn-nb-stop", ""}, {"node-3", "ovn-nb-stop", ""}, {"node-3", "agent-stop", ""}}
+	faults, _ := labFaults()
 	start := time.Now()
-	for _, f := range faults {
-		msg, err := lab.Fault(ctx, st.Dir, f[0], f[1], f[2])
-		require.NoError(t, err)
-		t.Logf("fault %s on %s: %s", f[1], f[0], msg)
+	for _, spec := range faults {
+		injectLabFault(ctx, t, st.Dir, spec)
 	}
 	require.NoError(t, createStaleBackup(ctx, labRestConfig(t, st)))
-	t.Logf("fault CNPG backup 50 h old: Cluster %s/%s, lastSuccessfulBackup 50 h ago under a daily ScheduledBackup", staleTenant, staleCluster)
+	t.Logf("fault %s: Cluster %s/%s, lastSuccessfulBackup 50 h ago under a daily ScheduledBackup", backupFault, staleTenant, staleCluster)
 	// Drain checks, one answered and one refused, so their counters exist.
 	agg := st.Aggregators[0]
 	for _, node := range []string{"node-1", "no-such-node"} {
@@ -394,7 +372,7 @@ func TestScrapeCrossCheck(t *testing.T) {
 	for _, w := range watches {
 		if assert.NotZero(t, w.held, "%s: its expression never held after %s", w.alert, w.fault) {
 			t.Logf("fault-to-alert %s (%s): expression held %.1fs after the fault; fires after %.1fs + for %s, within a further scrape and evaluation interval (30 s + 30 s)",
-				w.alert, w.fault, w.held.Seconds(), w.held.Seconds(), forOf[w.alert])
+				w.key(), w.fault, w.held.Seconds(), w.held.Seconds(), forOf[w.alert])
 		}
 	}
 
@@ -436,7 +414,7 @@ func TestScrapeCrossCheck(t *testing.T) {
 	for _, a := range st.Aggregators {
 		require.Eventually(t, func() bool { _, _, err := get(ctx, "http://"+a.Metrics+"/metrics"); return err != nil }, 30*time.Second, 100*time.Millisecond)
 	}
-	t.Logf("fault-to-alert CozyHealthNotPublishing (every aggregator killed): no replica scrapes after %.1fs; fires one scrape interval later + for %s", time.Since(killed).Seconds(), forOf["CozyHealthNotPublishing"])
+	t.Logf("fault-to-alert %s (%s): no replica scrapes after %.1fs; fires one scrape interval later + for %s", watchdog.key(), watchdog.fault, time.Since(killed).Seconds(), forOf[watchdog.alert])
 	hc, err := versioned.NewForConfig(labRestConfig(t, st))
 	require.NoError(t, err)
 	require.Eventually(t, func() bool {
@@ -465,14 +443,6 @@ func contains(ss []string, s string) bool {
 		}
 	}
 	return false
-}
-
-// labelFilter is l="v", or l=~"v" when v starts with ~.
-func labelFilter(l, v string) metricsql.LabelFilter {
-	if strings.HasPrefix(v, "~") {
-		return metricsql.LabelFilter{Label: l, Value: v[1:], IsRegexp: true}
-	}
-	return metricsql.LabelFilter{Label: l, Value: v}
 }
 
 func labRestConfig(t *testing.T, st *lab.State) *rest.Config {

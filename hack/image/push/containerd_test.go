@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/cozystack/cozy-health/hack/image/oci"
 	"github.com/cozystack/cozy-health/test/harness"
 )
 
@@ -20,6 +22,10 @@ import (
 // push` pushed by the digest it wrote into the values, both platforms, from
 // the loopback registry: the content it stores is the built index. The
 // install e2e (test/nodee2e) does the same through the kubelet and the CRI.
+// It also imports an archive the image builder (hack/image/oci) wrote, as
+// the lab and the real-node harness do with theirs: `ctr images import`
+// names it after the archive's reference and unpacks this machine's
+// platform.
 func TestContainerdPullsByDigest(t *testing.T) {
 	harness.SkipShort(t)
 	for _, b := range []string{"containerd", "ctr"} {
@@ -89,4 +95,23 @@ disabled_plugins = ["io.containerd.grpc.v1.cri", "io.containerd.snapshotter.v1.a
 			require.NoError(t, err, "linux/%s manifest %s in containerd's store: %s", arch, d, info)
 		}
 	}
+
+	// An archive written by oci.WriteArchive, imported without a registry.
+	bin := filepath.Join(t.TempDir(), "import")
+	require.NoError(t, os.WriteFile(bin, []byte("not run: containerd only imports and unpacks it"), 0o755))
+	const ref = "localhost/cozy-health/import:lab"
+	res, err := oci.WriteArchive(filepath.Join(t.TempDir(), "import.tar"), ref, oci.Program{Name: "import"}, "test",
+		map[string]string{runtime.GOARCH: bin}, time.Unix(0, 0))
+	require.NoError(t, err)
+	out, err := ctr("images", "import", "--platform", "linux/"+runtime.GOARCH, res.Archive)
+	require.NoError(t, err, "ctr images import %s:\n%s", res.Archive, out)
+	ls, err := ctr("images", "ls")
+	require.NoError(t, err)
+	assert.Contains(t, ls, ref+" ", "containerd names the image after the archive's reference")
+	assert.Contains(t, ls, res.Digest, "containerd stores the archive's index")
+	info, err := ctr("content", "get", res.Platforms[runtime.GOARCH].Digest)
+	require.NoError(t, err, "linux/%s manifest in containerd's store: %s", runtime.GOARCH, info)
+	check, err := ctr("images", "check", "name=="+ref)
+	require.NoError(t, err)
+	assert.Contains(t, check, "complete", "the image's content is all there")
 }

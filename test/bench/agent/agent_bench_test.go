@@ -25,9 +25,9 @@ import (
 
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
-	"github.com/prometheus/procfs"
 	"github.com/stretchr/testify/require"
 
+	"github.com/cozystack/cozy-health/test/bench/benchproc"
 	"github.com/cozystack/cozy-health/test/harness"
 	ciliumsrc "github.com/cozystack/cozy-health/test/sources/cilium"
 	"github.com/cozystack/cozy-health/test/sources/drbdsetup"
@@ -177,41 +177,20 @@ func BenchmarkAgentFootprint(b *testing.B) {
 		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 		require.NoError(b, cmd.Start())
 		pid := cmd.Process.Pid
-		proc, err := procfs.NewProc(pid)
-		require.NoError(b, err)
-
 		time.Sleep(warmup)
-		st0, err := proc.Stat()
-		require.NoError(b, err, "agent exited early; log:\n%s", readFile(logPath))
-		t0 := time.Now()
-		var rssMax, rssSum, anonMax, anonSum, fileSum uint64
-		var samples int
-		tick := time.NewTicker(500 * time.Millisecond)
-		for time.Since(t0) < duration {
-			<-tick.C
-			s, err := proc.NewStatus()
-			require.NoError(b, err, "agent exited; log:\n%s", readFile(logPath))
-			rssMax = max(rssMax, s.VmRSS)
-			rssSum += s.VmRSS
-			anonMax = max(anonMax, s.RssAnon)
-			anonSum += s.RssAnon
-			fileSum += s.RssFile
-			samples++
-		}
-		tick.Stop()
-		st1, err := proc.Stat()
-		require.NoError(b, err)
-		elapsed := time.Since(t0)
+		u, err := benchproc.Sample(pid, duration, 500*time.Millisecond)
+		require.NoError(b, err, "agent exited; log:\n%s", readFile(logPath))
+		elapsed := u.Elapsed
 
 		reports, applicable, failures := scrape(b, "http://"+metricsAddr+"/metrics")
 		_ = cmd.Process.Signal(syscall.SIGTERM)
 		_ = cmd.Wait()
 		logf.Close()
 
-		cpu := (st1.CPUTime() - st0.CPUTime()) / elapsed.Seconds() * 1000
+		cpu := u.CPU * 1000
 		const mib = 1 << 20
-		maxMiB, avgMiB := float64(rssMax)/mib, float64(rssSum)/float64(samples)/mib
-		anonMaxMiB, anonAvgMiB, fileAvgMiB := float64(anonMax)/mib, float64(anonSum)/float64(samples)/mib, float64(fileSum)/float64(samples)/mib
+		maxMiB, avgMiB := u.RSSMax/mib, u.RSSAvg/mib
+		anonMaxMiB, anonAvgMiB, fileAvgMiB := u.AnonMax/mib, u.AnonAvg/mib, u.FileAvg/mib
 		b.ReportMetric(anonMaxMiB, "rss-anon-max-MiB")
 		b.ReportMetric(fileAvgMiB, "rss-file-avg-MiB")
 		b.ReportMetric(maxMiB, "rss-max-MiB")

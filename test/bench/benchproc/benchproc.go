@@ -1,11 +1,11 @@
 // Package benchproc is what the benchmarks that run a real
-// cozy-health-aggregator process share: the binary and its free ports, its
-// CPU time and RSS from /proc, its live memory after a forced collection,
+// cozy-health-aggregator process share, and the one place any bench samples
+// a process's CPU time and RSS (from /proc, through procfs): the binary and
+// its free ports, its CPU and RSS, its live memory after a forced collection,
 // and its metrics as Prometheus would scrape them.
 package benchproc
 
 import (
-	"bufio"
 	"fmt"
 	"io"
 	"net"
@@ -14,13 +14,13 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+	"github.com/prometheus/procfs"
 	"github.com/stretchr/testify/require"
 
 	"github.com/cozystack/cozy-health/test/harness"
@@ -75,30 +75,22 @@ func LogTail(tb testing.TB, path string) {
 	tb.Logf("aggregator log tail:\n%s", data)
 }
 
-// Stat is pid's CPU time (utime+stime) in seconds and its RSS in bytes.
+// Stat is pid's CPU time (utime+stime) in seconds and its RSS (VmRSS) in
+// bytes, from /proc through procfs.
 func Stat(pid int) (cpu float64, rss int64, err error) {
-	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	p, err := procfs.NewProc(pid)
 	if err != nil {
 		return 0, 0, err
 	}
-	s := string(raw)
-	fields := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
-	ut, _ := strconv.ParseFloat(fields[11], 64)
-	st, _ := strconv.ParseFloat(fields[12], 64)
-	const clkTck = 100 // USER_HZ on Linux
-	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
+	st, err := p.Stat()
 	if err != nil {
 		return 0, 0, err
 	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if strings.HasPrefix(sc.Text(), "VmRSS:") {
-			kb, _ := strconv.ParseInt(strings.Fields(sc.Text())[1], 10, 64)
-			rss = kb * 1024
-		}
+	status, err := p.NewStatus()
+	if err != nil {
+		return 0, 0, err
 	}
-	return (ut + st) / clkTck, rss, nil
+	return st.CPUTime(), int64(status.VmRSS), nil
 }
 
 // CPUOver is pid's CPU use over the next d, in cores.
@@ -113,21 +105,73 @@ func CPUOver(tb testing.TB, pid int, d time.Duration) float64 {
 	return (c1 - c0) / time.Since(t0).Seconds()
 }
 
+// Usage is a process's CPU and memory over a window.
+type Usage struct {
+	// Elapsed is the window; CPU the cores used over it (CPU seconds per
+	// second).
+	Elapsed time.Duration
+	CPU     float64
+	// RSS (VmRSS) and its anonymous (RssAnon) and file-backed (RssFile,
+	// the executable's pages) parts, in bytes, over the samples.
+	RSSMax, RSSAvg, AnonMax, AnonAvg, FileAvg float64
+	Samples                                   int
+}
+
+// Sample measures pid for d: its CPU time at both ends and its memory every
+// interval in between (the first sample one interval in). An error is the
+// process gone.
+func Sample(pid int, d, every time.Duration) (Usage, error) {
+	p, err := procfs.NewProc(pid)
+	if err != nil {
+		return Usage{}, err
+	}
+	st0, err := p.Stat()
+	if err != nil {
+		return Usage{}, err
+	}
+	t0 := time.Now()
+	var u Usage
+	var rssSum, anonSum, fileSum float64
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	for time.Since(t0) < d {
+		<-tick.C
+		s, err := p.NewStatus()
+		if err != nil {
+			return u, err
+		}
+		u.RSSMax = max(u.RSSMax, float64(s.VmRSS))
+		u.AnonMax = max(u.AnonMax, float64(s.RssAnon))
+		rssSum += float64(s.VmRSS)
+		anonSum += float64(s.RssAnon)
+		fileSum += float64(s.RssFile)
+		u.Samples++
+	}
+	st1, err := p.Stat()
+	if err != nil {
+		return u, err
+	}
+	u.Elapsed = time.Since(t0)
+	u.CPU = (st1.CPUTime() - st0.CPUTime()) / u.Elapsed.Seconds()
+	if u.Samples > 0 {
+		n := float64(u.Samples)
+		u.RSSAvg, u.AnonAvg, u.FileAvg = rssSum/n, anonSum/n, fileSum/n
+	}
+	return u, nil
+}
+
 // RSSParts says how much of pid's RSS is anonymous memory and how much
 // file-backed (the executable's pages).
 func RSSParts(pid int) string {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	p, err := procfs.NewProc(pid)
 	if err != nil {
 		return err.Error()
 	}
-	var parts []string
-	for _, line := range strings.Split(string(b), "\n") {
-		if f := strings.Fields(line); len(f) >= 2 && (f[0] == "RssAnon:" || f[0] == "RssFile:") {
-			kb, _ := strconv.ParseFloat(f[1], 64)
-			parts = append(parts, fmt.Sprintf("%s %.1f MiB", strings.TrimSuffix(f[0], ":"), kb/1024))
-		}
+	s, err := p.NewStatus()
+	if err != nil {
+		return err.Error()
 	}
-	return strings.Join(parts, ", ")
+	return fmt.Sprintf("RssAnon %.1f MiB, RssFile %.1f MiB", float64(s.RssAnon)/(1<<20), float64(s.RssFile)/(1<<20))
 }
 
 // Gather scrapes the aggregator's metrics once, as Prometheus would.

@@ -10,7 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/cozystack/cozy-health/test/harness"
+	"github.com/cozystack/cozy-health/hack/image/oci"
 )
 
 // startContainerd starts containerd with its root, state and sockets in the
@@ -43,7 +43,8 @@ func (s *starter) startContainerd(ctx context.Context) error {
 // NodeBin tool), which no registry serves here.
 func (s *starter) importSandboxImage(ctx context.Context) error {
 	pauseTar := filepath.Join(s.dir, "pause.tar")
-	if err := harness.WriteImage(pauseTar, PauseImage, []harness.ImageFile{{Path: "pause", Mode: 0o755, Source: filepath.Join(s.bin, "pause")}}, []string{"/pause"}); err != nil {
+	if _, err := oci.WriteArchive(pauseTar, PauseImage, oci.Program{Name: "pause"}, "harness",
+		map[string]string{runtime.GOARCH: filepath.Join(s.bin, "pause")}, time.Unix(0, 0)); err != nil {
 		return err
 	}
 	return s.n.ImportImages(ctx, pauseTar)

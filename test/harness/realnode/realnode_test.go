@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"strings"
 	"syscall"
@@ -24,6 +25,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
+	"github.com/cozystack/cozy-health/hack/image/oci"
 	"github.com/cozystack/cozy-health/test/harness"
 )
 
@@ -107,7 +109,8 @@ func TestClusterWithNode(t *testing.T) {
 	out, err := build.CombinedOutput()
 	require.NoError(t, err, "%s", out)
 	archive := filepath.Join(dir, "nodeprobe.tar")
-	require.NoError(t, harness.WriteImage(archive, probeImage, []harness.ImageFile{{Path: "probe", Mode: 0o755, Source: probeBin}}, []string{"/probe"}))
+	_, err = oci.WriteArchive(archive, probeImage, oci.Program{Name: "probe"}, "test", map[string]string{runtime.GOARCH: probeBin}, time.Unix(0, 0))
+	require.NoError(t, err)
 	require.NoError(t, c.Node.ImportImages(ctx, archive))
 
 	cs := c.Clientset()

@@ -1,4 +1,4 @@
-package main
+package oci
 
 import (
 	"archive/tar"
@@ -45,7 +45,7 @@ func untar(t *testing.T, archive, dir string) {
 // built; the archive is an OCI layout that containerd imports under the
 // chart's reference; the image is a static binary on an empty base.
 func TestImageIsReproducibleAndImportable(t *testing.T) {
-	src, err := filepath.Abs("../..")
+	src, err := filepath.Abs("../../..")
 	require.NoError(t, err)
 	agent := []Program{Programs[0]}
 	build := func() Result {
