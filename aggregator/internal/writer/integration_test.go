@@ -101,3 +101,79 @@ func bounded(t *testing.T, reg *prometheus.Registry, reason string) float64 {
 	}
 	return 0
 }
+
+// TestTenThousandSilentNodesAreWritten, on a real apiserver over a real
+// etcd with its default request limit (1.5 MiB): when every one of 10,000
+// nodes has missed its heartbeat (a partition between the nodes and the
+// aggregator), each entry Unknown/HeartbeatMissed with its message and
+// lastReportAt is about 190 bytes, and the whole status (1.9 MB) was
+// refused by etcd ("request is too large"), so the object went stale
+// instead of naming the silent nodes. Bounded, it is written: every node
+// listed Unknown/HeartbeatMissed, messages kept while they fit, the rest
+// counted.
+func TestTenThousandSilentNodesAreWritten(t *testing.T) {
+	cp := harness.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	const ns = "cozy-system"
+	require.NoError(t, cp.InstallCRDs(ctx))
+	require.NoError(t, cp.EnsureNamespace(ctx, ns))
+	hc, err := versioned.NewForConfig(cp.Config)
+	require.NoError(t, err)
+	reg := prometheus.NewRegistry()
+	m, err := metrics.New(reg)
+	require.NoError(t, err)
+	w, err := New(Config{Namespace: ns, FreshFor: 30 * time.Second, RefreshPeriod: time.Minute, WritesPerSecond: 50, WriteBurst: 10,
+		BackoffBase: 100 * time.Millisecond, BackoffMax: time.Second}, hc, m, zaptest.NewLogger(t), nil)
+	require.NoError(t, err)
+
+	start := time.Now()
+	disk := compute(nodeSnapshot(10000, "silent", start), start)[report.ComponentDisk]
+	w.Publish(ns, disk)
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); w.Run(runCtx) }()
+	defer func() { stop(); <-done }()
+
+	var h *healthv1alpha1.Health
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		h, err = hc.HealthV1alpha1().Healths(ns).Get(ctx, report.ComponentDisk, metav1.GetOptions{})
+		if assert.NoError(c, err) && assert.NotNil(c, h.Status.FreshUntil) {
+			assert.True(c, h.Status.FreshUntil.After(start))
+		}
+	}, 2*time.Minute, 200*time.Millisecond)
+	assert.Equal(t, healthv1alpha1.StatusUnknown, h.Status.Overall)
+	require.Len(t, h.Status.Nodes, 10000)
+	messages := 0
+	for name, n := range h.Status.Nodes {
+		assert.Equal(t, healthv1alpha1.StatusUnknown, n.Status, name)
+		assert.Equal(t, report.ReasonHeartbeatMissed, n.Reason, name)
+		if n.Message != "" {
+			messages++
+		}
+	}
+	assert.Positive(t, messages, "messages are kept while they fit")
+	assert.Less(t, messages, 10000)
+	assert.Equal(t, float64(10000-messages), nodeBounded(t, reg, metrics.BoundNodeMessage), "one write, every message left out counted")
+	assert.Zero(t, nodeBounded(t, reg, metrics.BoundNodeOverLimit))
+}
+
+// nodeBounded is cozy_health_writer_node_entries_bounded_total{reason}.
+func nodeBounded(t *testing.T, reg *prometheus.Registry, reason string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	require.NoError(t, err)
+	for _, mf := range mfs {
+		if mf.GetName() != "cozy_health_writer_node_entries_bounded_total" {
+			continue
+		}
+		for _, mm := range mf.GetMetric() {
+			for _, l := range mm.GetLabel() {
+				if l.GetName() == "reason" && l.GetValue() == reason {
+					return mm.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return 0
+}
