@@ -133,10 +133,12 @@ func degradedNodesSize(names []string) int {
 //   - the entries' messages, then their lastReportAt, are kept worst node
 //     first (Down, Degraded, Unknown, then by name) while they fit.
 //
-// When even every entry's status and reason are over the budget (about
-// 16,000 nodes of 20-character names not Healthy) the status is written
-// as it is, counted as over_limit: the contract cannot hold there, and the
-// apiserver's refusal shows as failed writes and the object going stale.
+// When even every entry's status and reason leave less than
+// minConditionBytes of the budget (about 17,000 nodes of 20-character
+// names, or 10,900 of 63, all Unknown/HeartbeatMissed; over 30,000 Healthy
+// ones) the status is written as it is, counted as over_limit: the
+// contract cannot hold there, and etcd's refusal (past 1.5 MiB) shows as
+// failed writes and the object going stale.
 // cs is not modified; it is returned as is when nothing was bounded.
 func boundStatus(cs *status.Component) (*status.Component, map[string]int) {
 	entries := statusFixedBytes
@@ -152,12 +154,12 @@ func boundStatus(cs *status.Component) (*status.Component, map[string]int) {
 	}
 	var counts map[string]int
 	degraded := cs.DegradedNodes
-	if left := MaxStatusBytes - entries; degradedNodesSize(degraded) > left {
-		degraded = cutNames(degraded, left-len(`,"+9999999 more"`))
+	if left := MaxStatusBytes - minConditionBytes - entries; degradedNodesSize(degraded) > left {
+		degraded = cutNames(degraded, left-len(`,"degradedNodes":"+9999999 more"`))
 		counts = map[string]int{BoundNodeDegradedNodes: 1}
 	}
 	entries += degradedNodesSize(degraded)
-	if entries > MaxStatusBytes {
+	if entries > MaxStatusBytes-minConditionBytes {
 		if counts == nil {
 			counts = map[string]int{}
 		}

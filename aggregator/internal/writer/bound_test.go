@@ -162,3 +162,28 @@ func TestJSONStringSize(t *testing.T) {
 		assert.Equal(t, len(b), jsonStringSize(s), "%q", s)
 	}
 }
+
+// TestBoundStatusPastTheContract: 20,000 silent nodes fit only with
+// degradedNodes cut (the printer column names the first ones, then "+N
+// more"); at 25,000 even their status and reason leave the conditions
+// less than their floor, which is counted as over_limit, every node still
+// listed.
+func TestBoundStatusPastTheContract(t *testing.T) {
+	now := time.Unix(1_800_000_000, 0)
+	cs := compute(nodeSnapshot(20000, "silent", now), now)[report.ComponentDisk]
+	bounded, counts := boundStatus(cs)
+	assert.Equal(t, 1, counts[BoundNodeDegradedNodes])
+	assert.Zero(t, counts[BoundNodeOverLimit])
+	last := bounded.DegradedNodes[len(bounded.DegradedNodes)-1]
+	assert.Regexp(t, `^\+[0-9]+ more$`, last)
+	assert.Equal(t, "node-00000", bounded.DegradedNodes[0])
+	body, err := json.Marshal(statusApply("cozy-system", bounded))
+	require.NoError(t, err)
+	assert.LessOrEqual(t, len(body), MaxStatusBytes+512)
+	assert.Len(t, bounded.Nodes, 20000)
+
+	cs = compute(nodeSnapshot(25000, "silent", now), now)[report.ComponentDisk]
+	bounded, counts = boundStatus(cs)
+	assert.Equal(t, 1, counts[BoundNodeOverLimit])
+	assert.Len(t, bounded.Nodes, 25000)
+}
