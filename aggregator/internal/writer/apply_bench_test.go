@@ -11,16 +11,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/cozystack/cozy-health/aggregator/internal/metrics"
 	"github.com/cozystack/cozy-health/aggregator/internal/state"
 	"github.com/cozystack/cozy-health/aggregator/internal/status"
-	"github.com/cozystack/cozy-health/pkg/client/clientset/versioned"
 	"github.com/cozystack/cozy-health/pkg/report"
 	"github.com/cozystack/cozy-health/test/bench/benchproc"
 	"github.com/cozystack/cozy-health/test/harness"
@@ -62,20 +59,12 @@ func nodeSnapshot(n int, scenario string, now time.Time) state.Snapshot {
 //
 //	go test -run '^$' -bench BenchmarkStatusApply -benchtime 1x ./aggregator/internal/writer/
 func BenchmarkStatusApply(b *testing.B) {
-	cp := harness.Start(b)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
 	const ns = "cozy-system"
-	require.NoError(b, cp.InstallCRDs(ctx))
-	require.NoError(b, cp.EnsureNamespace(ctx, ns))
-	hc, err := versioned.NewForConfig(cp.Config)
-	require.NoError(b, err)
-	m, err := metrics.New(prometheus.NewRegistry())
-	require.NoError(b, err)
-	w, err := New(Config{Namespace: ns, FreshFor: 30 * time.Second, RefreshPeriod: time.Minute, WritesPerSecond: 50, WriteBurst: 10}, hc, m, zap.NewNop(), nil)
-	require.NoError(b, err)
+	cp, hc, _, w := startWriter(ctx, b, ns, zap.NewNop())
 	opts := metav1.ApplyOptions{FieldManager: FieldManager, Force: true}
-	_, err = hc.HealthV1alpha1().Healths(ns).Apply(ctx, specApply(ns, report.ComponentDisk, metav1.Duration{Duration: 30 * time.Second}), opts)
+	_, err := hc.HealthV1alpha1().Healths(ns).Apply(ctx, specApply(ns, report.ComponentDisk, metav1.Duration{Duration: 30 * time.Second}), opts)
 	require.NoError(b, err)
 	sizes := []int{1000, 5000, 10000}
 	if v := os.Getenv("COZY_HEALTH_BENCH_APPLY_NODES"); v != "" {
