@@ -45,6 +45,22 @@ const (
 // BoundReasons lists them; each is pre-initialised to 0.
 var BoundReasons = []string{BoundType, BoundResourceRef, BoundReason, BoundMessage, BoundMaxItems, BoundSize}
 
+// Reasons of cozy_health_writer_node_entries_bounded_total: what the writer
+// left out of status.nodes entries (or status.degradedNodes) so that an
+// object of many nodes that are not Healthy stays under etcd's request
+// limit. Every node keeps its entry, its status and its reason.
+const (
+	BoundNodeMessage       = "message"
+	BoundNodeLastReportAt  = "last_report_at"
+	BoundNodeDegradedNodes = "degraded_nodes"
+	// BoundNodeOverLimit: even status and reason alone are over the
+	// budget; the write is attempted whole and the apiserver may refuse it.
+	BoundNodeOverLimit = "over_limit"
+)
+
+// NodeBoundReasons lists them; each is pre-initialised to 0.
+var NodeBoundReasons = []string{BoundNodeMessage, BoundNodeLastReportAt, BoundNodeDegradedNodes, BoundNodeOverLimit}
+
 // Metrics are the aggregator's metrics.
 type Metrics struct {
 	componentStatus *prometheus.GaugeVec
@@ -57,6 +73,7 @@ type Metrics struct {
 	rollups         *prometheus.CounterVec
 	writeSeconds    prometheus.Histogram
 	bounded         *prometheus.CounterVec
+	boundedNodes    *prometheus.CounterVec
 	adapters        *adapterMetrics
 }
 
@@ -99,9 +116,13 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "cozy_health_writer_conditions_bounded_total",
 			Help: "Conditions dropped or truncated by the writer, per write, because they were outside the Health CRD's bounds (reason: type, resource_ref, reason_truncated, message_truncated, max_items, object_size).",
 		}, []string{"reason"}),
+		boundedNodes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "cozy_health_writer_node_entries_bounded_total",
+			Help: "Node entries the writer shortened, per write, so the object stays under etcd's request limit (reason: message, last_report_at: left out of an entry; degraded_nodes: status.degradedNodes cut; over_limit: a write over the budget even so).",
+		}, []string{"reason"}),
 		adapters: newAdapterMetrics(),
 	}
-	for _, c := range append([]prometheus.Collector{m.componentStatus, m.nodes, m.issues, m.freshUntil, m.writes, m.leader, m.rollupSeconds, m.rollups, m.writeSeconds, m.bounded}, m.adapters.collectors()...) {
+	for _, c := range append([]prometheus.Collector{m.componentStatus, m.nodes, m.issues, m.freshUntil, m.writes, m.leader, m.rollupSeconds, m.rollups, m.writeSeconds, m.bounded, m.boundedNodes}, m.adapters.collectors()...) {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -114,6 +135,9 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 	}
 	for _, r := range BoundReasons {
 		m.bounded.WithLabelValues(r)
+	}
+	for _, r := range NodeBoundReasons {
+		m.boundedNodes.WithLabelValues(r)
 	}
 	return m, nil
 }
@@ -383,6 +407,12 @@ func (m *Metrics) Write(result string, took time.Duration) {
 // for reason (writer.Bound*).
 func (m *Metrics) BoundedConditions(reason string, n int) {
 	m.bounded.WithLabelValues(reason).Add(float64(n))
+}
+
+// BoundedNodeEntries counts n node entries the writer shortened for reason
+// (writer.BoundNode*).
+func (m *Metrics) BoundedNodeEntries(reason string, n int) {
+	m.boundedNodes.WithLabelValues(reason).Add(float64(n))
 }
 
 // SetLeader records whether this replica leads.

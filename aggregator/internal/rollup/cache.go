@@ -57,7 +57,7 @@ func (c *Cache) Unchanged(nodes map[string]state.Entry, now time.Time, cfg Confi
 			return nil, false
 		}
 		if f.report != e.Report {
-			if !sameJudgement(f.report, e.Report) {
+			if !sameJudgementAs(f.report, f.claims, e.Report) {
 				return nil, false
 			}
 			f.report = e.Report
@@ -122,6 +122,13 @@ var componentIndex = func() map[string]int {
 // carries none), nor are attributes (quorum.Attributes are read through
 // the claims; the others are for people and drain rules).
 func sameJudgement(a, b *report.NodeReport) bool {
+	return sameJudgementAs(a, quorum.ClaimsOf(a), b)
+}
+
+// sameJudgementAs is sameJudgement with a's claims already read (the
+// memo's): one report per node per interval is compared, and reading the
+// claims allocates.
+func sameJudgementAs(a *report.NodeReport, aClaims *quorum.Claims, b *report.NodeReport) bool {
 	if a == nil || b == nil {
 		// Without a report (an expected node never heard) the node is
 		// always stale; one with a report is judged on it.
@@ -142,7 +149,7 @@ func sameJudgement(a, b *report.NodeReport) bool {
 			return false
 		}
 	}
-	return quorum.ClaimsOf(a).Equal(quorum.ClaimsOf(b))
+	return aClaims.Equal(quorum.ClaimsOf(b))
 }
 
 // reportFacts is what one report says, per component, about its node when
@@ -172,7 +179,7 @@ func (c *Cache) get(node string, r *report.NodeReport) *reportFacts {
 			if f.report == r {
 				return f
 			}
-			if sameJudgement(f.report, r) {
+			if sameJudgementAs(f.report, f.claims, r) {
 				// A new report that judges the same: same facts.
 				f.report = r
 				return f

@@ -1,6 +1,7 @@
 package writer
 
 import (
+	"encoding/json"
 	"strings"
 	"testing"
 	"time"
@@ -103,4 +104,86 @@ func TestBoundConditions(t *testing.T) {
 	// A type the pattern refuses is dropped.
 	_, counts = boundConditions(&status.Component{Conditions: []status.Condition{{Type: "not-camel"}, {Type: strings.Repeat("A", 317)}, {Type: ""}}})
 	assert.Equal(t, map[string]int{BoundType: 3}, counts)
+}
+
+// TestBoundStatusKeepsEveryNodeUnderTheBudget: 10,000 nodes that all
+// missed their heartbeat (about 190 bytes an entry) or are all Degraded
+// with a full message would make a status etcd refuses (1.5 MiB). Bounded,
+// the encoded status is under MaxStatusBytes, every node keeps its entry
+// with its status and reason, messages are kept first by the worst nodes,
+// and what was left out is counted.
+func TestBoundStatusKeepsEveryNodeUnderTheBudget(t *testing.T) {
+	now := time.Unix(1_800_000_000, 0)
+	for _, scenario := range []string{"silent", "degraded"} {
+		t.Run(scenario, func(t *testing.T) {
+			snap := nodeSnapshot(10000, scenario, now)
+			// One node Down: it keeps its message before the others.
+			down := snap["node-09999"]
+			r := *down.Report
+			r.Observations = []report.Observation{{Component: report.ComponentDisk, Check: report.CheckFsyncProbe, Status: report.StatusDown, Reason: "ProbeFailed", Message: "write failed"}}
+			snap["node-09999"] = state.Entry{Report: &r, ReceivedAt: now, Role: state.RoleWorker}
+			cs := compute(snap, now)[report.ComponentDisk]
+			whole, err := json.Marshal(statusApply("cozy-system", cs))
+			require.NoError(t, err)
+			require.Greater(t, len(whole), 3<<19, "unbounded, the status is over etcd's 1.5 MiB")
+
+			bounded, counts := boundStatus(cs)
+			body, err := json.Marshal(statusApply("cozy-system", bounded))
+			require.NoError(t, err)
+			assert.LessOrEqual(t, len(body), MaxStatusBytes+512, "the encoded object (its name and kind beside the status)")
+			require.Len(t, bounded.Nodes, 10000, "every node keeps its entry")
+			for name, ns := range cs.Nodes {
+				got := bounded.Nodes[name]
+				assert.Equal(t, ns.Status, got.Status, name)
+				assert.Equal(t, ns.Reason, got.Reason, name)
+			}
+			assert.Equal(t, "FsyncProbe: write failed", bounded.Nodes["node-09999"].Message, "the Down node keeps its message")
+			assert.NotEmpty(t, bounded.Nodes["node-00000"].Message, "the first by name keep theirs")
+			assert.Empty(t, bounded.Nodes["node-09998"].Message, "the last by name lose theirs")
+			assert.Positive(t, counts[BoundNodeMessage])
+			assert.Zero(t, counts[BoundNodeOverLimit])
+			assert.Equal(t, cs.Overall, bounded.Overall, "the judgement stands")
+			assert.NotEmpty(t, cs.Nodes["node-09998"].Message, "the input is not modified")
+		})
+	}
+
+	// Within the budget, nothing is touched.
+	cs := compute(nodeSnapshot(10000, "healthy", now), now)[report.ComponentDisk]
+	same, counts := boundStatus(cs)
+	assert.Same(t, cs, same)
+	assert.Nil(t, counts)
+}
+
+// TestJSONStringSize holds the size estimate to encoding/json.
+func TestJSONStringSize(t *testing.T) {
+	for _, s := range []string{"", "node-1", `a "quoted" \ path`, "<tag> & more", "tab\tnew\nline\x01", "日本語", "bad \xff utf8", "sep \u2028 \u2029"} {
+		b, err := json.Marshal(s)
+		require.NoError(t, err)
+		assert.Equal(t, len(b), jsonStringSize(s), "%q", s)
+	}
+}
+
+// TestBoundStatusPastTheContract: 20,000 silent nodes fit only with
+// degradedNodes cut (the printer column names the first ones, then "+N
+// more"); at 25,000 even their status and reason leave the conditions
+// less than their floor, which is counted as over_limit, every node still
+// listed.
+func TestBoundStatusPastTheContract(t *testing.T) {
+	now := time.Unix(1_800_000_000, 0)
+	cs := compute(nodeSnapshot(20000, "silent", now), now)[report.ComponentDisk]
+	bounded, counts := boundStatus(cs)
+	assert.Equal(t, 1, counts[BoundNodeDegradedNodes])
+	assert.Zero(t, counts[BoundNodeOverLimit])
+	last := bounded.DegradedNodes[len(bounded.DegradedNodes)-1]
+	assert.Regexp(t, `^\+[0-9]+ more$`, last)
+	assert.Equal(t, "node-00000", bounded.DegradedNodes[0])
+	body, err := json.Marshal(statusApply("cozy-system", bounded))
+	require.NoError(t, err)
+	assert.LessOrEqual(t, len(body), MaxStatusBytes+512)
+	assert.Len(t, bounded.Nodes, 20000)
+
+	cs = compute(nodeSnapshot(25000, "silent", now), now)[report.ComponentDisk]
+	bounded, counts = boundStatus(cs)
+	assert.Equal(t, 1, counts[BoundNodeOverLimit])
+	assert.Len(t, bounded.Nodes, 25000)
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -25,29 +26,16 @@ import (
 // conditions the CRD refuses, counts them, and writes the rest, instead
 // of the apiserver refusing the whole status and the object going stale.
 func TestOutOfBoundsConditionsStillWriteAFreshObject(t *testing.T) {
-	cp := harness.Start(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	const ns = "cozy-system"
-	require.NoError(t, cp.InstallCRDs(ctx))
-	require.NoError(t, cp.EnsureNamespace(ctx, ns))
-	hc, err := versioned.NewForConfig(cp.Config)
-	require.NoError(t, err)
-	reg := prometheus.NewRegistry()
-	m, err := metrics.New(reg)
-	require.NoError(t, err)
-	w, err := New(Config{Namespace: ns, FreshFor: 30 * time.Second, RefreshPeriod: time.Minute, WritesPerSecond: 50, WriteBurst: 10,
-		BackoffBase: 100 * time.Millisecond, BackoffMax: time.Second}, hc, m, zaptest.NewLogger(t), nil)
-	require.NoError(t, err)
+	_, hc, reg, w := startWriter(ctx, t, ns, zaptest.NewLogger(t))
 
 	start := time.Now()
 	for _, cs := range compute(badReports(start), start) {
 		w.Publish(ns, cs)
 	}
-	runCtx, stop := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() { defer close(done); w.Run(runCtx) }()
-	defer func() { stop(); <-done }()
+	defer runWriter(ctx, w)()
 
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		for _, comp := range []string{report.ComponentLinstor, report.ComponentDisk} {
@@ -82,13 +70,50 @@ func TestOutOfBoundsConditionsStillWriteAFreshObject(t *testing.T) {
 	assert.Positive(t, bounded(t, reg, metrics.BoundMaxItems)+bounded(t, reg, metrics.BoundSize))
 }
 
+// startWriter starts a control plane with the Health CRD and namespace
+// ns, and returns it, a client of it, a registry of the writer's metrics
+// and a writer (not yet running) that writes there.
+func startWriter(ctx context.Context, tb testing.TB, ns string, log *zap.Logger) (*harness.ControlPlane, versioned.Interface, *prometheus.Registry, *Writer) {
+	tb.Helper()
+	cp := harness.Start(tb)
+	require.NoError(tb, cp.InstallCRDs(ctx))
+	require.NoError(tb, cp.EnsureNamespace(ctx, ns))
+	hc, err := versioned.NewForConfig(cp.Config)
+	require.NoError(tb, err)
+	reg := prometheus.NewRegistry()
+	m, err := metrics.New(reg)
+	require.NoError(tb, err)
+	w, err := New(Config{Namespace: ns, FreshFor: 30 * time.Second, RefreshPeriod: time.Minute, WritesPerSecond: 50, WriteBurst: 10,
+		BackoffBase: 100 * time.Millisecond, BackoffMax: time.Second}, hc, m, log, nil)
+	require.NoError(tb, err)
+	return cp, hc, reg, w
+}
+
+// runWriter runs w until the function it returns is called.
+func runWriter(ctx context.Context, w *Writer) (stop func()) {
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); w.Run(runCtx) }()
+	return func() { cancel(); <-done }
+}
+
 // bounded is cozy_health_writer_conditions_bounded_total{reason}.
 func bounded(t *testing.T, reg *prometheus.Registry, reason string) float64 {
+	return counter(t, reg, "cozy_health_writer_conditions_bounded_total", reason)
+}
+
+// nodeBounded is cozy_health_writer_node_entries_bounded_total{reason}.
+func nodeBounded(t *testing.T, reg *prometheus.Registry, reason string) float64 {
+	return counter(t, reg, "cozy_health_writer_node_entries_bounded_total", reason)
+}
+
+// counter is the counter name{reason} of reg.
+func counter(t *testing.T, reg *prometheus.Registry, name, reason string) float64 {
 	t.Helper()
 	mfs, err := reg.Gather()
 	require.NoError(t, err)
 	for _, mf := range mfs {
-		if mf.GetName() != "cozy_health_writer_conditions_bounded_total" {
+		if mf.GetName() != name {
 			continue
 		}
 		for _, mm := range mf.GetMetric() {
@@ -100,4 +125,48 @@ func bounded(t *testing.T, reg *prometheus.Registry, reason string) float64 {
 		}
 	}
 	return 0
+}
+
+// TestTenThousandSilentNodesAreWritten, on a real apiserver over a real
+// etcd with its default request limit (1.5 MiB): when every one of 10,000
+// nodes has missed its heartbeat (a partition between the nodes and the
+// aggregator), each entry Unknown/HeartbeatMissed with its message and
+// lastReportAt is about 190 bytes, and the whole status (1.9 MB) was
+// refused by etcd ("request is too large"), so the object went stale
+// instead of naming the silent nodes. Bounded, it is written: every node
+// listed Unknown/HeartbeatMissed, messages kept while they fit, the rest
+// counted.
+func TestTenThousandSilentNodesAreWritten(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	const ns = "cozy-system"
+	_, hc, reg, w := startWriter(ctx, t, ns, zaptest.NewLogger(t))
+
+	start := time.Now()
+	disk := compute(nodeSnapshot(10000, "silent", start), start)[report.ComponentDisk]
+	w.Publish(ns, disk)
+	defer runWriter(ctx, w)()
+
+	var h *healthv1alpha1.Health
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		var err error
+		h, err = hc.HealthV1alpha1().Healths(ns).Get(ctx, report.ComponentDisk, metav1.GetOptions{})
+		if assert.NoError(c, err) && assert.NotNil(c, h.Status.FreshUntil) {
+			assert.True(c, h.Status.FreshUntil.After(start))
+		}
+	}, 2*time.Minute, 200*time.Millisecond)
+	assert.Equal(t, healthv1alpha1.StatusUnknown, h.Status.Overall)
+	require.Len(t, h.Status.Nodes, 10000)
+	messages := 0
+	for name, n := range h.Status.Nodes {
+		assert.Equal(t, healthv1alpha1.StatusUnknown, n.Status, name)
+		assert.Equal(t, report.ReasonHeartbeatMissed, n.Reason, name)
+		if n.Message != "" {
+			messages++
+		}
+	}
+	assert.Positive(t, messages, "messages are kept while they fit")
+	assert.Less(t, messages, 10000)
+	assert.Equal(t, float64(10000-messages), nodeBounded(t, reg, metrics.BoundNodeMessage), "one write, every message left out counted")
+	assert.Zero(t, nodeBounded(t, reg, metrics.BoundNodeOverLimit))
 }

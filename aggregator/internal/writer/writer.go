@@ -449,9 +449,10 @@ func (w *Writer) write(ctx context.Context, k Key, d desiredEntry, specDone map[
 		specDone[k] = true
 		specMu.Unlock()
 	}
-	// A condition outside the CRD's bounds is dropped or cut, counted and
-	// logged, instead of the apiserver refusing the whole status.
-	cs, bounded := boundConditions(d.cs)
+	// A condition outside the CRD's bounds is dropped or cut, and node
+	// entries over the size budget shortened, counted and logged, instead
+	// of the apiserver refusing the whole status.
+	cs, bounded := boundStatus(d.cs)
 	w.countBounded(k, bounded)
 	if err := w.applyStatus(ctx, statusApply(k.Namespace, cs), opts); err != nil {
 		if apierrors.IsNotFound(err) {

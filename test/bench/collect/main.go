@@ -110,6 +110,7 @@ func Rows(aggregatorSizes []int) []Row {
 			Row{File: "aggregator", Bench: b, Unit: "report_to_health_max_s", Figure: at + "report -> Health max (a recovery)", Show: "s"},
 			Row{File: "aggregator", Bench: b, Unit: "worsening_to_health_p50_s", Figure: at + "report -> Health p50 of a worsening (damper hold included)", Show: "s"},
 			Row{File: "aggregator", Bench: b, Unit: "silent_to_unknown_s", Figure: at + "silent -> Unknown", Show: "s", Op: "<=", Goal: 15, Source: "README"},
+			Row{File: "aggregator", Bench: b, Unit: "largest_object_KiB", Figure: at + "largest Health object (JSON)", Show: "KiB", Op: "<=", Goal: 1536, Source: "etcd's request limit"},
 		)
 	}
 	return append(rows,
@@ -186,6 +187,7 @@ var growthFigures = []struct {
 	{"report_to_health_max_s", "report -> Health max", "s", false},
 	{"worsening_to_health_p50_s", "worsening -> Health p50", "s", false},
 	{"silent_to_unknown_s", "silent -> Unknown", "s", false},
+	{"largest_object_KiB", "largest Health object", "KiB", true},
 }
 
 // Growth is the Markdown table of the aggregator's figures at each node
