@@ -236,7 +236,7 @@ func TestMissingOptionalInputsDoNotStopTheAgent(t *testing.T) {
 	}
 	for c, want := range map[string]string{
 		report.CheckTalosServices: "talosconfig " + filepath.Join(missing, "config") + " not found",
-		report.CheckCiliumAgent:  "Cilium agent socket " + filepath.Join(missing, "cilium.sock") + " not found",
+		report.CheckCiliumAgent:   "Cilium agent socket " + filepath.Join(missing, "cilium.sock") + " not found",
 	} {
 		require.Len(t, byCheck[c], 1, "%s: %v", c, byCheck)
 		assert.Contains(t, byCheck[c][0], "Unknown/"+report.ReasonInputMissing+": "+want, c)

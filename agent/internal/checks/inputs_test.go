@@ -79,7 +79,7 @@ func TestMissingInputsRecoverWithoutRestart(t *testing.T) {
 	obs := collect()
 	for c, want := range map[string]string{
 		report.CheckTalosServices: "talosconfig " + talosconfig + " not found: mount Secret cozy-health-agent-talos-secrets",
-		report.CheckCiliumAgent:  "Cilium agent socket " + ciliumSocket + " not found: mount hostPath /var/run/cilium",
+		report.CheckCiliumAgent:   "Cilium agent socket " + ciliumSocket + " not found: mount hostPath /var/run/cilium",
 	} {
 		o, ok := obs[c]
 		require.True(t, ok, "%s is reported, not left out: %v", c, obs)
