@@ -89,7 +89,7 @@ test-unit: ## The inner loop: every test that needs no apiserver, etcd, kubelet 
 	COZY_HEALTH_TESTBIN=/nonexistent/test-unit-starts-no-control-plane COZY_HEALTH_BIN=/nonexistent/test-unit-runs-no-built-binary go test -short $(GO_TEST_FLAGS) ./...
 
 .PHONY: generate
-generate: ## Regenerate deepcopy, applyconfigurations, clientset, CRD and protobuf code, and the adapters' upstream-typed fixtures (test/fixtures).
+generate: ## Regenerate deepcopy, applyconfigurations, clientset, CRD and protobuf code, the adapters' RBAC rules (chart files/adapter-rbac.yaml), the rendered manifests, and the adapters' upstream-typed fixtures (test/fixtures).
 	bash hack/generate.sh
 
 .PHONY: manifests

@@ -151,10 +151,13 @@ func TestRunOnceEverySource(t *testing.T) {
 		require.NotNil(t, o.ResourceRef)
 	}
 	for _, c := range []string{report.CheckTalosServices, report.CheckEtcdMember, report.CheckEtcdMembership, report.CheckEtcdAlarms,
-		report.CheckFsyncLatency, report.CheckFsyncProbe, report.CheckDiskstats, report.CheckCiliumHealth,
+		report.CheckFsyncLatency, report.CheckFsyncProbe, report.CheckDiskstats, report.CheckCiliumAgent,
 		report.CheckKubeOVNPinger, report.CheckDRBDResource,
 		report.CheckCiliumNodeConnectivity, report.CheckOVS, report.CheckOVNCentralMember} {
 		assert.Equal(t, "Healthy", seen[c], "check %s", c)
+	}
+	for c := range seen {
+		assert.NotContains(t, report.RenamedChecks, c, "the agent sends no check under a name the aggregator renames")
 	}
 	assert.Equal(t, 0, code, "%+v", out)
 
@@ -233,7 +236,7 @@ func TestMissingOptionalInputsDoNotStopTheAgent(t *testing.T) {
 	}
 	for c, want := range map[string]string{
 		report.CheckTalosServices: "talosconfig " + filepath.Join(missing, "config") + " not found",
-		report.CheckCiliumHealth:  "Cilium agent socket " + filepath.Join(missing, "cilium.sock") + " not found",
+		report.CheckCiliumAgent:   "Cilium agent socket " + filepath.Join(missing, "cilium.sock") + " not found",
 	} {
 		require.Len(t, byCheck[c], 1, "%s: %v", c, byCheck)
 		assert.Contains(t, byCheck[c][0], "Unknown/"+report.ReasonInputMissing+": "+want, c)

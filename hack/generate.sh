@@ -3,8 +3,8 @@
 # deepcopy, applyconfigurations and the CRD (controller-gen), the typed clientset
 # (client-gen), and the protobuf/gRPC Go code (buf with protoc-gen-go and
 # protoc-gen-go-grpc), the chart's copy of the CRD and the plain manifests
-# rendered from the chart, and the cluster adapters' upstream-typed
-# fixtures (test/fixtures).
+# rendered from the chart, the adapters' RBAC rules, and the cluster
+# adapters' upstream-typed fixtures (test/fixtures).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -31,6 +31,10 @@ go tool client-gen \
 
 find proto -name '*.pb.go' -delete
 (cd proto && go tool buf lint && go tool buf generate)
+
+# The aggregator's read-only RBAC for the cluster adapters' sources, from
+# the adapters' table (the chart's ClusterRole includes it).
+go run ./aggregator/internal/adapters/cmd/adapter-rbac
 
 # Plain manifests rendered from the chart (make manifests).
 go run ./hack/manifests

@@ -37,8 +37,13 @@ const (
 	// CheckDiskstats (component disk): per-device latency from
 	// /proc/diskstats; ResourceRef{Kind: "BlockDevice", Name: "sda"}.
 	CheckDiskstats = "diskstats"
-	// CheckCiliumHealth (component cilium): the agent's /v1/healthz.
-	CheckCiliumHealth = "cilium-health"
+	// CheckCiliumAgent (component cilium): the Cilium agent's own verdict,
+	// GET /v1/healthz on /var/run/cilium/cilium.sock (what `cilium status`
+	// prints as "Cilium: Ok", with its subsystems). Not Cilium's
+	// cilium-health, the node-to-node prober: that is
+	// CheckCiliumNodeConnectivity. Agents of 0.1.0 sent it as
+	// "cilium-health" (see RenamedChecks).
+	CheckCiliumAgent = "cilium-agent"
 	// CheckKubeOVNPinger (component kube-ovn): the pinger's metrics.
 	CheckKubeOVNPinger = "kube-ovn-pinger"
 	// CheckLinstorSatellite (component linstor): this node's satellite as the
@@ -52,6 +57,28 @@ const (
 	// sees them cluster-wide).
 	CheckDRBDResource = "drbd-resource"
 )
+
+// RenamedChecks maps a check name an older agent may still send to the
+// name it has now. The aggregator reads every report through CurrentCheck
+// (pkg/wire), so during a rolling upgrade old and new agents' observations
+// of one check land in one condition, one metric series and one alert
+// label, instead of two conditions each counting part of the nodes. An
+// entry goes when no supported agent sends the old name.
+var RenamedChecks = map[string]string{
+	// In 0.1.0 the Cilium agent's /v1/healthz was sent as "cilium-health",
+	// the name of Cilium's node-to-node prober (CheckCiliumNodeConnectivity
+	// reads that one); same source, same reasons, renamed only.
+	"cilium-health": CheckCiliumAgent,
+}
+
+// CurrentCheck is the name check has now: itself, or its new name when an
+// older agent sent it under a name it has since lost (RenamedChecks).
+func CurrentCheck(check string) string {
+	if n, ok := RenamedChecks[check]; ok {
+		return n
+	}
+	return check
+}
 
 // Attribute names.
 const (

@@ -151,7 +151,7 @@ func ReportFromProto(p *pb.NodeReport) (*report.NodeReport, error) {
 		}
 		o := report.Observation{
 			Component:  po.GetComponent(),
-			Check:      po.GetCheck(),
+			Check:      report.CurrentCheck(po.GetCheck()),
 			Status:     st,
 			Reason:     po.GetReason(),
 			Message:    po.GetMessage(),

@@ -147,3 +147,28 @@ func TestReportFromProtoSharesTheNodeRef(t *testing.T) {
 	assert.Equal(t, unsafe.StringData(out.NodeName), unsafe.StringData(refs[0].Name), "the reference names the node with the report's own string")
 	assert.Equal(t, unsafe.StringData(out.NodeName), unsafe.StringData(refs[3].Name))
 }
+
+// An agent of 0.1.0 sends the Cilium agent's check under its old name,
+// "cilium-health"; the aggregator reads it as cilium-agent, so a rolling
+// upgrade keeps one CiliumAgent condition. Current names pass unchanged,
+// and no old name is a current check's name.
+func TestReportFromProtoRenamesOldChecks(t *testing.T) {
+	nodeRef := &report.ResourceRef{Kind: report.KindNode, Name: "cp1"}
+	in := &report.NodeReport{
+		NodeName: "cp1", AgentInstanceID: "abc", Sequence: 1, SentAt: time.Unix(1700000000, 0).UTC(), Interval: time.Second, AgentVersion: "0.1.0",
+		Observations: []report.Observation{
+			{Component: report.ComponentCilium, Check: "cilium-health", Status: report.StatusDown, Reason: "AgentFailure", ResourceRef: nodeRef},
+			{Component: report.ComponentCilium, Check: report.CheckCiliumNodeConnectivity, Status: report.StatusHealthy, Reason: "AllNodesReachable", ResourceRef: nodeRef},
+		},
+	}
+	out, err := ReportFromProto(ReportToProto(in))
+	require.NoError(t, err)
+	assert.Equal(t, report.CheckCiliumAgent, out.Observations[0].Check)
+	assert.Equal(t, "cilium-agent", out.Observations[0].Check)
+	assert.Equal(t, report.CheckCiliumNodeConnectivity, out.Observations[1].Check)
+	for old, now := range report.RenamedChecks {
+		assert.NotEqual(t, old, now)
+		assert.NotEqual(t, old, report.CurrentCheck(old))
+		assert.Equal(t, now, report.CurrentCheck(now), "a new name is not renamed again")
+	}
+}

@@ -170,23 +170,35 @@ func TestFaultMatrix(t *testing.T) {
 		assert.Equal(t, "Resource", ref.Kind)
 	})
 
-	for _, tc := range []struct{ on, off, component string }{
-		{"cilium-fail", "cilium-ok", "cilium"},
-		{"ovs-down", "ovs-up", "kube-ovn"},
-		{"linstor-offline", "linstor-online", "linstor"},
-		{"fsync-slow", "fsync-ok", "etcd"},
+	// pinned, when set, is the condition the fault must raise on node-1
+	// (type, reason): a Cilium agent failure is CiliumAgent, never a
+	// connectivity condition.
+	for _, tc := range []struct {
+		on, off, component string
+		pinned             [2]string
+	}{
+		{"cilium-fail", "cilium-ok", "cilium", [2]string{"CiliumAgent", "AgentFailure"}},
+		{"ovs-down", "ovs-up", "kube-ovn", [2]string{}},
+		{"linstor-offline", "linstor-online", "linstor", [2]string{}},
+		{"fsync-slow", "fsync-ok", "etcd", [2]string{}},
 	} {
 		t.Run(tc.on+": "+tc.component+" on node-1 not Healthy", func(t *testing.T) {
 			fault(t, "node-1", tc.on, "")
 			defer func() { fault(t, "node-1", tc.off, ""); healthy(t) }()
-			wait(t, tc.component+" not Healthy on node-1", boundFault, func(hs map[string]*healthv1alpha1.Health, now time.Time) (bool, string) {
+			notHealthy := func(hs map[string]*healthv1alpha1.Health, now time.Time) (bool, string) {
 				h, ok := hs[tc.component]
 				if !ok {
 					return false, "missing"
 				}
 				st := h.Status.Nodes["node-1"]
 				return st.Status == healthv1alpha1.StatusDegraded || st.Status == healthv1alpha1.StatusDown, string(st.Status) + " " + st.Reason
-			})
+			}
+			if tc.pinned[0] == "" {
+				wait(t, tc.component+" not Healthy on node-1", boundFault, notHealthy)
+				return
+			}
+			wait(t, tc.component+" not Healthy on node-1, "+tc.pinned[0]+" pinned to it", boundFault,
+				lab.All(notHealthy, conditionPinned(tc.component, tc.pinned[0], "Node", "node-1", tc.pinned[1])))
 		})
 	}
 

@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	healthv1alpha1 "github.com/cozystack/cozy-health/pkg/apis/health/v1alpha1"
+	"github.com/cozystack/cozy-health/pkg/report"
 )
 
 // LabAdapterCRDs are the cluster adapters' CRDs the lab installs (the
@@ -107,7 +108,7 @@ func rootCause(root string, waiting int) Condition {
 			if c.Type == "Releases" {
 				want := fmt.Sprintf("1 root cause: %s (", root)
 				ok := strings.Contains(c.Message, want) && strings.Contains(c.Message, fmt.Sprintf("%d waiting on it", waiting))
-				return ok && h.Status.Overall == healthv1alpha1.StatusDegraded, string(h.Status.Overall) + ": " + truncate(c.Message, 80)
+				return ok && h.Status.Overall == healthv1alpha1.StatusDegraded, string(h.Status.Overall) + ": " + report.Truncate(c.Message, 80)
 			}
 		}
 		return false, "no Releases condition yet"

@@ -17,6 +17,7 @@ import (
 
 	healthv1alpha1 "github.com/cozystack/cozy-health/pkg/apis/health/v1alpha1"
 	"github.com/cozystack/cozy-health/pkg/client/clientset/versioned"
+	"github.com/cozystack/cozy-health/pkg/report"
 )
 
 // RunKubectl runs the lab's kubectl with the lab's kubeconfig and returns its
@@ -92,9 +93,9 @@ func (l *Lab) WaitFor(ctx context.Context, w io.Writer, what string, timeout tim
 		switch {
 		case w == nil:
 		case tty:
-			fmt.Fprintf(w, "\r    waiting for %s ... %.0fs (now: %s)%s", what, time.Since(start).Seconds(), truncate(last, 60), strings.Repeat(" ", 5))
+			fmt.Fprintf(w, "\r    waiting for %s ... %.0fs (now: %s)%s", what, time.Since(start).Seconds(), report.Truncate(last, 60), strings.Repeat(" ", 5))
 		case time.Since(lastLine) >= 5*time.Second:
-			fmt.Fprintf(w, "    waiting for %s ... %.0fs (now: %s)\n", what, time.Since(start).Seconds(), truncate(last, 80))
+			fmt.Fprintf(w, "    waiting for %s ... %.0fs (now: %s)\n", what, time.Since(start).Seconds(), report.Truncate(last, 80))
 			lastLine = time.Now()
 		}
 		if time.Since(start) > timeout {
@@ -109,13 +110,6 @@ func (l *Lab) WaitFor(ctx context.Context, w io.Writer, what string, timeout tim
 		case <-time.After(250 * time.Millisecond):
 		}
 	}
-}
-
-func truncate(s string, n int) string {
-	if len(s) > n {
-		return s[:n-3] + "..."
-	}
-	return s
 }
 
 // AllHealthy holds when every node-local component is Healthy and fresh,

@@ -35,6 +35,8 @@ import (
 
 	healthv1alpha1 "github.com/cozystack/cozy-health/pkg/apis/health/v1alpha1"
 	"github.com/cozystack/cozy-health/pkg/client/clientset/versioned"
+	"github.com/cozystack/cozy-health/pkg/drainapi"
+	"github.com/cozystack/cozy-health/test/harness"
 	"github.com/cozystack/cozy-health/test/harness/realnode"
 	"github.com/cozystack/cozy-health/test/lab"
 )
@@ -162,13 +164,10 @@ func TestChartOnRealNode(t *testing.T) {
 	require.Equal(t, 0, code, "%s", out)
 	assert.Contains(t, out, "disk")
 	out, code = runPlugin(ctx, t, plugin, c.Kubeconfig, "drain-check", nodeName, "-o", "json")
-	var verdict struct {
-		Node    string `json:"node"`
-		Verdict string `json:"verdict"`
-	}
+	var verdict drainapi.Result
 	require.NoError(t, json.Unmarshal([]byte(out), &verdict), "%s", out)
 	assert.Equal(t, nodeName, verdict.Node)
-	assert.Equal(t, map[string]int{"safe": 0, "blocked": 1, "unknown": 2}[verdict.Verdict], code, "exit code matches the verdict %q", verdict.Verdict)
+	assert.Equal(t, map[drainapi.Verdict]int{drainapi.Safe: 0, drainapi.Blocked: 1, drainapi.Unknown: 2}[verdict.Verdict], code, "exit code matches the verdict %q", verdict.Verdict)
 	t.Logf("drain-check %s: %s (exit %d)", nodeName, verdict.Verdict, code)
 
 	// helm upgrade with a changed value rolls the DaemonSet; the objects

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/url"
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
@@ -14,6 +15,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/cozystack/cozy-health/pkg/client/clientset/versioned"
+	"github.com/cozystack/cozy-health/pkg/drainapi"
 	"github.com/cozystack/cozy-health/test/lab"
 )
 
@@ -195,7 +197,7 @@ func (s *sampler) ready(ctx context.Context, base string) bool {
 }
 
 func (s *sampler) drain(ctx context.Context, base, node string) (string, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/v1/drain-check?node="+node, nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+drainapi.Path+"?node="+url.QueryEscape(node), nil)
 	if err != nil {
 		return "", err
 	}
@@ -207,11 +209,9 @@ func (s *sampler) drain(ctx context.Context, base, node string) (string, error) 
 	if resp.StatusCode != http.StatusOK {
 		return "", fmt.Errorf("drain-check %s: %s", node, resp.Status)
 	}
-	var a struct {
-		Verdict string `json:"verdict"`
-	}
+	var a drainapi.Result
 	if err := json.NewDecoder(resp.Body).Decode(&a); err != nil {
 		return "", fmt.Errorf("drain-check %s: %w", node, err)
 	}
-	return a.Verdict, nil
+	return string(a.Verdict), nil
 }

@@ -14,7 +14,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/cozystack/cozy-health/agent/internal/check"
-	"github.com/cozystack/cozy-health/agent/internal/checks/cilium"
+	"github.com/cozystack/cozy-health/agent/internal/checks/ciliumagent"
 	"github.com/cozystack/cozy-health/agent/internal/checks/ciliumnodes"
 	"github.com/cozystack/cozy-health/agent/internal/checks/diskstats"
 	"github.com/cozystack/cozy-health/agent/internal/checks/drbd"
@@ -63,7 +63,7 @@ func Table() []Plugin {
 		&fsynclatency.Plugin{},
 		&fsyncprobe.Plugin{},
 		&diskstats.Plugin{},
-		&cilium.Plugin{},
+		&ciliumagent.Plugin{},
 		&ciliumnodes.Plugin{},
 		&kubeovn.Plugin{},
 		&ovs.Plugin{},

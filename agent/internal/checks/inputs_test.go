@@ -16,7 +16,7 @@ import (
 
 	"github.com/cozystack/cozy-health/agent/internal/check"
 	"github.com/cozystack/cozy-health/agent/internal/checks"
-	"github.com/cozystack/cozy-health/agent/internal/checks/cilium"
+	"github.com/cozystack/cozy-health/agent/internal/checks/ciliumagent"
 	"github.com/cozystack/cozy-health/agent/internal/runner"
 	agenttalos "github.com/cozystack/cozy-health/agent/internal/sources/talos"
 	"github.com/cozystack/cozy-health/pkg/report"
@@ -79,7 +79,7 @@ func TestMissingInputsRecoverWithoutRestart(t *testing.T) {
 	obs := collect()
 	for c, want := range map[string]string{
 		report.CheckTalosServices: "talosconfig " + talosconfig + " not found: mount Secret cozy-health-agent-talos-secrets",
-		report.CheckCiliumHealth:  "Cilium agent socket " + ciliumSocket + " not found: mount hostPath /var/run/cilium",
+		report.CheckCiliumAgent:   "Cilium agent socket " + ciliumSocket + " not found: mount hostPath /var/run/cilium",
 	} {
 		o, ok := obs[c]
 		require.True(t, ok, "%s is reported, not left out: %v", c, obs)
@@ -100,7 +100,7 @@ func TestMissingInputsRecoverWithoutRestart(t *testing.T) {
 	for _, c := range []string{report.CheckFsyncLatency, report.CheckFsyncProbe} {
 		assert.Equal(t, report.StatusHealthy, obs[c].Status, "%s keeps reporting: %+v", c, obs[c])
 	}
-	assert.Equal(t, 1.0, errorsTotal(t, reg, report.CheckCiliumHealth, report.ReasonInputMissing))
+	assert.Equal(t, 1.0, errorsTotal(t, reg, report.CheckCiliumAgent, report.ReasonInputMissing))
 
 	// The kubelet mounts the Secrets (they were created meanwhile) and the
 	// Cilium agent comes up.
@@ -113,7 +113,7 @@ func TestMissingInputsRecoverWithoutRestart(t *testing.T) {
 
 	obs = collect()
 	for _, c := range []string{report.CheckTalosServices, report.CheckEtcdMember, report.CheckEtcdMembership, report.CheckEtcdAlarms,
-		report.CheckCiliumHealth} {
+		report.CheckCiliumAgent} {
 		assert.Equal(t, report.StatusHealthy, obs[c].Status, "%s recovered without a restart: %+v", c, obs[c])
 	}
 	assert.NotContains(t, obs, report.CheckDRBDResource, "no drbdsetup here: the aggregator reads DRBD from LINSTOR")
@@ -147,7 +147,7 @@ func errorsTotal(t *testing.T, reg *prometheus.Registry, check, reason string) f
 func TestInputMessagesFitAHealthEntry(t *testing.T) {
 	for _, m := range []struct{ what, path, fix string }{
 		{"talosconfig", agenttalos.DefaultConfigFile, agenttalos.InputFix},
-		{"Cilium agent socket", "/var/run/cilium/cilium.sock", cilium.InputFix},
+		{"Cilium agent socket", "/var/run/cilium/cilium.sock", ciliumagent.InputFix},
 	} {
 		err := check.Input(m.what, m.path, m.fix, os.ErrNotExist)
 		entry := "TalosServices: " + err.Error()

@@ -6,6 +6,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/cozystack/cozy-health/aggregator/internal/status"
 	"github.com/cozystack/cozy-health/aggregator/internal/writer"
@@ -73,4 +75,21 @@ func TestBackupJudgementStableOverTime(t *testing.T) {
 		assert.Equal(t, fa, fb, "%s: %q then %q", name, a.Message, b.Message)
 	}
 	assert.Equal(t, "last successful backup at 2026-11-29T08:00:00Z, stale since 2026-11-30T20:00:00Z (maxAge 36h0m0s)", JudgeBackup(now, 0, histories["stale"]).Message)
+}
+
+// FirstTime: the first set time of the paths, in order; a malformed one is
+// unset; with none set, the object's creation.
+func TestFirstTime(t *testing.T) {
+	created := time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
+	obj := func(status map[string]any) *unstructured.Unstructured {
+		u := &unstructured.Unstructured{Object: map[string]any{"status": status}}
+		u.SetCreationTimestamp(metav1.NewTime(created))
+		return u
+	}
+	end, start := []string{"status", "stoppedAt"}, []string{"status", "startedAt"}
+	assert.Equal(t, time.Date(2026, 12, 1, 10, 5, 0, 0, time.UTC),
+		FirstTime(obj(map[string]any{"stoppedAt": "2026-12-01T10:05:00Z", "startedAt": "2026-12-01T10:00:00Z"}), end, start))
+	assert.Equal(t, time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC),
+		FirstTime(obj(map[string]any{"stoppedAt": "not a time", "startedAt": "2026-12-01T10:00:00Z"}), end, start))
+	assert.True(t, created.Equal(FirstTime(obj(map[string]any{}), end, start)), "the creation timestamp")
 }

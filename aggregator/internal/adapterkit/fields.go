@@ -82,6 +82,18 @@ func Time(u *unstructured.Unstructured, path ...string) time.Time {
 	return ParseTime(String(u, path...))
 }
 
+// FirstTime is the first of the times at paths that is set (a run's end,
+// then its start, as backup objects record them), else the object's
+// creation: when a backup or job last happened, never a zero time.
+func FirstTime(u *unstructured.Unstructured, paths ...[]string) time.Time {
+	for _, p := range paths {
+		if t := Time(u, p...); !t.IsZero() {
+			return t
+		}
+	}
+	return u.GetCreationTimestamp().Time
+}
+
 // ParseTime parses an RFC 3339 time; zero when s is empty or malformed.
 func ParseTime(s string) time.Time {
 	if s == "" {

@@ -1,5 +1,7 @@
 // Package adapters lists every cluster adapter in one table. Adding an
-// adapter is one line here plus its package under adapters/; the kit
+// adapter is one line here plus its package under adapters/ (the
+// aggregator's RBAC for its sources is generated from this table: rbac.go,
+// make generate; CONTRIBUTING.md lists every file); the kit
 // they are built from (aggregator/internal/adapterkit) holds the Adapter
 // interface and the Manager that owns informers, deadlines, applicability
 // and publishing.

@@ -39,7 +39,7 @@ func simulatedCluster() map[string]NodeInfo {
 			{Component: report.ComponentDisk, Check: report.CheckFsyncProbe, Status: report.StatusHealthy, Reason: "FsyncFast", ResourceRef: ref, Attributes: map[string]float64{report.AttrFsyncP99Seconds: 0.002}},
 			{Component: report.ComponentDisk, Check: report.CheckDiskstats, Status: report.StatusHealthy, Reason: "LatencyOK", ResourceRef: &report.ResourceRef{Kind: report.KindBlockDevice, Name: "sda"}, Attributes: map[string]float64{report.AttrWriteLatencySeconds: 0.001}},
 			{Component: report.ComponentDisk, Check: report.CheckDiskstats, Status: report.StatusHealthy, Reason: "LatencyOK", ResourceRef: &report.ResourceRef{Kind: report.KindBlockDevice, Name: "nvme0n1"}, Attributes: map[string]float64{report.AttrWriteLatencySeconds: 0.0002}},
-			{Component: report.ComponentCilium, Check: report.CheckCiliumHealth, Status: report.StatusHealthy, Reason: "Ok", ResourceRef: ref},
+			{Component: report.ComponentCilium, Check: report.CheckCiliumAgent, Status: report.StatusHealthy, Reason: "Ok", ResourceRef: ref},
 			{Component: report.ComponentKubeOVN, Check: report.CheckKubeOVNPinger, Status: report.StatusHealthy, Reason: "PingOK", ResourceRef: ref, Attributes: map[string]float64{report.AttrNodePingLossRatio: 0}},
 			{Component: report.ComponentLinstor, Check: report.CheckLinstorSatellite, Status: report.StatusHealthy, Reason: "Online", ResourceRef: ref},
 		}

@@ -229,7 +229,7 @@ func sampleReport(node, instance string, seq uint64, sentAt time.Time, n int) *r
 		{Component: report.ComponentNode, Check: report.CheckTalosServices, Status: report.StatusHealthy, Reason: "ServicesRunning", Message: "etcd, kubelet, cri running and healthy", ResourceRef: nodeRef},
 		{Component: report.ComponentDisk, Check: report.CheckFsyncProbe, Status: report.StatusHealthy, Reason: "FsyncFast", ResourceRef: nodeRef,
 			Attributes: map[string]float64{report.AttrFsyncP99Seconds: 0.0031}},
-		{Component: report.ComponentCilium, Check: report.CheckCiliumHealth, Status: report.StatusHealthy, Reason: "Ok", ResourceRef: nodeRef},
+		{Component: report.ComponentCilium, Check: report.CheckCiliumAgent, Status: report.StatusHealthy, Reason: "Ok", ResourceRef: nodeRef},
 		{Component: report.ComponentKubeOVN, Check: report.CheckKubeOVNPinger, Status: report.StatusDegraded, Reason: "PingLoss", Message: "2 of 40 peers lost packets", ResourceRef: nodeRef},
 		{Component: report.ComponentLinstor, Check: report.CheckLinstorSatellite, Status: report.StatusHealthy, Reason: "Online", ResourceRef: nodeRef},
 	}

@@ -151,7 +151,7 @@ func cases() []goldenCase {
 			member(H, false), membership(3, 0),
 			ob(report.ComponentEtcd, report.CheckFsyncLatency, H, "LatencyOK"),
 			ob(report.ComponentDisk, report.CheckFsyncProbe, H, "LatencyOK"),
-			ob(report.ComponentCilium, report.CheckCiliumHealth, H, "AgentHealthy"),
+			ob(report.ComponentCilium, report.CheckCiliumAgent, H, "AgentHealthy"),
 			ob(report.ComponentKubeOVN, report.CheckKubeOVNPinger, H, "PingOK"),
 			ovnMember(nb, H, "ClusterMember", 3), ovnMember(sb, H, "ClusterMember", 3),
 			ob(report.ComponentLinstor, report.CheckLinstorSatellite, H, "Online"),
@@ -175,7 +175,7 @@ func cases() []goldenCase {
 		return node(name, ago, obs...)
 	}
 	ciliumNode := func(name string, ago time.Duration, s report.Status, reason string) state.Entry {
-		return node(name, ago, ob(report.ComponentCilium, report.CheckCiliumHealth, s, reason))
+		return node(name, ago, ob(report.ComponentCilium, report.CheckCiliumAgent, s, reason))
 	}
 	kubeOVNOnly := []string{report.ComponentKubeOVN}
 	ciliumOnly := []string{report.ComponentCilium}
@@ -190,12 +190,12 @@ func cases() []goldenCase {
 			// node: no talos-services at all -> Healthy by heartbeat alone.
 			node("a", time.Second,
 				ob(report.ComponentDisk, report.CheckFsyncProbe, H, "LatencyOK"),
-				ob(report.ComponentCilium, report.CheckCiliumHealth, G, "EndpointsUnreachable"),
+				ob(report.ComponentCilium, report.CheckCiliumAgent, G, "EndpointsUnreachable"),
 				ob(report.ComponentKubeOVN, report.CheckKubeOVNPinger, D, "PingFailed"),
 				ob(report.ComponentLinstor, report.CheckLinstorSatellite, H, "Online")),
 			node("b", time.Second,
 				ob(report.ComponentDisk, report.CheckFsyncProbe, U, report.ReasonCheckTimeout),
-				ob(report.ComponentCilium, report.CheckCiliumHealth, U, report.ReasonCheckFailed),
+				ob(report.ComponentCilium, report.CheckCiliumAgent, U, report.ReasonCheckFailed),
 				ob(report.ComponentKubeOVN, report.CheckKubeOVNPinger, G, "PingSlow")),
 			node("c", time.Second,
 				ob(report.ComponentDisk, report.CheckFsyncProbe, H, "LatencyOK"),

@@ -34,7 +34,7 @@ func LabNode(node string, seq uint64, at time.Time, interval time.Duration) *rep
 			o(report.ComponentEtcd, report.CheckEtcdAlarms, "NoAlarms"),
 			o(report.ComponentEtcd, report.CheckFsyncLatency, "FsyncFast"),
 			o(report.ComponentDisk, report.CheckFsyncProbe, "ProbeFast"),
-			o(report.ComponentCilium, report.CheckCiliumHealth, "AgentHealthy"),
+			o(report.ComponentCilium, report.CheckCiliumAgent, "AgentHealthy"),
 			o(report.ComponentCilium, report.CheckCiliumNodeConnectivity, "AllNodesReachable"),
 			o(report.ComponentKubeOVN, report.CheckOVS, "OVSRunning"),
 			ovn("OVN_Northbound"), ovn("OVN_Southbound"),

@@ -90,7 +90,7 @@ func (a *agent) report(now time.Time, degraded bool) *report.NodeReport {
 		{Component: report.ComponentDisk, Check: report.CheckFsyncProbe, Status: fsync, Reason: fsyncReason, Message: "fsync p99 2.1ms", ResourceRef: nodeRef, Attributes: map[string]float64{report.AttrFsyncP99Seconds: 0.0021}},
 		{Component: report.ComponentDisk, Check: report.CheckDiskstats, Status: h, Reason: "LatencyOK", Message: "await 1.2ms", ResourceRef: &report.ResourceRef{Kind: report.KindBlockDevice, Name: "nvme0n1"}},
 		{Component: report.ComponentDisk, Check: report.CheckDiskstats, Status: h, Reason: "LatencyOK", Message: "await 0.9ms", ResourceRef: &report.ResourceRef{Kind: report.KindBlockDevice, Name: "nvme1n1"}},
-		{Component: report.ComponentCilium, Check: report.CheckCiliumHealth, Status: h, Reason: "AgentHealthy", Message: "cilium agent ok", ResourceRef: nodeRef},
+		{Component: report.ComponentCilium, Check: report.CheckCiliumAgent, Status: h, Reason: "AgentHealthy", Message: "cilium agent ok", ResourceRef: nodeRef},
 		{Component: report.ComponentKubeOVN, Check: report.CheckKubeOVNPinger, Status: h, Reason: "PingOK", Message: "0 unreachable", ResourceRef: nodeRef},
 		{Component: report.ComponentLinstor, Check: report.CheckLinstorSatellite, Status: h, Reason: "Online", Message: "satellite ONLINE", ResourceRef: nodeRef},
 	}

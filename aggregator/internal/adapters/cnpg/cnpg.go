@@ -143,13 +143,7 @@ func projectCluster(u *unstructured.Unstructured) any {
 func projectBackup(u *unstructured.Unstructured) any {
 	b := &backup{cluster: adapterkit.String(u, "spec", "cluster", "name"), phase: adapterkit.String(u, "status", "phase"),
 		err: status.Truncate(adapterkit.String(u, "status", "error"))}
-	b.at = adapterkit.Time(u, "status", "stoppedAt")
-	if b.at.IsZero() {
-		b.at = adapterkit.Time(u, "status", "startedAt")
-	}
-	if b.at.IsZero() {
-		b.at = u.GetCreationTimestamp().Time
-	}
+	b.at = adapterkit.FirstTime(u, []string{"status", "stoppedAt"}, []string{"status", "startedAt"})
 	return b
 }
 

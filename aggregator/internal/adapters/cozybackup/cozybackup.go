@@ -75,13 +75,7 @@ func projectPlan(u *unstructured.Unstructured) any {
 func projectJob(u *unstructured.Unstructured) any {
 	j := &job{plan: adapterkit.String(u, "spec", "planRef", "name"), phase: adapterkit.String(u, "status", "phase"),
 		message: status.Truncate(adapterkit.String(u, "status", "message"))}
-	j.at = adapterkit.Time(u, "status", "completedAt")
-	if j.at.IsZero() {
-		j.at = adapterkit.Time(u, "status", "startedAt")
-	}
-	if j.at.IsZero() {
-		j.at = u.GetCreationTimestamp().Time
-	}
+	j.at = adapterkit.FirstTime(u, []string{"status", "completedAt"}, []string{"status", "startedAt"})
 	return j
 }
 
@@ -90,10 +84,7 @@ func projectJob(u *unstructured.Unstructured) any {
 // conditions say why one failed.
 func projectBackup(u *unstructured.Unstructured) any {
 	b := &job{plan: adapterkit.String(u, "spec", "planRef", "name"), phase: adapterkit.String(u, "status", "phase")}
-	b.at = adapterkit.Time(u, "spec", "takenAt")
-	if b.at.IsZero() {
-		b.at = u.GetCreationTimestamp().Time
-	}
+	b.at = adapterkit.FirstTime(u, []string{"spec", "takenAt"})
 	if b.phase == "Failed" {
 		for _, c := range adapterkit.Conditions(u) {
 			if c.Status == "False" && c.Message != "" {

@@ -225,20 +225,9 @@ func fit(render func(budget int) string) string {
 }
 
 // clip is s on one line (whitespace runs collapsed: Helm's errors are
-// multi-line lists) cut to n bytes on a rune boundary, "..." marking a cut.
+// multi-line lists) cut to n bytes by the one truncation helper.
 func clip(s string, n int) string {
-	s = strings.Join(strings.Fields(s), " ")
-	if len(s) <= n {
-		return s
-	}
-	cut := n - len("...")
-	if cut < 0 {
-		cut = 0
-	}
-	for cut > 0 && s[cut]&0xC0 == 0x80 {
-		cut--
-	}
-	return s[:cut] + "..."
+	return report.Truncate(strings.Join(strings.Fields(s), " "), n)
 }
 
 // withSuffix is msg cut so that suffix still fits limit bytes.

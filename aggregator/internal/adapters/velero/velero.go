@@ -71,13 +71,7 @@ func projectSchedule(u *unstructured.Unstructured) any {
 func projectBackup(u *unstructured.Unstructured) any {
 	b := &backup{schedule: u.GetLabels()[scheduleLabel], phase: adapterkit.String(u, "status", "phase"),
 		reason: status.Truncate(adapterkit.String(u, "status", "failureReason"))}
-	b.at = adapterkit.Time(u, "status", "completionTimestamp")
-	if b.at.IsZero() {
-		b.at = adapterkit.Time(u, "status", "startTimestamp")
-	}
-	if b.at.IsZero() {
-		b.at = u.GetCreationTimestamp().Time
-	}
+	b.at = adapterkit.FirstTime(u, []string{"status", "completionTimestamp"}, []string{"status", "startTimestamp"})
 	return b
 }
 

@@ -1,7 +1,7 @@
 // Package cilium judges the local Cilium agent from its REST API on its unix
 // socket: GET /v1/healthz returns a StatusResponse whose "cilium" state is
 // the agent's own verdict, with the state of each subsystem beside it.
-package cilium
+package ciliumagent
 
 import (
 	"context"
@@ -64,7 +64,7 @@ const (
 // unix socket needs write permission on it.
 const InputFix = "mount hostPath /var/run/cilium (the Cilium agent's run directory) writable there, or set --cilium-socket= on a cluster without Cilium"
 
-// Check is the cilium-health check.
+// Check is the cilium-agent check.
 type Check struct {
 	socket string
 	client *unixhttp.Client
@@ -78,7 +78,7 @@ func New(socket string) *Check {
 }
 
 // Name implements check.Check.
-func (*Check) Name() string { return report.CheckCiliumHealth }
+func (*Check) Name() string { return report.CheckCiliumAgent }
 
 // Component implements check.Check.
 func (*Check) Component() string { return report.ComponentCilium }
@@ -121,7 +121,7 @@ func Parse(body []byte) (*StatusResponse, error) {
 	return &sr, nil
 }
 
-// Judge turns a StatusResponse into the cilium-health observation.
+// Judge turns a StatusResponse into the cilium-agent observation.
 func Judge(sr *StatusResponse) report.Observation {
 	subsystems := map[string]*Status{
 		"kvstore":           sr.Kvstore,
