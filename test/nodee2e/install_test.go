@@ -36,7 +36,6 @@ import (
 	healthv1alpha1 "github.com/cozystack/cozy-health/pkg/apis/health/v1alpha1"
 	"github.com/cozystack/cozy-health/pkg/client/clientset/versioned"
 	"github.com/cozystack/cozy-health/pkg/drainapi"
-	"github.com/cozystack/cozy-health/test/harness"
 	"github.com/cozystack/cozy-health/test/harness/realnode"
 	"github.com/cozystack/cozy-health/test/lab"
 )
