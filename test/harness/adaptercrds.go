@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"regexp"
+	"strings"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -15,30 +17,42 @@ import (
 	"k8s.io/client-go/rest"
 )
 
-// AdapterCRDs are the file names (without .yaml) under test/crds/adapters,
-// the CRDs of the cluster adapters' sources.
-var AdapterCRDs = []string{
-	"helm.toolkit.fluxcd.io_helmreleases",
-	"cozystack.io_workloadmonitors",
-	"postgresql.cnpg.io_clusters",
-	"postgresql.cnpg.io_backups",
-	"postgresql.cnpg.io_scheduledbackups",
-	"barmancloud.cnpg.io_objectstores",
-	"backups.cozystack.io_plans",
-	"backups.cozystack.io_backupjobs",
-	"backups.cozystack.io_backups",
-	"velero.io_backups",
-	"velero.io_schedules",
-	"kamaji.clastix.io_tenantcontrolplanes",
-	"kamaji.clastix.io_datastores",
-	"etcd.aenix.io_etcdclusters",
+// adapterCRDs are the file names (without .yaml) of the CRDs under
+// test/crds/adapters at the versions Cozystack ships: every file there
+// except the older releases' copies, named NAME-vX.Y.Z.yaml. A new
+// adapter's source CRD is installed by adding its file, nothing else.
+func adapterCRDs() ([]string, error) {
+	files, err := filepath.Glob(filepath.Join(RepoRoot(), "test", "crds", "adapters", "*.yaml"))
+	if err != nil {
+		return nil, err
+	}
+	var names []string
+	for _, f := range files {
+		n := strings.TrimSuffix(filepath.Base(f), ".yaml")
+		if olderRelease.MatchString(n) {
+			continue
+		}
+		names = append(names, n)
+	}
+	if len(names) == 0 {
+		return nil, fmt.Errorf("no CRD files under %s", filepath.Join(RepoRoot(), "test", "crds", "adapters"))
+	}
+	return names, nil
 }
 
-// InstallAdapterCRDs applies the named CRDs of test/crds/adapters (every
-// one when names is empty) and waits until each is Established.
+// olderRelease matches a CRD file name of an older release (-v1.27.4).
+var olderRelease = regexp.MustCompile(`-v\d+\.\d+\.\d+$`)
+
+// InstallAdapterCRDs applies the named CRDs of test/crds/adapters (file
+// names without .yaml; every one at the shipped versions when names is
+// empty) and waits until each is served.
 func (c *ControlPlane) InstallAdapterCRDs(ctx context.Context, names ...string) error {
 	if len(names) == 0 {
-		names = AdapterCRDs
+		all, err := adapterCRDs()
+		if err != nil {
+			return err
+		}
+		names = all
 	}
 	files := make([]string, 0, len(names))
 	for _, n := range names {
