@@ -17,6 +17,7 @@ import (
 	"net/http"
 	"os"
 	"runtime/debug"
+	"runtime/pprof"
 	"sync"
 	"time"
 
@@ -104,9 +105,11 @@ func (a *App) Run(ctx context.Context) error {
 		}
 		desired = up.DesiredInterval
 		// Signing and queueing a report run on the runner's goroutine:
-		// labelled the uplink's all the same.
+		// labelled the uplink's all the same, then the runner's again
+		// (pprof.Do restores the labels of the context it is given).
+		runnerCtx := pprof.WithLabels(ctx, pprof.Labels(PartRegion, "runner"))
 		publish = func(rep *report.NodeReport) {
-			inPart(ctx, "uplink", func(context.Context) { up.Publish(rep) })
+			inPart(runnerCtx, "uplink", func(context.Context) { up.Publish(rep) })
 		}
 		go inPart(ctx, "uplink", func(ctx context.Context) {
 			if err := up.Run(ctx); err != nil && ctx.Err() == nil {
