@@ -143,9 +143,9 @@ bench: ## Run every bench (drain, ingest, agent, aggregator at BENCH_NODES, adap
 	go run ./test/bench/collect -dir "$(BENCH_RESULTS)" -machine "$(BENCH_MACHINE)"
 
 .PHONY: bench-agent
-bench-agent: build ## Measure agent RSS and CPU at a 5 s interval with every check enabled.
+bench-agent: build ## Measure agent RSS and CPU at a 5 s interval with every check enabled, streaming to 3 ingest servers, and its CPU by check (execution trace kept in bin/bench/agent/).
 	mkdir -p "$(BENCH_RESULTS)"
-	COZY_HEALTH_TESTBIN="$(TESTBIN)" COZY_HEALTH_BIN="$(CURDIR)/$(BIN)" go test -run '^$$' -bench . -benchtime 1x -timeout 20m ./test/bench/agent/ | tee "$(BENCH_RESULTS)/agent.txt"
+	COZY_HEALTH_BENCH_PROFILE_DIR="$(BENCH_RESULTS)/agent" COZY_HEALTH_TESTBIN="$(TESTBIN)" COZY_HEALTH_BIN="$(CURDIR)/$(BIN)" go test -v -run '^$$' -bench . -benchtime 1x -timeout 20m ./test/bench/agent/ | tee "$(BENCH_RESULTS)/agent.txt"
 
 .PHONY: bench-ingest
 bench-ingest: ## Measure verified reports per second per core against bare ed25519 verify + decode.

@@ -31,7 +31,23 @@ type Result struct {
 // Executable advises the kernel that the read-only, purely file-backed
 // mappings of the running executable are not needed (MADV_DONTNEED); they
 // fault back in on use.
-func Executable() (Result, error) {
+func Executable() (Result, error) { return trim(false) }
+
+// ExecutableUncached trims as Executable does, after marking those
+// mappings for random access (MADV_RANDOM: a fault reads only its own
+// page), then drops the executable's pages no process maps from the page
+// cache (POSIX_FADV_DONTNEED). The kernel's fault-around maps every cached
+// page within 64 KiB of a faulting one, so with the whole binary cached each
+// page a steady interval touches brings 15 neighbours it does not need.
+// Uncached, a page of the read-only data (pclntab, type data, strings) faults
+// back in alone, read once from disk. The text gains nothing: the kernel
+// reads around a fault in an executable mapping whatever the advice (Linux
+// 6.18: touching one page in 64 cached all of it). The executable's file
+// must be one no other process maps with profit from its cache (a
+// container's own binary).
+func ExecutableUncached() (Result, error) { return trim(true) }
+
+func trim(uncache bool) (Result, error) {
 	exe, err := os.Readlink("/proc/self/exe")
 	if err != nil {
 		return Result{}, fmt.Errorf("find executable: %w", err)
@@ -45,15 +61,47 @@ func Executable() (Result, error) {
 	if err != nil {
 		return Result{}, fmt.Errorf("read mappings: %w", err)
 	}
+	var exef *os.File
+	if uncache {
+		// /proc/self/exe opens the running file even when its path was
+		// replaced since.
+		if exef, err = os.Open("/proc/self/exe"); err != nil {
+			return Result{}, fmt.Errorf("open executable: %w", err)
+		}
+		defer exef.Close()
+		// Dirty pages (a binary just built) are not dropped: write them
+		// first (a no-op for an image's file).
+		if err := unix.Fdatasync(int(exef.Fd())); err != nil {
+			return Result{}, fmt.Errorf("sync executable: %w", err)
+		}
+		for _, m := range clean {
+			if err := madvise(m, unix.MADV_RANDOM); err != nil {
+				return Result{}, err
+			}
+		}
+	}
 	var res Result
 	for _, m := range clean {
-		if _, _, errno := unix.Syscall(unix.SYS_MADVISE, uintptr(m.start), uintptr(m.end-m.start), unix.MADV_DONTNEED); errno != 0 {
-			return res, fmt.Errorf("madvise %x-%x: %w", m.start, m.end, errno)
+		if err := madvise(m, unix.MADV_DONTNEED); err != nil {
+			return res, err
 		}
 		res.Mappings++
 		res.Bytes += m.end - m.start
 	}
+	if !uncache {
+		return res, nil
+	}
+	if err := unix.Fadvise(int(exef.Fd()), 0, 0, unix.FADV_DONTNEED); err != nil {
+		return res, fmt.Errorf("drop the executable's cached pages: %w", err)
+	}
 	return res, nil
+}
+
+func madvise(m span, advice int) error {
+	if _, _, errno := unix.Syscall(unix.SYS_MADVISE, uintptr(m.start), uintptr(m.end-m.start), uintptr(advice)); errno != 0 {
+		return fmt.Errorf("madvise %x-%x (%d): %w", m.start, m.end, advice, errno)
+	}
+	return nil
 }
 
 // span is one mapping's address range.

@@ -4,10 +4,12 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"unsafe"
 
 	"github.com/prometheus/procfs"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
 )
 
 func TestReadOnlyMappingOf(t *testing.T) {
@@ -69,4 +71,60 @@ func TestExecutableKeepsRunning(t *testing.T) {
 	assert.Equal(t, "A-B", strings.Join([]string{"A", "B"}, "-"))
 	_, err = os.Stat("/proc/self/maps")
 	require.NoError(t, err)
+}
+
+// TestExecutableUncachedReadsPagesAlone trims the test binary and drops its
+// unmapped pages from the page cache: the trimmed mappings are marked for
+// random access (smaps VmFlags "rr": no readahead), fewer of the file's
+// pages stay cached, and code keeps running.
+func TestExecutableUncachedReadsPagesAlone(t *testing.T) {
+	exe, err := os.Readlink("/proc/self/exe")
+	require.NoError(t, err)
+	data, err := os.ReadFile(exe) // every page cached
+	require.NoError(t, err)
+	cachedBefore := cachedPages(t, exe)
+	require.Equal(t, (len(data)+os.Getpagesize()-1)/os.Getpagesize(), cachedBefore)
+
+	res, err := ExecutableUncached()
+	require.NoError(t, err)
+	assert.GreaterOrEqual(t, res.Mappings, 2, "text and rodata")
+	assert.Less(t, cachedPages(t, exe), cachedBefore, "pages no process maps leave the page cache")
+	smaps, err := os.ReadFile("/proc/self/smaps")
+	require.NoError(t, err)
+	random := 0
+	var cur string
+	for _, line := range strings.Split(string(smaps), "\n") {
+		if _, _, ok := readOnlyMappingOf(line, exe); ok {
+			cur = line
+			continue
+		}
+		if flags, ok := strings.CutPrefix(line, "VmFlags:"); ok && cur != "" {
+			assert.Contains(t, strings.Fields(flags), "rr", "mapping %s", cur)
+			random++
+			cur = ""
+		}
+	}
+	assert.GreaterOrEqual(t, random, 2)
+	assert.Equal(t, "A-B", strings.Join([]string{"A", "B"}, "-"))
+}
+
+// cachedPages is how many of path's pages are in the page cache (mincore
+// of a fresh mapping).
+func cachedPages(t *testing.T, path string) int {
+	f, err := os.Open(path)
+	require.NoError(t, err)
+	defer f.Close()
+	st, err := f.Stat()
+	require.NoError(t, err)
+	m, err := unix.Mmap(int(f.Fd()), 0, int(st.Size()), unix.PROT_READ, unix.MAP_SHARED)
+	require.NoError(t, err)
+	defer func() { _ = unix.Munmap(m) }()
+	vec := make([]byte, (len(m)+os.Getpagesize()-1)/os.Getpagesize())
+	_, _, errno := unix.Syscall(unix.SYS_MINCORE, uintptr(unsafe.Pointer(&m[0])), uintptr(len(m)), uintptr(unsafe.Pointer(&vec[0])))
+	require.Zero(t, errno, "mincore")
+	n := 0
+	for _, v := range vec {
+		n += int(v & 1)
+	}
+	return n
 }

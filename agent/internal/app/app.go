@@ -17,6 +17,7 @@ import (
 	"net/http"
 	"os"
 	"runtime/debug"
+	"runtime/pprof"
 	"sync"
 	"time"
 
@@ -102,12 +103,19 @@ func (a *App) Run(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("build uplink: %w", err)
 		}
-		publish, desired = up.Publish, up.DesiredInterval
-		go func() {
+		desired = up.DesiredInterval
+		// Signing and queueing a report run on the runner's goroutine:
+		// labelled the uplink's all the same, then the runner's again
+		// (pprof.Do restores the labels of the context it is given).
+		runnerCtx := pprof.WithLabels(ctx, pprof.Labels(PartRegion, "runner"))
+		publish = func(rep *report.NodeReport) {
+			inPart(runnerCtx, "uplink", func(context.Context) { up.Publish(rep) })
+		}
+		go inPart(ctx, "uplink", func(ctx context.Context) {
 			if err := up.Run(ctx); err != nil && ctx.Err() == nil {
 				errc <- fmt.Errorf("uplink: %w", err)
 			}
-		}()
+		})
 	} else {
 		a.log.Warn("no --aggregator given: reports are collected and counted but not sent")
 	}
@@ -117,7 +125,7 @@ func (a *App) Run(ctx context.Context) error {
 
 	a.log.Info("agent started", zap.String("version", version.Version), zap.String("instance", a.runner.InstanceID()),
 		zap.Duration("interval", a.cfg.Interval), zap.Duration("checkDeadline", a.cfg.CheckDeadline), zap.Int("checks", len(a.checks.Checks)))
-	go func() { errc <- a.runner.Run(ctx, desired, publish) }()
+	go inPart(ctx, "runner", func(ctx context.Context) { errc <- a.runner.Run(ctx, desired, publish) })
 	select {
 	case <-ctx.Done():
 		return nil
@@ -135,6 +143,9 @@ func (a *App) serveMetrics(ctx context.Context, errc chan<- error) error {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(a.reg, promhttp.HandlerOpts{Registry: a.reg}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
+	if a.cfg.Pprof {
+		mountPprof(mux)
+	}
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	go func() {
 		<-ctx.Done()
@@ -142,12 +153,12 @@ func (a *App) serveMetrics(ctx context.Context, errc chan<- error) error {
 		defer c()
 		_ = srv.Shutdown(sctx)
 	}()
-	go func() {
+	go inPart(ctx, "metrics", func(context.Context) {
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			errc <- fmt.Errorf("serve metrics: %w", err)
 		}
-	}()
-	a.log.Info("serving metrics", zap.String("addr", ln.Addr().String()))
+	})
+	a.log.Info("serving metrics", zap.String("addr", ln.Addr().String()), zap.Bool("pprof", a.cfg.Pprof))
 	return nil
 }
 
@@ -158,7 +169,7 @@ func (a *App) trimAfterFirst(publish func(*report.NodeReport)) func(*report.Node
 	return func(rep *report.NodeReport) {
 		publish(rep)
 		once.Do(func() {
-			res, err := memtrim.Executable()
+			res, err := memtrim.ExecutableUncached()
 			if err != nil {
 				a.log.Warn("trim start-up pages", zap.Error(err))
 				return

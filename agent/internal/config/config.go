@@ -41,6 +41,9 @@ type Config struct {
 	Concurrency int
 	// MetricsAddr serves the agent's own metrics; "" disables (--metrics-addr).
 	MetricsAddr string
+	// Pprof serves /debug/pprof/ on MetricsAddr (--pprof), as the
+	// aggregator's flag of the same name does.
+	Pprof bool
 	// LogLevel is the zap level (--log-level).
 	LogLevel string
 	// Output is run-once's output format (--output).
@@ -52,7 +55,8 @@ type Config struct {
 	// default (--gc-percent). $GOGC, when set, wins.
 	GCPercent int
 	// TrimStartupPages drops the executable's read-only pages from the
-	// page tables after the first report (--trim-startup-pages).
+	// page tables, and its unmapped pages from the page cache, after the
+	// first report (--trim-startup-pages; pkg/memtrim.ExecutableUncached).
 	TrimStartupPages bool
 
 	Uplink Uplink
@@ -109,12 +113,13 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.CheckDeadline, "check-deadline", c.CheckDeadline, "deadline of one check run")
 	fs.IntVar(&c.Concurrency, "concurrency", c.Concurrency, "maximum checks running at once")
 	fs.StringVar(&c.MetricsAddr, "metrics-addr", c.MetricsAddr, "listen address of the agent's own /metrics; empty disables")
+	fs.BoolVar(&c.Pprof, "pprof", c.Pprof, "serve /debug/pprof/ on --metrics-addr; every check runs under the profile label check=<name>")
 	logging.RegisterLevelFlag(fs, &c.LogLevel)
 	fs.StringVar(&c.Output, "output", c.Output, "run-once output: text or json")
 	fs.Int64Var(&c.MemoryLimitBytes, "memory-limit-bytes", c.MemoryLimitBytes, "Go soft memory limit in bytes; 0 keeps the runtime default")
 
 	fs.IntVar(&c.GCPercent, "gc-percent", c.GCPercent, "Go GC target percentage; 0 keeps the runtime default; $GOGC wins when set")
-	fs.BoolVar(&c.TrimStartupPages, "trim-startup-pages", c.TrimStartupPages, "after the first report, release the executable's read-only pages only start-up used (they fault back in on use)")
+	fs.BoolVar(&c.TrimStartupPages, "trim-startup-pages", c.TrimStartupPages, "after the first report, release the executable's read-only pages only start-up used and drop the binary's unmapped pages from the page cache, so a page faults back in alone (read once from disk) instead of with its cached neighbours")
 
 	fs.Var((*check.ListFlag)(&c.Uplink.Aggregators), "aggregator", "aggregator address host:port or DNS name (repeatable or comma list)")
 	fs.StringVar(&c.Uplink.CAFile, "ca-file", c.Uplink.CAFile, "CA bundle verifying the aggregators")
@@ -164,6 +169,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Output != OutputText && c.Output != OutputJSON {
 		add("--output %q: want text or json", c.Output)
+	}
+	if c.Pprof && c.MetricsAddr == "" {
+		add("--pprof: needs --metrics-addr")
 	}
 	if c.GCPercent < 0 {
 		add("--gc-percent %d: must not be negative", c.GCPercent)

@@ -53,18 +53,19 @@ func TestAggregatorList(t *testing.T) {
 
 func TestValidateRejects(t *testing.T) {
 	for name, args := range map[string][]string{
-		"no node":              {},
-		"deadline >= interval": {"--node-name", "n", "--check-deadline", "5s"},
-		"tiny interval":        {"--node-name", "n", "--interval", "100ms", "--check-deadline", "50ms"},
-		"bad output":           {"--node-name", "n", "--output", "yaml"},
-		"bad url":              {"--node-name", "n", "--etcd-metrics-url", "ftp://x/metrics"},
-		"url without host":     {"--node-name", "n", "--kube-api-server", "http://"},
-		"bad regexp":           {"--node-name", "n", "--diskstats-devices", "("},
-		"down < degraded":      {"--node-name", "n", "--etcd-wal-fsync-p99-degraded", "2s", "--etcd-wal-fsync-p99-down", "1s"},
-		"ratio > 1":            {"--node-name", "n", "--etcd-db-degraded-ratio", "1.5"},
-		"loss > 1":             {"--node-name", "n", "--kube-ovn-ping-loss-down", "2"},
-		"zero concurrency":     {"--node-name", "n", "--concurrency", "0"},
-		"window < samples":     {"--node-name", "n", "--fsync-probe-samples", "5", "--fsync-probe-window", "2"},
+		"no node":               {},
+		"deadline >= interval":  {"--node-name", "n", "--check-deadline", "5s"},
+		"tiny interval":         {"--node-name", "n", "--interval", "100ms", "--check-deadline", "50ms"},
+		"bad output":            {"--node-name", "n", "--output", "yaml"},
+		"bad url":               {"--node-name", "n", "--etcd-metrics-url", "ftp://x/metrics"},
+		"url without host":      {"--node-name", "n", "--kube-api-server", "http://"},
+		"bad regexp":            {"--node-name", "n", "--diskstats-devices", "("},
+		"down < degraded":       {"--node-name", "n", "--etcd-wal-fsync-p99-degraded", "2s", "--etcd-wal-fsync-p99-down", "1s"},
+		"ratio > 1":             {"--node-name", "n", "--etcd-db-degraded-ratio", "1.5"},
+		"loss > 1":              {"--node-name", "n", "--kube-ovn-ping-loss-down", "2"},
+		"zero concurrency":      {"--node-name", "n", "--concurrency", "0"},
+		"window < samples":      {"--node-name", "n", "--fsync-probe-samples", "5", "--fsync-probe-window", "2"},
+		"pprof without metrics": {"--node-name", "n", "--pprof", "--metrics-addr", ""},
 	} {
 		t.Run(name, func(t *testing.T) {
 			_, err := parse(t, args...)

@@ -13,6 +13,8 @@ import (
 	"errors"
 	"fmt"
 	"runtime/debug"
+	"runtime/pprof"
+	"runtime/trace"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -26,6 +28,17 @@ import (
 	"github.com/cozystack/cozy-health/pkg/report"
 	"github.com/cozystack/cozy-health/pkg/version"
 )
+
+// ProfileLabel is the runtime/pprof label every check runs under, its
+// value the check's name; goroutines the check starts inherit it, so a CPU
+// profile (the agent's --pprof) splits the agent's CPU by check.
+const ProfileLabel = "check"
+
+// TraceRegion is the runtime/trace region type of one check run; the run's
+// first trace log, of category TraceRegion, is the check's name. An
+// execution trace (test/bench/agent takes one through --pprof) then
+// attributes each goroutine's time on a CPU to the check that started it.
+const TraceRegion = "check"
 
 // Config configures a Runner.
 type Config struct {
@@ -53,6 +66,9 @@ type Runner struct {
 	// busy[i] is true while check i's goroutine has not returned, including
 	// after the runner abandoned it; a busy check is not started again.
 	busy []atomic.Bool
+	// logs[i] is check i's logger (With clones the encoder: once, not
+	// every run).
+	logs []*zap.Logger
 	// inputGap[i] is the message of check i's last missing or unreadable
 	// input, "" when none: a missing input is logged when it starts, changes
 	// and ends, not every interval.
@@ -82,10 +98,16 @@ func New(cfg Config, checks []check.Check, reg prometheus.Registerer, log *zap.L
 	if _, err := rand.Read(id[:]); err != nil {
 		return nil, fmt.Errorf("generate agent instance id: %w", err)
 	}
+	log = log.With(zap.String("component", "runner"))
+	logs := make([]*zap.Logger, len(checks))
+	for i, c := range checks {
+		logs[i] = log.With(zap.String("check", c.Name()))
+	}
 	return &Runner{
 		cfg:        cfg,
 		checks:     checks,
-		log:        log.With(zap.String("component", "runner")),
+		log:        log,
+		logs:       logs,
 		metrics:    m,
 		instanceID: hex.EncodeToString(id[:]),
 		sem:        make(chan struct{}, cfg.Concurrency),
@@ -149,7 +171,7 @@ func (r *Runner) Collect(ctx context.Context, interval time.Duration) *report.No
 // runOne runs check i under its deadline and never waits past it.
 func (r *Runner) runOne(ctx context.Context, i int, c check.Check) outcome {
 	name := c.Name()
-	log := r.log.With(zap.String("check", name))
+	log := r.logs[i]
 
 	// Wait for a slot until the collection's own bound (2x the deadline):
 	// checks of one hung source hold their slots for one deadline at most,
@@ -191,7 +213,12 @@ func (r *Runner) runOne(ctx context.Context, i int, c check.Check) outcome {
 			}
 			done <- res
 		}()
-		res.obs, res.err = c.Run(runCtx)
+		pprof.Do(runCtx, pprof.Labels(ProfileLabel, name), func(ctx context.Context) {
+			trace.WithRegion(ctx, TraceRegion, func() {
+				trace.Log(ctx, TraceRegion, name)
+				res.obs, res.err = c.Run(ctx)
+			})
+		})
 	}()
 
 	var res result

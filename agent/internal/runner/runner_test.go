@@ -1,13 +1,16 @@
 package runner
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"runtime/pprof"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/google/pprof/profile"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/assert"
@@ -247,3 +250,49 @@ func TestNewRejects(t *testing.T) {
 	_, err = New(Config{NodeName: "n", Interval: time.Second, CheckDeadline: time.Second, Concurrency: 1}, []check.Check{healthy("a"), healthy("a")}, reg, zaptest.NewLogger(t))
 	require.ErrorContains(t, err, "listed twice")
 }
+
+// TestChecksRunUnderTheirProfileLabel: a check and the goroutines it starts
+// carry the profile label check=<name>, so a CPU profile of the agent splits
+// by check. The goroutine profile shows the labels of live goroutines: a
+// check's child is caught while it waits.
+func TestChecksRunUnderTheirProfileLabel(t *testing.T) {
+	started, release := make(chan struct{}), make(chan struct{})
+	var own string
+	parent := &fn{name: "parent", run: func(ctx context.Context) ([]report.Observation, error) {
+		own, _ = pprof.Label(ctx, ProfileLabel)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			close(started)
+			waitForLabelTest(release)
+		}()
+		<-done
+		return []report.Observation{{Status: report.StatusHealthy, Reason: "Fine"}}, nil
+	}}
+	r, _ := newRunner(t, 10*time.Second, 4, parent, healthy("other"))
+	collected := make(chan *report.NodeReport, 1)
+	go func() { collected <- r.Collect(context.Background(), 5*time.Second) }()
+	<-started
+
+	var buf bytes.Buffer
+	require.NoError(t, pprof.Lookup("goroutine").WriteTo(&buf, 0))
+	close(release)
+	p, err := profile.Parse(&buf)
+	require.NoError(t, err)
+	var labels []string
+	for _, s := range p.Sample {
+		for _, loc := range s.Location {
+			for _, l := range loc.Line {
+				if strings.HasSuffix(l.Function.Name, ".waitForLabelTest") {
+					labels = append(labels, s.Label[ProfileLabel]...)
+				}
+			}
+		}
+	}
+	assert.Equal(t, []string{"parent"}, labels, "the check's child goroutine carries its check's label")
+	assert.Equal(t, "parent", own, "the check's own context carries its label")
+	assert.Equal(t, report.StatusHealthy, byCheck(<-collected)["parent"].Status)
+}
+
+//go:noinline
+func waitForLabelTest(release <-chan struct{}) { <-release }

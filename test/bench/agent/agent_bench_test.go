@@ -5,7 +5,12 @@
 // a unix socket, cilium-health, kube-ovn's OVS/OVN sockets, kube-ovn-pinger metrics,
 // and drbdsetup).
 // Run with `make bench-agent`; BENCH_AGENT_DURATION (default 60s) sets the
-// measured window.
+// measured window, BENCH_AGENT_SPLIT_DURATION (default 60s) the window of
+// the execution trace that follows it and splits the CPU by check;
+// BENCH_AGENT_ARGS adds agent flags (space-separated, e.g. "--gc-percent 100")
+// to compare settings. The agent streams its reports to
+// BENCH_AGENT_AGGREGATORS (default 3, as the chart's replicas; 0 for none)
+// real ingest servers over gRPC+TLS, signing each with a development key.
 package agent
 
 import (
@@ -19,6 +24,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -27,6 +33,8 @@ import (
 	"github.com/prometheus/common/model"
 	"github.com/stretchr/testify/require"
 
+	"github.com/cozystack/cozy-health/pkg/signing"
+	"github.com/cozystack/cozy-health/pkg/tlsutil"
 	"github.com/cozystack/cozy-health/test/bench/benchproc"
 	"github.com/cozystack/cozy-health/test/harness"
 	ciliumsrc "github.com/cozystack/cozy-health/test/sources/cilium"
@@ -39,7 +47,7 @@ import (
 // Targets from the issue.
 const (
 	targetRSSMiB     = 20
-	targetMillicores = 5
+	targetMillicores = 2
 	defaultDuration  = 60 * time.Second
 	warmup           = 10 * time.Second
 	interval         = 5 * time.Second
@@ -133,7 +141,7 @@ func sources(b *testing.B) []string {
 
 	probe := filepath.Join(dir, "probe")
 	require.NoError(b, os.Mkdir(probe, 0o700))
-	return []string{
+	return append([]string{
 		"run",
 		"--node-name", "node-0",
 		"--interval", interval.String(),
@@ -151,7 +159,73 @@ func sources(b *testing.B) []string {
 		"--ovn-db-dir", ovnDB,
 		"--drbdsetup", fake.Path,
 		"--log-level", "warn",
+		"--pprof",
+	}, aggregators(b, "node-0")...)
+}
+
+// ingestServers counts the reports each ingest server accepted.
+type ingestServers struct{ accepted []*atomic.Int64 }
+
+var replicas ingestServers
+
+// aggregators starts BENCH_AGENT_AGGREGATORS (default 3) real ingest
+// servers (aggregator/internal/ingest/cmd/ingest-test-server: TLS,
+// signature checks, acks) accepting node's development key, and returns the
+// agent's uplink flags.
+func aggregators(b *testing.B, node string) []string {
+	b.Helper()
+	n := 3
+	if s := os.Getenv("BENCH_AGENT_AGGREGATORS"); s != "" {
+		var err error
+		n, err = strconv.Atoi(s)
+		require.NoError(b, err, "BENCH_AGENT_AGGREGATORS")
 	}
+	if n <= 0 {
+		return nil
+	}
+	dir := b.TempDir()
+	server := filepath.Join(dir, "ingest-test-server")
+	build := exec.Command("go", "build", "-o", server, "./aggregator/internal/ingest/cmd/ingest-test-server")
+	build.Dir = harness.RepoRoot()
+	out, err := build.CombinedOutput()
+	require.NoError(b, err, "build ingest-test-server: %s", out)
+	tlsFiles, err := tlsutil.WriteServing(dir, "127.0.0.1")
+	require.NoError(b, err)
+	keysDir := filepath.Join(dir, "keys")
+	require.NoError(b, os.Mkdir(keysDir, 0o700))
+	keyFile, err := signing.WriteDevKeyPair(keysDir, node)
+	require.NoError(b, err)
+	args := []string{"--ca-file", tlsFiles.CAFile, "--insecure-dev-key-file", keyFile, "--token-file", ""}
+	replicas = ingestServers{}
+	for range n {
+		addr := freeAddr(b)
+		cmd := exec.Command(server, "--listen", addr, "--tls-cert", tlsFiles.CertFile, "--tls-key", tlsFiles.KeyFile, "--insecure-dev-keys-dir", keysDir)
+		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+		stdout, err := cmd.StdoutPipe()
+		require.NoError(b, err)
+		require.NoError(b, cmd.Start())
+		accepted := new(atomic.Int64)
+		replicas.accepted = append(replicas.accepted, accepted)
+		go func() {
+			sc := bufio.NewScanner(stdout) // one JSON line per accepted report
+			for sc.Scan() {
+				accepted.Add(1)
+			}
+		}()
+		b.Cleanup(func() {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+		})
+		require.Eventually(b, func() bool {
+			c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond)
+			if err == nil {
+				_ = c.Close()
+			}
+			return err == nil
+		}, 20*time.Second, 50*time.Millisecond, "ingest server on %s", addr)
+		args = append(args, "--aggregator", addr)
+	}
+	return args
 }
 
 // BenchmarkAgentFootprint runs the agent binary with every check enabled and
@@ -164,30 +238,54 @@ func BenchmarkAgentFootprint(b *testing.B) {
 		duration = d
 	}
 	bin := agentBinary(b)
+	_ = splitDuration(b) // a bad value fails before the sources start
 	args := sources(b)
 	metricsAddr := freeAddr(b)
 	args = append(args, "--metrics-addr", metricsAddr)
+	args = append(args, strings.Fields(os.Getenv("BENCH_AGENT_ARGS"))...)
 
 	for b.Loop() {
 		logPath := filepath.Join(b.TempDir(), "agent.log")
 		logf, err := os.Create(logPath)
 		require.NoError(b, err)
+		b.Cleanup(func() {
+			if b.Failed() {
+				b.Logf("agent log (tail):\n%s", readFile(logPath))
+			}
+		})
 		cmd := exec.Command(bin, args...)
 		cmd.Stdout, cmd.Stderr = logf, logf
+		// A goroutine dump shows each goroutine's pprof labels: the split
+		// by check reads them (splitByCheck).
+		// $GODEBUG (e.g. memprofilerate=1 for an exact heap profile)
+		// is kept.
+		cmd.Env = append(os.Environ(), "GODEBUG="+strings.TrimPrefix(os.Getenv("GODEBUG")+",tracebacklabels=1", ","))
 		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 		require.NoError(b, cmd.Start())
 		pid := cmd.Process.Pid
 		time.Sleep(warmup)
+		gc0 := gcCycles(b, metricsAddr)
+		// Memory sampled every 500 ms; CPU from the threads' schedstat
+		// (nanoseconds, where /proc/PID/stat counts 10 ms ticks).
+		cpu0, err := benchproc.ThreadsCPU(pid)
+		require.NoError(b, err, "agent exited early; log:\n%s", readFile(logPath))
 		u, err := benchproc.Sample(pid, duration, 500*time.Millisecond)
 		require.NoError(b, err, "agent exited; log:\n%s", readFile(logPath))
+		cpu1, err := benchproc.ThreadsCPU(pid)
+		require.NoError(b, err)
 		elapsed := u.Elapsed
+		cpu := (cpu1 - cpu0).Seconds() / elapsed.Seconds() * 1000
 
 		reports, applicable, failures := scrape(b, "http://"+metricsAddr+"/metrics")
+		// The CPU by check: a trace over a second window (tracing costs
+		// memory and CPU of its own, kept out of the window above).
+		gc1 := gcCycles(b, metricsAddr)
+		split := splitByCheck(b, pid, metricsAddr, splitDuration(b))
+		split.gcCycles, split.gcCyclesBefore = gcCycles(b, metricsAddr)-gc1, gc1-gc0
 		_ = cmd.Process.Signal(syscall.SIGTERM)
 		_ = cmd.Wait()
 		logf.Close()
 
-		cpu := u.CPU * 1000
 		const mib = 1 << 20
 		maxMiB, avgMiB := u.RSSMax/mib, u.RSSAvg/mib
 		anonMaxMiB, anonAvgMiB, fileAvgMiB := u.AnonMax/mib, u.AnonAvg/mib, u.FileAvg/mib
@@ -197,14 +295,33 @@ func BenchmarkAgentFootprint(b *testing.B) {
 		b.ReportMetric(avgMiB, "rss-avg-MiB")
 		b.ReportMetric(cpu, "cpu-millicores")
 		b.ReportMetric(reports, "reports")
+		split.report(b, cpu)
 		b.Logf("agent over %s at a %s interval (after %s warm-up): RSS max %.2f MiB, avg %.2f MiB (target <= %d MiB) = anonymous avg %.2f MiB (max %.2f) + file-backed avg %.2f MiB; CPU %.2f millicores (target <= %d); %v reports; %v of %d checks applicable; %v check failures",
 			elapsed.Round(time.Second), interval, warmup, maxMiB, avgMiB, targetRSSMiB, anonAvgMiB, anonMaxMiB, fileAvgMiB, cpu, targetMillicores, reports, applicable, expectedChecks, failures)
 		require.Equal(b, float64(expectedChecks), applicable, "every check must be enabled and applicable; log:\n%s", readFile(logPath))
 		require.GreaterOrEqual(b, reports, float64(int(duration/interval)), "one report per interval")
+		for i, a := range replicas.accepted {
+			require.GreaterOrEqual(b, a.Load(), int64(duration/interval), "reports accepted by aggregator %d", i)
+		}
 		if maxMiB > targetRSSMiB || cpu > targetMillicores {
 			b.Logf("OVER TARGET: RSS max %.2f MiB (<= %d), CPU %.2f millicores (<= %d)", maxMiB, targetRSSMiB, cpu, targetMillicores)
 		}
 	}
+}
+
+// gcCycles is how many collections the agent has run
+// (go_gc_duration_seconds' count).
+func gcCycles(b *testing.B, metricsAddr string) uint64 {
+	b.Helper()
+	resp, err := http.Get("http://" + metricsAddr + "/metrics")
+	require.NoError(b, err)
+	defer resp.Body.Close()
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := p.TextToMetricFamilies(resp.Body)
+	require.NoError(b, err)
+	f := fams["go_gc_duration_seconds"]
+	require.NotNil(b, f, "go_gc_duration_seconds")
+	return f.GetMetric()[0].GetSummary().GetSampleCount()
 }
 
 // scrape reads the agent's own metrics: reports collected, checks whose

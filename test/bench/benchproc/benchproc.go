@@ -253,3 +253,35 @@ func LiveMemory(metricsAddr string) (Memory, error) {
 		Goroutines: Value(m, "go_goroutines", nil),
 	}, nil
 }
+
+// ThreadsCPU is the CPU time pid's threads have run, from each thread's
+// /proc/<pid>/task/<tid>/schedstat (nanoseconds; /proc/<pid>/stat counts
+// clock ticks of 10 ms, a tenth of what the agent uses in a minute). A
+// thread that exits takes its time with it; Go's threads do not exit.
+func ThreadsCPU(pid int) (time.Duration, error) {
+	fs, err := procfs.NewFS(fmt.Sprintf("/proc/%d/task", pid))
+	if err != nil {
+		return 0, err
+	}
+	tasks, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*", pid))
+	if err != nil || len(tasks) == 0 {
+		return 0, fmt.Errorf("list the threads of %d: %v", pid, err)
+	}
+	var total time.Duration
+	for _, t := range tasks {
+		tid, err := strconv.Atoi(filepath.Base(t))
+		if err != nil {
+			continue
+		}
+		p, err := fs.Proc(tid)
+		if err != nil {
+			continue
+		}
+		st, err := p.Schedstat()
+		if err != nil {
+			continue // exited meanwhile
+		}
+		total += time.Duration(st.RunningNanoseconds)
+	}
+	return total, nil
+}

@@ -124,6 +124,43 @@ func Rows(aggregatorSizes []int) []Row {
 	)
 }
 
+// agentSplitPrefix is the unit prefix of the agent's CPU by check
+// (test/bench/agent: cpu-millicores:<check or part>).
+const agentSplitPrefix = "cpu-millicores:"
+
+// WithAgentSplit is rows with the agent's CPU by check (and by its own parts,
+// the runtime and the collector) after the agent's own rows, most first: no
+// goal each, they say where the agent's CPU goes.
+func WithAgentSplit(rows []Row, agent Results) []Row {
+	const bench = "BenchmarkAgentFootprint"
+	var units []string
+	for u := range agent[bench] {
+		if strings.HasPrefix(u, agentSplitPrefix) {
+			units = append(units, u)
+		}
+	}
+	slices.SortFunc(units, func(a, b string) int {
+		if va, vb := agent[bench][a], agent[bench][b]; va != vb {
+			if va > vb {
+				return -1
+			}
+			return 1
+		}
+		return strings.Compare(a, b)
+	})
+	var split []Row
+	for _, u := range units {
+		split = append(split, Row{File: "agent", Bench: bench, Unit: u, Figure: "agent CPU split: " + strings.TrimPrefix(u, agentSplitPrefix), Show: "millicores"})
+	}
+	at := 0
+	for i, r := range rows {
+		if r.File == "agent" {
+			at = i + 1
+		}
+	}
+	return slices.Concat(rows[:at:at], split, rows[at:])
+}
+
 // AggregatorSizes are the node counts the aggregator ran at, ascending.
 func AggregatorSizes(r Results) []int {
 	var sizes []int
@@ -314,7 +351,7 @@ func main() {
 			rows = append(rows, r)
 		}
 	}
-	sb.WriteString(Table(rows, results))
+	sb.WriteString(Table(WithAgentSplit(rows, results["agent"]), results))
 	if g := Growth(results["aggregator"]); g != "" {
 		sb.WriteString("\nThe aggregator by node count:\n\n" + g)
 	}

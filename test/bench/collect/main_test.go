@@ -23,7 +23,7 @@ PASS
 ok  	github.com/cozystack/cozy-health/test/bench/aggregator	600.1s
 `
 
-const agentOut = `BenchmarkAgentFootprint-2   	       1	70000000000 ns/op	         2.500 cpu-millicores	         4.0 reports	        19.00 rss-max-MiB
+const agentOut = `BenchmarkAgentFootprint-2   	       1	70000000000 ns/op	         2.500 cpu-millicores	         0.2500 cpu-millicores:drbd-resource	         0.9000 cpu-millicores:gc	         4.0 reports	        19.00 rss-max-MiB
     agent_bench_test.go:219: agent over 1m0s
 PASS
 `
@@ -64,6 +64,13 @@ func TestTableRatiosAgainstGoals(t *testing.T) {
 	// The CPU goal is issue 26's at 5,000 nodes; other sizes state the figure.
 	assert.Equal(t, "| aggregator at 5,000 nodes: CPU | <= 15.0 % of a core (issue 26) | 20.0 % of a core | 1.33 (**not met**) |", find("aggregator at 5,000 nodes: CPU"))
 	assert.Equal(t, "| aggregator at 1,000 nodes: CPU | none (current figure) | 5.00 % of a core |  |", find("aggregator at 1,000 nodes: CPU"))
+	// The agent's CPU by check follows its own rows, most first, without
+	// a goal.
+	split := Table(WithAgentSplit(Rows(nil), agent), map[string]Results{"agent": agent})
+	assert.Contains(t, split, "| agent RSS max, 5 s interval, every check | <= 20.0 MiB (issue 26) | 19.0 MiB | 0.95 (met) |\n"+
+		"| agent CPU split: gc | none (current figure) | 0.900 millicores |  |\n"+
+		"| agent CPU split: drbd-resource | none (current figure) | 0.250 millicores |  |\n"+
+		"| ingest: ")
 	// A bench that did not run says so.
 	assert.Contains(t, find("drain-check over HTTP p99 (5,000 nodes)"), "not measured")
 }

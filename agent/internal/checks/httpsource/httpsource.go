@@ -15,6 +15,17 @@ import (
 // MaxBody caps a payload; larger ones are rejected, not truncated.
 const MaxBody = 16 << 20
 
+// NewClient is a client for scraping metrics: http.DefaultTransport's
+// settings without asking for gzip. The sources are on the node (or its pod
+// network) and their pages small: compressing costs both sides CPU, and
+// each gzip reader the client takes allocates its window anew (about a
+// tenth of the agent's steady allocations went there).
+func NewClient() *http.Client {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.DisableCompression = true
+	return &http.Client{Transport: t}
+}
+
 // Get fetches url and returns its body; a non-2xx status is an error.
 func Get(ctx context.Context, c *http.Client, url string, header http.Header) ([]byte, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)

@@ -52,7 +52,7 @@ var _ check.Check = (*Check)(nil)
 
 // New returns the check scraping url for node.
 func New(url, node string, th Thresholds) *Check {
-	return &Check{url: url, node: node, client: &http.Client{}, th: th}
+	return &Check{url: url, node: node, client: httpsource.NewClient(), th: th}
 }
 
 // Name implements check.Check.

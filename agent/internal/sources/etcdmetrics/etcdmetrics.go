@@ -70,7 +70,7 @@ type scrape struct {
 // successful scrape is reused for shareFor; a scrape in flight is always
 // shared.
 func New(url string, shareFor time.Duration) *Reader {
-	return &Reader{url: url, client: &http.Client{}, shareFor: shareFor}
+	return &Reader{url: url, client: httpsource.NewClient(), shareFor: shareFor}
 }
 
 // URL is the scraped URL ("" for a nil Reader).
