@@ -21,6 +21,19 @@ type Cache struct {
 	gen uint64
 	// onReject receives the raft claims the reader rejected (SetRejected).
 	onReject rejectFunc
+
+	// What the last Unchanged walk that answered true found, kept up to
+	// date by UnchangedSince from the changed nodes alone; walked says it
+	// holds (no ComputeCached since). latest is, per component, the latest
+	// arrival of a fresh node's report; staleBy is no later than the
+	// instant the first fresh node turns stale; walkedAt is the last now
+	// it was checked at.
+	walked bool
+	// incremental counts the answers UnchangedSince gave without a walk.
+	incremental int
+	latest      [maxComponents]time.Time
+	staleBy     time.Time
+	walkedAt    time.Time
 }
 
 // SetRejected makes ComputeCached hand every raft claim the reader rejects
@@ -41,43 +54,104 @@ func NewCache() *Cache {
 // component, the latest arrival of a fresh node's report (absent: no fresh
 // node). Reports that changed are folded on the way, so a ComputeCached
 // that follows a false answer finds them in the memo. It reads nodes in
-// place (State.Read): one lookup per node, no copy.
+// place (State.Read): one lookup per node, no copy. A true answer is what
+// UnchangedSince builds on.
 func (c *Cache) Unchanged(nodes map[string]state.Entry, now time.Time, cfg Config) (observed map[string]time.Time, unchanged bool) {
+	c.walked = false
 	if !c.valid || len(nodes) != c.computed {
 		return nil, false
 	}
-	var latest [maxComponents]time.Time
+	c.latest, c.staleBy = [maxComponents]time.Time{}, time.Time{}
 	for name, e := range nodes {
 		f, ok := c.byNode[name]
-		if !ok || f.usedGen != c.gen {
+		if !ok || !c.sameAs(f, e, now, cfg) {
 			return nil, false
 		}
-		stale := cfg.Stale(e, now)
-		if stale != f.usedStale || e.Role != f.usedRole {
+		c.note(f, e, cfg)
+	}
+	c.walked, c.walkedAt = true, now
+	return c.observed(), true
+}
+
+// UnchangedSince is Unchanged for a caller that knows which nodes changed
+// since its last call (State.ReadChanged): after an Unchanged walk that
+// answered true, only those are compared, and every other node is as it
+// was, so only the clock can have moved it: no fresh node turns stale
+// before staleBy, and a stale node turns fresh only by a new report. Past
+// staleBy (or with no walk to build on) it walks every node (Unchanged).
+// Staleness stays time-driven: a node that stops reporting turns stale at
+// the same instant either way.
+func (c *Cache) UnchangedSince(nodes map[string]state.Entry, changed map[string]struct{}, now time.Time, cfg Config) (observed map[string]time.Time, unchanged bool) {
+	if !c.walked || now.Before(c.walkedAt) || (!c.staleBy.IsZero() && now.After(c.staleBy)) {
+		return c.Unchanged(nodes, now, cfg)
+	}
+	for name := range changed {
+		e, ok := nodes[name]
+		f, known := c.byNode[name]
+		if !ok || !known || !c.sameAs(f, e, now, cfg) {
+			// Added, removed or judged otherwise: recomputed.
+			c.walked = false
 			return nil, false
 		}
-		if f.report != e.Report {
-			if !sameJudgementAs(f.report, f.claims, e.Report) {
-				return nil, false
-			}
-			f.report = e.Report
+		if e.ReceivedAt.Before(f.seenAt) {
+			// An earlier arrival replaced a later one: latest may
+			// have to go back, which only a walk finds.
+			return c.Unchanged(nodes, now, cfg)
 		}
-		if stale {
-			continue
+		c.note(f, e, cfg)
+	}
+	c.walkedAt = now
+	c.incremental++
+	return c.observed(), true
+}
+
+// sameAs tells whether node entry e at now judges as f did in the last
+// ComputeCached: f was judged then, and e is as stale and of the same role
+// and its report judges the same (then f takes e's report).
+func (c *Cache) sameAs(f *reportFacts, e state.Entry, now time.Time, cfg Config) bool {
+	if f.usedGen != c.gen || cfg.Stale(e, now) != f.usedStale || e.Role != f.usedRole {
+		return false
+	}
+	if f.report != e.Report {
+		if !sameJudgementAs(f.report, f.claims, e.Report) {
+			return false
 		}
-		for i := range latest {
-			if f.present&(1<<i) != 0 && e.ReceivedAt.After(latest[i]) {
-				latest[i] = e.ReceivedAt
-			}
+		f.report = e.Report
+	}
+	return true
+}
+
+// note folds node entry e, judged as f, into c.latest and c.staleBy.
+func (c *Cache) note(f *reportFacts, e state.Entry, cfg Config) {
+	f.seenAt = e.ReceivedAt
+	if f.usedStale {
+		return
+	}
+	if at := staleAt(e, cfg); c.staleBy.IsZero() || at.Before(c.staleBy) {
+		c.staleBy = at
+	}
+	for i := range c.latest {
+		if f.present&(1<<i) != 0 && e.ReceivedAt.After(c.latest[i]) {
+			c.latest[i] = e.ReceivedAt
 		}
 	}
-	observed = make(map[string]time.Time, len(componentIndex))
+}
+
+// staleAt is the last instant at which a node with a report, e, is fresh
+// (Config.Stale).
+func staleAt(e state.Entry, cfg Config) time.Time {
+	return e.ReceivedAt.Add(cfg.Grace(e.Report.Interval))
+}
+
+// observed is c.latest by component name, the zero ones left out.
+func (c *Cache) observed() map[string]time.Time {
+	observed := make(map[string]time.Time, len(componentIndex))
 	for comp, i := range componentIndex {
-		if !latest[i].IsZero() {
-			observed[comp] = latest[i]
+		if !c.latest[i].IsZero() {
+			observed[comp] = c.latest[i]
 		}
 	}
-	return observed, true
+	return observed
 }
 
 // Retime returns the answer of ComputeCached for nodes the cache found
@@ -166,6 +240,9 @@ type reportFacts struct {
 	usedGen   uint64
 	usedStale bool
 	usedRole  state.Role
+	// seenAt is the node's arrival time the last Unchanged or
+	// UnchangedSince saw.
+	seenAt time.Time
 }
 
 type componentFacts struct {

@@ -39,6 +39,9 @@ type Engine struct {
 	evalMu sync.Mutex
 	damper *Damper
 	cache  *Cache
+	// changes collects the nodes changed since the last evaluation, which
+	// the cache compares alone (Cache.UnchangedSince).
+	changes *state.Tracker
 	// alwaysRecompute turns retiming off (tests compare both ways).
 	alwaysRecompute bool
 
@@ -69,7 +72,7 @@ func NewEngine(st *state.State, cfg Config, holds Holds, maxListed int, namespac
 		pub = status.Publishers(nil)
 	}
 	return &Engine{state: st, cfg: cfg, maxListed: maxListed, namespace: namespace, metrics: m, pub: pub, clock: clk, log: log.With(zap.String("component", "rollup")),
-		damper: NewDamper(holds), cache: NewCache()}
+		damper: NewDamper(holds), cache: NewCache(), changes: st.Track()}
 }
 
 // SetRejected hands every raft claim the quorum reader rejects to f
@@ -123,7 +126,9 @@ func (e *Engine) Evaluate() map[string]*status.Component {
 	}
 	sameCluster := cf == nil || (cf.Gen == e.clusterGen && cf.Fresh(now) == e.clusterFresh)
 	if e.latest != nil && !e.alwaysRecompute && !e.damper.Holding() && sameCluster {
-		e.state.Read(func(nodes map[string]state.Entry) { observed, unchanged = e.cache.Unchanged(nodes, now, e.cfg) })
+		e.state.ReadChanged(e.changes, func(nodes map[string]state.Entry, changed map[string]struct{}) {
+			observed, unchanged = e.cache.UnchangedSince(nodes, changed, now, e.cfg)
+		})
 	}
 	if cf != nil {
 		e.clusterGen, e.clusterFresh = cf.Gen, cf.Fresh(now)

@@ -175,7 +175,7 @@ func ComputeCached(snap state.Snapshot, now time.Time, cfg Config, cache *Cache)
 		for i, name := range names {
 			facts[i].usedGen, facts[i].usedStale, facts[i].usedRole = cache.gen, cfg.Stale(snap[name], now), snap[name].Role
 		}
-		cache.computed, cache.valid = len(names), true
+		cache.computed, cache.valid, cache.walked = len(names), true, false
 	}
 	return out
 }

@@ -112,9 +112,12 @@ type Observer interface {
 type State struct {
 	observer Observer
 
-	// mu guards nodes, roles and deleted.
+	// mu guards nodes, roles, deleted and trackers' sets.
 	mu    sync.RWMutex
 	nodes map[string]Entry
+	// trackers each collect the names of the nodes changed since their
+	// reader last drained them (ReadChanged).
+	trackers []*Tracker
 	// roles are the roles SetRole recorded, also for nodes not (yet) in
 	// nodes, so a report that arrives after its Node carries its role.
 	roles map[string]Role
@@ -147,6 +150,7 @@ func (s *State) Accept(r *report.NodeReport, receivedAt time.Time) {
 		return
 	}
 	s.nodes[r.NodeName] = Entry{Report: r, ReceivedAt: receivedAt, Role: s.roles[r.NodeName]}
+	s.changed(r.NodeName)
 	s.mu.Unlock()
 	if s.observer != nil {
 		s.observer.Accepted(r.NodeName, receivedAt)
@@ -168,6 +172,7 @@ func (s *State) Expect(name string, at time.Time) {
 		return
 	}
 	s.nodes[name] = Entry{ReceivedAt: at, Role: s.roles[name]}
+	s.changed(name)
 	s.mu.Unlock()
 }
 
@@ -182,6 +187,7 @@ func (s *State) Unexpect(name string) {
 		return
 	}
 	delete(s.nodes, name)
+	s.changed(name)
 	s.mu.Unlock()
 	if s.observer != nil {
 		s.observer.Removed(name)
@@ -195,6 +201,9 @@ func (s *State) DeleteNode(name string) {
 	delete(s.nodes, name)
 	delete(s.roles, name)
 	s.deleted[name] = struct{}{}
+	if had {
+		s.changed(name)
+	}
 	s.mu.Unlock()
 	if had && s.observer != nil {
 		s.observer.Removed(name)
@@ -213,6 +222,7 @@ func (s *State) SetRole(name string, r Role) {
 	if e, ok := s.nodes[name]; ok {
 		e.Role = r
 		s.nodes[name] = e
+		s.changed(name)
 	}
 }
 
@@ -242,6 +252,44 @@ func (s *State) Read(f func(nodes map[string]Entry)) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	f(s.nodes)
+}
+
+// Tracker collects the names of the nodes whose entry changed (stored,
+// added, re-roled or removed) since its reader last drained it, so a
+// reader that keeps what it derived from every entry revisits only those.
+// One goroutine drains a Tracker (ReadChanged).
+type Tracker struct {
+	names map[string]struct{}
+}
+
+// Track returns a Tracker of every change from now on.
+func (s *State) Track() *Tracker {
+	t := &Tracker{names: map[string]struct{}{}}
+	s.mu.Lock()
+	s.trackers = append(s.trackers, t)
+	s.mu.Unlock()
+	return t
+}
+
+// changed records name in every tracker; s.mu is held for writing.
+func (s *State) changed(name string) {
+	for _, t := range s.trackers {
+		t.names[name] = struct{}{}
+	}
+}
+
+// ReadChanged is Read that also hands f the names t collected since the
+// last ReadChanged of t (some may no longer be in nodes), and empties t:
+// nodes is the state with every one of those changes applied, and any
+// later change is in t for the next call. t's owner is the only caller
+// with t; writers fill t under the write lock, which excludes this read
+// lock.
+func (s *State) ReadChanged(t *Tracker, f func(nodes map[string]Entry, changed map[string]struct{})) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	changed := t.names
+	t.names = make(map[string]struct{}, len(changed))
+	f(s.nodes, changed)
 }
 
 // Get returns one node's entry.

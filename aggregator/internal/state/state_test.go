@@ -97,3 +97,44 @@ func TestSetRole(t *testing.T) {
 	assert.Equal(t, RoleControlPlane, RoleOf(map[string]string{LabelControlPlane: ""}))
 	assert.Equal(t, RoleWorker, RoleOf(map[string]string{"kube-ovn/role": "master"}), "a label a kubelet may set on itself is no role")
 }
+
+// A Tracker names every node whose entry changed since its last drain, by
+// every kind of change, and nothing that left an entry as it was.
+func TestTrackerNamesEveryChange(t *testing.T) {
+	t0 := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	s := New(nil)
+	s.Accept(rep("before", "i", 1), t0)
+	tr := s.Track()
+	drain := func() []string {
+		var names []string
+		s.ReadChanged(tr, func(nodes map[string]Entry, changed map[string]struct{}) {
+			for n := range changed {
+				names = append(names, n)
+			}
+		})
+		return names
+	}
+	assert.Empty(t, drain(), "changes before Track are not tracked")
+
+	s.Accept(rep("a", "i", 1), t0)
+	s.Accept(rep("a", "i", 2), t0)
+	s.Expect("b", t0)
+	assert.ElementsMatch(t, []string{"a", "b"}, drain())
+	assert.Empty(t, drain(), "a drain empties the tracker")
+
+	s.Accept(rep("a", "i", 2), t0) // a replay: nothing stored
+	s.Expect("a", t0)              // a reports: left alone
+	s.SetRole("b", RoleUnknown)    // the role it has
+	s.Unexpect("a")                // a reports: stays
+	assert.Empty(t, drain(), "calls that change no entry")
+
+	s.SetRole("a", RoleWorker)
+	s.Unexpect("b")
+	s.DeleteNode("before")
+	s.DeleteNode("never-there")
+	assert.ElementsMatch(t, []string{"a", "b", "before"}, drain())
+
+	s.ReadChanged(tr, func(nodes map[string]Entry, _ map[string]struct{}) {
+		assert.Len(t, nodes, 1, "only a is left")
+	})
+}
