@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/keepalive"
 
+	"github.com/cozystack/cozy-health/pkg/wire"
 	pb "github.com/cozystack/cozy-health/proto/cozyhealth/v1"
 )
 
@@ -50,14 +51,14 @@ func (u *Uplink) runReplica(ctx context.Context, r *replica) {
 	defer u.m.forget(r.addr)
 	tc := u.tls.Clone()
 	tc.ServerName = r.serverName
-	conn, err := grpc.NewClient("passthrough:///"+r.addr,
+	conn, err := grpc.NewClient("passthrough:///"+r.addr, append(wire.DialOptions(),
 		grpc.WithTransportCredentials(newCAReloadingCreds(tc, u.ca, log)),
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: u.cfg.KeepaliveTime, Timeout: u.cfg.KeepaliveTimeout, PermitWithoutStream: true}),
 		grpc.WithConnectParams(grpc.ConnectParams{
 			Backoff:           backoff.Config{BaseDelay: u.cfg.BackoffInitial, Multiplier: 2, Jitter: 0.2, MaxDelay: u.cfg.BackoffMax},
 			MinConnectTimeout: u.cfg.HelloTimeout,
 		}),
-	)
+	)...)
 	if err != nil {
 		// Only a malformed target gets here; it will not get better.
 		log.Error("create aggregator client", zap.Error(err))

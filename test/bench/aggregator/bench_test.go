@@ -42,6 +42,7 @@ import (
 	"github.com/cozystack/cozy-health/pkg/report"
 	"github.com/cozystack/cozy-health/pkg/signing"
 	"github.com/cozystack/cozy-health/pkg/tlsutil"
+	"github.com/cozystack/cozy-health/pkg/wire"
 	pb "github.com/cozystack/cozy-health/proto/cozyhealth/v1"
 	"github.com/cozystack/cozy-health/test/bench/benchproc"
 	"github.com/cozystack/cozy-health/test/harness"
@@ -308,7 +309,7 @@ func runBench(b *testing.B, nodes int, window time.Duration) {
 	conns := min(benchproc.EnvInt("COZY_HEALTH_BENCH_CONNS", nodes), nodes)
 	clients := make([]*grpc.ClientConn, conns)
 	for i := range clients {
-		clients[i], err = grpc.NewClient(listen, grpc.WithTransportCredentials(credentials.NewTLS(creds)))
+		clients[i], err = grpc.NewClient(listen, append(wire.DialOptions(), grpc.WithTransportCredentials(credentials.NewTLS(creds)))...)
 		require.NoError(b, err)
 		defer clients[i].Close()
 	}
