@@ -16,6 +16,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"runtime"
 	"runtime/debug"
 	"runtime/pprof"
 	"sync"
@@ -49,8 +50,12 @@ type App struct {
 }
 
 // New builds the agent of a validated configuration. It applies the Go
-// memory limit and GC target ($GOMEMLIMIT and $GOGC win over them).
+// memory limit, GC target and GOMAXPROCS ($GOMEMLIMIT, $GOGC and $GOMAXPROCS
+// win over them).
 func New(cfg config.Config, base *zap.Logger) (*App, error) {
+	if cfg.MaxProcs > 0 && os.Getenv("GOMAXPROCS") == "" {
+		runtime.GOMAXPROCS(cfg.MaxProcs)
+	}
 	if cfg.MemoryLimitBytes > 0 && os.Getenv("GOMEMLIMIT") == "" {
 		debug.SetMemoryLimit(cfg.MemoryLimitBytes)
 	}

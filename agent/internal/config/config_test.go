@@ -37,6 +37,9 @@ func TestDefaultsAreValid(t *testing.T) {
 	assert.Equal(t, talos.DefaultConfigFile, c.Checks.Sources.Talos.ConfigFile)
 	assert.Equal(t, DefaultTokenFile, c.Uplink.TokenFile)
 	assert.Equal(t, "http://127.0.0.1:2381/metrics", c.Checks.Sources.EtcdMetricsURL)
+	// The footprint the agent bench measures: one P, collections at +100%.
+	assert.Equal(t, 1, c.MaxProcs)
+	assert.Equal(t, 100, c.GCPercent)
 }
 
 func TestNodeNameFromEnv(t *testing.T) {
@@ -66,6 +69,7 @@ func TestValidateRejects(t *testing.T) {
 		"zero concurrency":      {"--node-name", "n", "--concurrency", "0"},
 		"window < samples":      {"--node-name", "n", "--fsync-probe-samples", "5", "--fsync-probe-window", "2"},
 		"pprof without metrics": {"--node-name", "n", "--pprof", "--metrics-addr", ""},
+		"negative gomaxprocs":   {"--node-name", "n", "--gomaxprocs", "-1"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			_, err := parse(t, args...)

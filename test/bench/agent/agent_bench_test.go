@@ -345,7 +345,7 @@ func scrape(b *testing.B, url string) (reports, applicable, failures float64) {
 			applicable += m.GetGauge().GetValue()
 		}
 	}
-	for _, name := range []string{"go_memstats_heap_inuse_bytes", "go_memstats_stack_inuse_bytes", "go_memstats_sys_bytes", "go_goroutines", "go_gc_gogc_percent", "go_gc_gomemlimit_bytes"} {
+	for _, name := range []string{"go_memstats_heap_inuse_bytes", "go_memstats_stack_inuse_bytes", "go_memstats_sys_bytes", "go_goroutines", "go_gc_gogc_percent", "go_gc_gomemlimit_bytes", "go_sched_gomaxprocs_threads"} {
 		if f := fams[name]; f != nil && len(f.GetMetric()) > 0 {
 			m := f.GetMetric()[0]
 			b.Logf("agent runtime: %s = %v", name, m.GetGauge().GetValue())
