@@ -17,6 +17,8 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"os"
+	"runtime"
 	"sync/atomic"
 	"time"
 
@@ -167,7 +169,11 @@ func RestConfig(kubeconfig string) (*rest.Config, error) {
 }
 
 // New builds the aggregator and opens its listeners. cfg must be validated.
+// It sets GOMAXPROCS to cfg.MaxProcs unless $GOMAXPROCS is set.
 func New(cfg config.Config, log *zap.Logger, opts Options) (a *App, err error) {
+	if cfg.MaxProcs > 0 && os.Getenv("GOMAXPROCS") == "" {
+		runtime.GOMAXPROCS(cfg.MaxProcs)
+	}
 	a = &App{cfg: cfg, base: log, log: logging.Component(log, "aggregator"), clock: opts.Clock}
 	if a.clock == nil {
 		a.clock = clock.RealClock{}

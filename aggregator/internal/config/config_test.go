@@ -176,6 +176,7 @@ func TestTLSModes(t *testing.T) {
 		{[]string{"--tls-namespace", "ns", "--tls-ca-overlap", "20000h"}, "--tls-ca-overlap"},
 		{[]string{"--tls-namespace", "ns", "--tls-cert-validity", "0s"}, "--tls-cert-validity"},
 		{[]string{"--tls-namespace", "ns", "--tls-service", ""}, "--tls-service"},
+		{[]string{"--tls-namespace", "ns", "--gomaxprocs", "-1"}, "--gomaxprocs: must not be negative"},
 	} {
 		_, err := Load(append([]string{"--identity", "x"}, tc.args...), io.Discard)
 		require.Error(t, err, "%v", tc.args)
