@@ -60,10 +60,6 @@ func New(l Limits) *Checker {
 // sequence order) and returns an empty reason. It returns the report's
 // sequence when known, and the rejection reason and its detail otherwise.
 // A rejected report changes nothing but the node's rate bucket.
-//
-// The accepted report's strings share sr's payload bytes: the caller must
-// not change them afterwards (gRPC's decode gives every SignedReport a
-// payload of its own).
 func (c *Checker) Check(sess *Session, sr *pb.SignedReport, now time.Time, accept func(*report.NodeReport, time.Time)) (uint64, string, string) {
 	if n := len(sr.GetPayload()); n > c.limits.MaxPayloadBytes {
 		return 0, ReasonOversized, fmt.Sprintf("payload of %d bytes over the %d byte limit", n, c.limits.MaxPayloadBytes)
@@ -82,14 +78,9 @@ func (c *Checker) Check(sess *Session, sr *pb.SignedReport, now time.Time, accep
 	}
 	// The generated reflection-free decoder (vtprotobuf): a third of the
 	// cost of proto.Unmarshal. It does not check that strings are UTF-8;
-	// ReportFromProto does. Its unsafe form makes every string of the
-	// report a view of the payload instead of a copy: the payload is the
-	// report's own (the stream's decode copied it out of gRPC's buffer), and
-	// the report's strings and the payload live exactly as long, so one
-	// allocation serves them all (the strings were a third of the bytes
-	// the aggregator allocated per report).
+	// ReportFromProto does.
 	var p pb.NodeReport
-	if err := p.UnmarshalVTUnsafe(sr.GetPayload()); err != nil {
+	if err := p.UnmarshalVT(sr.GetPayload()); err != nil {
 		return 0, ReasonMalformed, "decode report: " + err.Error()
 	}
 	r, err := wire.ReportFromProto(&p)
