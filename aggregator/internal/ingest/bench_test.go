@@ -71,7 +71,7 @@ func newBenchFleet(b *testing.B) (*benchFleet, string) {
 			b.Fatal(err)
 		}
 		f.keys = append(f.keys, k)
-		f.sessions = append(f.sessions, &session{Session: verify.Session{Node: node, Key: k.PublicKey(), KeyID: k.KeyID(), Instance: "inst-" + node}})
+		f.sessions = append(f.sessions, &session{Session: verify.Session{Node: node, Key: k.VerifyKey(), KeyID: k.KeyID(), Instance: "inst-" + node}})
 	}
 	return f, dir
 }
@@ -97,7 +97,7 @@ func (f *benchFleet) chunk(b *testing.B, n int) ([]*session, []*pb.SignedReport)
 // bare is the unavoidable work: verify and decode.
 func bare(b *testing.B, sess []*session, srs []*pb.SignedReport) {
 	for i, sr := range srs {
-		if err := signing.Verify(sess[i].Key, sr.GetPayload(), sr.GetSignature()); err != nil {
+		if err := signing.Verify(sess[i].Key.PublicKey(), sr.GetPayload(), sr.GetSignature()); err != nil {
 			b.Fatal(err)
 		}
 		var p pb.NodeReport

@@ -326,6 +326,23 @@ func TestBadHellosCloseTheStream(t *testing.T) {
 		assert.Equal(t, codes.InvalidArgument, status.Code(err))
 		assert.Equal(t, before+1, rejected(t, ts, ReasonMalformed))
 	})
+	t.Run("hello with a public key that is no point of the curve", func(t *testing.T) {
+		before := rejected(t, ts, ReasonMalformed)
+		st, _ := dial(t, ts)
+		// y = 2 is on no point: crypto/ed25519 refuses every signature by
+		// this key, so the stream is refused at its Hello.
+		notAPoint := append([]byte{2}, make([]byte, 31)...)
+		require.NoError(t, st.Send(&pb.IngestRequest{Msg: &pb.IngestRequest_Hello{Hello: &pb.Hello{
+			PublicKey: notAPoint, KeyId: signing.KeyID(notAPoint), AgentInstanceId: "i", NodeName: "cp1",
+		}}}))
+		resp, err := st.Recv()
+		require.NoError(t, err)
+		assert.Equal(t, ReasonMalformed, resp.GetAck().GetRejectReason())
+		_, err = st.Recv()
+		assert.Equal(t, codes.InvalidArgument, status.Code(err))
+		assert.Contains(t, status.Convert(err).Message(), "no point of the curve")
+		assert.Equal(t, before+1, rejected(t, ts, ReasonMalformed))
+	})
 	t.Run("hello with an agent version over report.Limits", func(t *testing.T) {
 		before := rejected(t, ts, ReasonMalformed)
 		st, _ := dial(t, ts)

@@ -23,7 +23,7 @@ func TestCheckRefusesOutOfBounds(t *testing.T) {
 	// A payload limit raised past the default (--max-payload-bytes), so
 	// 9,000 observations pass the size gate and meet the count.
 	c := New(Limits{MaxPayloadBytes: 4 << 20, SkewWindow: time.Minute, RatePerNode: 1e9, RateBurst: 1 << 30})
-	sess := &Session{Node: "cp1", Key: key.PublicKey(), KeyID: key.KeyID(), Instance: "inst"}
+	sess := &Session{Node: "cp1", Key: key.VerifyKey(), KeyID: key.KeyID(), Instance: "inst"}
 	var got []uint64
 	accept := func(r *report.NodeReport, _ time.Time) { got = append(got, r.Sequence) }
 	seq := uint64(0)

@@ -29,7 +29,7 @@ func FuzzVerifySigned(f *testing.F) {
 	}
 	now := time.Unix(1_800_000_000, 0)
 	c := New(Limits{MaxPayloadBytes: report.MaxReportBytes, SkewWindow: time.Minute, RatePerNode: 1e9, RateBurst: 1 << 30})
-	sess := &Session{Node: "cp1", Key: key.PublicKey(), KeyID: key.KeyID(), Instance: "inst"}
+	sess := &Session{Node: "cp1", Key: key.VerifyKey(), KeyID: key.KeyID(), Instance: "inst"}
 	var accepted []*report.NodeReport
 	accept := func(r *report.NodeReport, _ time.Time) { accepted = append(accepted, r) }
 	seq := uint64(0)

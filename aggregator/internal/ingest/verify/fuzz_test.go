@@ -38,7 +38,7 @@ func FuzzVerify(f *testing.F) {
 	}
 	now := time.Unix(1_800_000_000, 0)
 	c := New(Limits{MaxPayloadBytes: 64 << 10, SkewWindow: time.Minute, RatePerNode: 1e9, RateBurst: 1 << 30})
-	sess := &Session{Node: "cp1", Key: key.PublicKey(), KeyID: key.KeyID(), Instance: "inst"}
+	sess := &Session{Node: "cp1", Key: key.VerifyKey(), KeyID: key.KeyID(), Instance: "inst"}
 	var accepted []*report.NodeReport
 	accept := func(r *report.NodeReport, _ time.Time) { accepted = append(accepted, r) }
 

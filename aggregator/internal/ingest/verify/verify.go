@@ -11,7 +11,6 @@
 package verify
 
 import (
-	"crypto/ed25519"
 	"fmt"
 	"time"
 
@@ -25,7 +24,7 @@ import (
 // and the agent instance speaking.
 type Session struct {
 	Node     string
-	Key      ed25519.PublicKey
+	Key      *signing.VerifyKey
 	KeyID    string
 	Instance string
 }
@@ -73,7 +72,7 @@ func (c *Checker) Check(sess *Session, sr *pb.SignedReport, now time.Time, accep
 	if sr.GetKeyId() != sess.KeyID {
 		return 0, ReasonUnknownKey, fmt.Sprintf("report key id %q is not the stream's key %s", sr.GetKeyId(), sess.KeyID)
 	}
-	if err := signing.Verify(sess.Key, sr.GetPayload(), sr.GetSignature()); err != nil {
+	if err := sess.Key.Verify(sr.GetPayload(), sr.GetSignature()); err != nil {
 		return 0, ReasonBadSignature, err.Error()
 	}
 	// The generated reflection-free decoder (vtprotobuf): a third of the

@@ -17,7 +17,7 @@ func TestCheckOrderAndState(t *testing.T) {
 	require.NoError(t, err)
 	now := time.Unix(1_800_000_000, 0)
 	c := New(Limits{MaxPayloadBytes: 4 << 10, SkewWindow: time.Minute, RatePerNode: 1, RateBurst: 3})
-	sess := &Session{Node: "cp1", Key: key.PublicKey(), KeyID: key.KeyID(), Instance: "inst"}
+	sess := &Session{Node: "cp1", Key: key.VerifyKey(), KeyID: key.KeyID(), Instance: "inst"}
 	var got []uint64
 	accept := func(r *report.NodeReport, _ time.Time) { got = append(got, r.Sequence) }
 	sign := func(r *report.NodeReport) []any {
@@ -40,7 +40,7 @@ func TestCheckOrderAndState(t *testing.T) {
 	assert.Equal(t, []uint64{5, 6, 7}, got)
 
 	// Another node's sequences are its own.
-	other := &Session{Node: "cp2", Key: key.PublicKey(), KeyID: key.KeyID(), Instance: "inst"}
+	other := &Session{Node: "cp2", Key: key.VerifyKey(), KeyID: key.KeyID(), Instance: "inst"}
 	sr, err := key.SignReport(sample("cp2", "inst", 1, now, 1))
 	require.NoError(t, err)
 	_, reason, _ := c.Check(other, sr, now, accept)
