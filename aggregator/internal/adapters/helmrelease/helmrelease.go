@@ -14,21 +14,35 @@
 //   - Ready=True with an older observedGeneration: Unknown,
 //     GenerationNotObserved (its spec changed; no verdict on it yet).
 //   - Stalled=True, or Ready=False for any reason other than
-//     DependencyNotReady and SourceNotReady, or Reconciling=True with
-//     ProgressingWithRetry: failing, Degraded, with the release's own
-//     reason (UpgradeFailed, InstallFailed, ArtifactFailed, ...). A failing
-//     release is a root cause. When helm-controller remediated the failed
-//     action, its Ready copies the remediation's success (RollbackSucceeded,
-//     UninstallSucceeded); the reason and error are then Released's, the
-//     remediation named after them.
+//     DependencyNotReady, SourceNotReady, ArtifactFailed and
+//     HealthCheckCanceled, or Reconciling=True with ProgressingWithRetry:
+//     failing, Degraded, with the release's own reason (UpgradeFailed,
+//     InstallFailed, ...). A failing release is a root cause. When
+//     helm-controller remediated the failed action, its Ready copies the
+//     remediation's success (RollbackSucceeded, UninstallSucceeded); the
+//     reason and error are then Released's, the remediation named after
+//     them.
 //   - Ready=Unknown with Released=False: failing with Released's reason
 //     and error, "retrying": helm-controller runs the action again after
 //     a failed one (with Cozystack's RetryOnFailure strategy a release that
 //     keeps failing spends most of its time so).
-//   - Ready=False with SourceNotReady: Unknown, no root cause.
-//     helm-controller writes it on every install, upgrade and chart change
-//     until source-controller has fetched the chart (and as long as the
-//     source fails: the release alone cannot tell).
+//   - Ready=False with SourceNotReady or ArtifactFailed: a wait for the
+//     chart, no verdict of its own. helm-controller writes SourceNotReady
+//     on every install, upgrade and chart change until source-controller
+//     has fetched the chart (and as long as the source fails: the release
+//     alone cannot tell), and ArtifactFailed when it cannot get the chart
+//     source-controller advertises (the artifact is gone from its storage,
+//     its server is unreachable, the HelmChart object cannot be read); it
+//     retries both and never stalls on them, and no Helm action ran. The
+//     release reads as it was before the wait: failing with Released's
+//     reason and error when its last action failed (Released=False),
+//     else Unknown with the wait's reason, no root cause.
+//   - Ready=False with HealthCheckCanceled (helm-controller v1.5+, with
+//     its CancelHealthCheckOnNewRevision feature): Unknown, no root cause.
+//     helm-controller stopped waiting for the release's resources because
+//     a new reconciliation was queued (a new chart revision, a spec
+//     change), and runs it at once; the canceled wait leaves a
+//     Released=False that is no failure of the release.
 //   - Ready=False with DependencyNotReady: waiting. spec.dependsOn is walked
 //     (namespace defaults to the release's own) to the first releases up
 //     the chain that are not waiting: failing ones, missing ones
@@ -84,6 +98,8 @@ const (
 	ReasonNoStatus              = "NoStatus"
 	ReasonSuspended             = "Suspended"
 	ReasonSourceNotReady        = "SourceNotReady"
+	ReasonArtifactFailed        = "ArtifactFailed"
+	ReasonHealthCheckCanceled   = "HealthCheckCanceled"
 	ReasonAllReady              = "AllReleasesReady"
 	ReasonNotReady              = "ReleasesNotReady"
 )
@@ -258,11 +274,20 @@ func classify(o *adapterkit.Object, r *release) state {
 		return stateReady
 	case r.ready.Status == "False" && r.ready.Reason == ReasonDependencyNotReady:
 		return stateWaiting
-	case r.ready.Status == "False" && r.ready.Reason == ReasonSourceNotReady:
-		// helm-controller writes it while its HelmChart is not Ready: on
-		// every install, upgrade and chart change until source-controller
-		// has fetched the chart, and as long as a repository fails. From
-		// the release alone the two cannot be told apart: no verdict.
+	case r.waitingForChart():
+		// helm-controller waits for the chart before any Helm action: no
+		// verdict of its own, the release is what its last action made
+		// it (see waitingForChart).
+		if r.released != nil && r.released.Reason != "" {
+			return stateFailing
+		}
+		return stateProgressing
+	case r.ready.Status == "False" && r.ready.Reason == ReasonHealthCheckCanceled:
+		// helm-controller v1.5+ (CancelHealthCheckOnNewRevision) stopped
+		// waiting for the release's resources because a new
+		// reconciliation is queued, and runs it at once
+		// (internal/controller/helmrelease_controller.go, v1.5.0): the
+		// canceled wait is no failure, the next verdict is pending.
 		return stateProgressing
 	case r.ready.Status == "False":
 		return stateFailing
@@ -561,12 +586,14 @@ func onCycle(rt *root, key string) bool {
 
 // failReason is Ready's reason when Ready=False (helm-controller copies the
 // failing action's there: UpgradeFailed, InstallFailed...), else Stalled's;
-// Released's when Ready copies a remediation (see failMessage).
+// Released's when Ready copies a remediation (see failMessage), or says
+// that the chart is awaited (SourceNotReady, ArtifactFailed) after a failed
+// action; never HealthCheckCanceled, which is no failure.
 func (r *release) failReason() string {
-	if r.remediatedFailure() || r.retryingFailure() {
+	if r.remediatedFailure() || r.retryingFailure() || r.failedWaitingForChart() {
 		return r.released.Reason
 	}
-	if r.ready != nil && r.ready.Status == "False" && r.ready.Reason != "" {
+	if r.ready != nil && r.ready.Status == "False" && r.ready.Reason != "" && r.ready.Reason != ReasonHealthCheckCanceled {
 		return r.ready.Reason
 	}
 	if r.stalled != nil && r.stalled.Reason != "" {
@@ -596,6 +623,12 @@ func (r *release) failMessage() string {
 	case r.retryingFailure():
 		head = r.released.Message
 		tail = append(tail, "retrying")
+	case r.failedWaitingForChart():
+		head = r.released.Message
+		if r.remediated != nil {
+			tail = append(tail, "remediated: "+r.remediated.Reason)
+		}
+		tail = append(tail, "waiting for its chart: "+r.ready.Reason)
 	case r.ready != nil && r.ready.Status == "False":
 		head = r.ready.Message
 	}
@@ -613,6 +646,33 @@ func (r *release) failMessage() string {
 		return clip(head, limit)
 	}
 	return withSuffix(clip(head, limit), "; "+strings.Join(tail, "; "), limit)
+}
+
+// waitingForChart says helm-controller is waiting for the release's chart
+// (Ready=False SourceNotReady or ArtifactFailed) before any Helm action.
+//
+// helm-controller v1.4.3 (internal/controller/helmrelease_controller.go,
+// reconcileRelease) writes ArtifactFailed in three places, none of which
+// marks Stalled or runs a Helm action (Released is left as it was):
+// "could not get Source object: ..." (the HelmChart or OCIRepository cannot
+// be read; retried with backoff), "Source not ready: artifact not found.
+// Retrying in <requeue-dependency>" (source-controller's storage no longer
+// holds the artifact its status advertises; requeued as the dependency
+// wait, errWaitForDependency, which does not even update
+// observedGeneration) and "Could not load chart: ..." (the download or the
+// chart failed, source-controller unreachable included; retried with
+// backoff). Each clears to Ready=Unknown once the chart loads. Like
+// SourceNotReady, they say where the chart is, not how the release is.
+func (r *release) waitingForChart() bool {
+	return r.ready != nil && r.ready.Status == "False" &&
+		(r.ready.Reason == ReasonSourceNotReady || r.ready.Reason == ReasonArtifactFailed)
+}
+
+// failedWaitingForChart says the release's last action failed
+// (Released=False) and helm-controller waits for the chart to run one
+// again: still failing, with Released's reason.
+func (r *release) failedWaitingForChart() bool {
+	return r.waitingForChart() && r.released != nil && r.released.Status == "False" && r.released.Reason != ""
 }
 
 // retryingFailure says helm-controller runs a release action again after
