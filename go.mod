@@ -1,8 +1,6 @@
 module github.com/cozystack/cozy-health
 
-go 1.26.1
-
-toolchain go1.26.8
+go 1.26.8
 
 require (
 	github.com/LINBIT/golinstor v0.63.0
