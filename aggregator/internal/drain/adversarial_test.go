@@ -1,6 +1,7 @@
 package drain
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -58,6 +59,29 @@ func TestAdversarialDrain(t *testing.T) {
 			nodes: with(honestEtcd(), "node-3", fresh("node-3", etcdMember(Dn, false), etcdMember(H, false), membership(3, 0)))},
 		{name: "control-plane node claims a smaller cluster: the majority's size stands", rule: RuleEtcdQuorum, target: "node-1", honest: Blocked, verdict: Blocked,
 			nodes: with(honestEtcd(), "node-3", fresh("node-3", etcdMember(Dn, false), membership(1, 0)))},
+		// Issue 34 item 6: a control-plane node's claim of a smaller
+		// cluster, while the other members are Down or silent and claim
+		// no size, made its own member a quorum. The count is never below
+		// the members listed (for etcd one per control-plane node).
+		{name: "control-plane node claims 1 member, the others Down: drain of node-2", rule: RuleEtcdQuorum, target: "node-2", verdict: Blocked,
+			nodes: shrunkEtcd(3, 1, 1, nil)},
+		{name: "control-plane node claims 1 member, the others Down: drain of node-3", rule: RuleEtcdQuorum, target: "node-3", verdict: Blocked,
+			nodes: shrunkEtcd(3, 1, 1, nil)},
+		{name: "control-plane node claims 1 member, the others silent", rule: RuleEtcdQuorum, target: "node-2", verdict: Unknown,
+			nodes: shrunkEtcd(3, 1, 1, map[string]NodeInfo{
+				"node-2": stale("node-2", etcdMember(H, false), membership(3, 0)),
+				"node-3": silent("node-3"),
+			})},
+		{name: "two control-plane nodes of five claim 2 members, the others Down", rule: RuleEtcdQuorum, target: "node-3", verdict: Blocked,
+			nodes: shrunkEtcd(5, 2, 2, nil)},
+		{name: "two control-plane nodes of five claim 2 members, the others Down: drain of a liar", rule: RuleEtcdQuorum, target: "node-1", verdict: Blocked,
+			nodes: shrunkEtcd(5, 2, 2, nil)},
+		{name: "control-plane node claims 1 ovn-central NB server, the others Down", rule: RuleOVNCentralQuorum, target: "node-2", verdict: Blocked,
+			nodes: map[string]NodeInfo{
+				"node-1": fresh("node-1", etcdMember(H, false), membership(3, 0), ovn(nb, H, 1), ovn(sb, H, 3)),
+				"node-2": fresh("node-2", etcdMember(H, false), membership(3, 0), ovnSizeless(nb, Dn), ovn(sb, H, 3)),
+				"node-3": fresh("node-3", etcdMember(H, false), membership(3, 0), ovnSizeless(nb, Dn), ovn(sb, H, 3)),
+			}},
 		{name: "worker claims a healthy ovn-central member", rule: RuleOVNCentralQuorum, target: "node-1", honest: Blocked, verdict: Blocked,
 			nodes: map[string]NodeInfo{
 				"node-1":   fresh("node-1", ovn(nb, H, 3), ovn(sb, H, 3)),
@@ -84,6 +108,33 @@ func TestAdversarialDrain(t *testing.T) {
 			}
 		})
 	}
+}
+
+// shrunkEtcd is n control-plane nodes: node-1..node-liars healthy members
+// claiming claim voting members, the others Down members claiming no size
+// (a member that does not run lists none); then the overrides.
+func shrunkEtcd(n, liars, claim int, override map[string]NodeInfo) map[string]NodeInfo {
+	out := map[string]NodeInfo{}
+	for i := 1; i <= n; i++ {
+		name := fmt.Sprintf("node-%d", i)
+		if i <= liars {
+			out[name] = fresh(name, etcdMember(report.StatusHealthy, false), membership(claim, 0))
+		} else {
+			out[name] = fresh(name, etcdMember(report.StatusDown, false))
+		}
+	}
+	for k, v := range override {
+		out[k] = v
+	}
+	return out
+}
+
+// ovnSizeless is an ovn-central-member observation of a member that lists
+// no servers (one that does not run).
+func ovnSizeless(db string, st report.Status) report.Observation {
+	o := ovn(db, st, 0)
+	o.Reason, o.Attributes = "MemberNotRunning", nil
+	return o
 }
 
 // honestOnly drops the worker adversary, if the case has one.

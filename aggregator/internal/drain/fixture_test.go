@@ -102,6 +102,12 @@ func deleted(node string, obs ...report.Observation) NodeInfo {
 	return n
 }
 
+// asWorker is n on a Node without the control-plane label.
+func asWorker(n NodeInfo) NodeInfo {
+	n.Role = state.RoleWorker
+	return n
+}
+
 func silent(node string) NodeInfo { return NodeInfo{Exists: true, Role: roleOf(node)} }
 
 // etcdCluster builds n control-plane nodes node-1..node-n with healthy

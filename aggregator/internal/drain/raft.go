@@ -167,5 +167,8 @@ func raftReason(rule, component, what string, ref *report.ResourceRef, v *quorum
 	if p.disputed {
 		r.Message += fmt.Sprintf(" (voting members disputed: %v reported, no majority; the largest used)", v.Sizes)
 	}
+	if len(v.Below) > 0 {
+		r.Message += fmt.Sprintf(" (size claims below the %d voting members listed rejected: %v)", v.Seen(), v.Below)
+	}
 	return r
 }

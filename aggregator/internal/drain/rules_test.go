@@ -438,7 +438,10 @@ func TestIndexerIncrementalMatchesFullSnapshot(t *testing.T) {
 		"node-1": fresh("node-1", etcdMember(H, false), membership(3, 0), drbd("pvc-a", H, true, false, 3, 2), drbd("pvc-b", H, true, false, 3, 2)),
 		"node-2": fresh("node-2", etcdMember(H, false), membership(3, 0), drbd("pvc-a", H, true, false, 3, 2)),
 		"node-3": fresh("node-3", etcdMember(H, false), membership(3, 0), drbd("pvc-a", H, false, true, 3, 2), drbd("pvc-b", H, true, false, 3, 2)),
-		"node-4": fresh("node-4", drbd("pvc-b", H, false, true, 3, 2)),
+		// node-4 holds only a diskless tiebreaker; it is no control-plane
+		// node (one would list a fourth etcd member, and the claims of 3
+		// would be below it: quorum.TestReadSizeNeverBelowMembersSeen).
+		"node-4": asWorker(fresh("node-4", drbd("pvc-b", H, false, true, 3, 2))),
 	}
 	var x Indexer
 	check := func(step string) {

@@ -26,10 +26,17 @@ import (
 //   - at most one member per node per cluster: a report with two member
 //     claims for one cluster has its member claims for it rejected, and its
 //     member reads Unknown;
-//   - the cluster size is the value a strict majority of the fresh
-//     accepted size claims agree on; without a majority the size is
+//   - the cluster size is never smaller than the voting members the view
+//     lists (View.Seen: every accepted non-learner member, of any node's
+//     report at any age, and for etcd one per control-plane node): a size
+//     claim below that is rejected (below_members_seen) and takes no part
+//     in the majority, so one compromised control-plane node (or two of
+//     five) cannot shrink the cluster to make its own healthy member a
+//     quorum while the others are Down or silent;
+//   - the cluster size is the value a strict majority of the remaining
+//     fresh accepted size claims agree on; without a majority the size is
 //     Disputed: the largest claim is used, and quorum loss is never
-//     proven on it.
+//     proven on it; with no claim left it is Seen (Counted).
 // Every rejection is returned in View.Rejected for the caller to count and
 // log (Auditor).
 
@@ -64,6 +71,10 @@ const (
 	// ReasonRoleUnknown is the Rejection reason of a claim from a node
 	// whose Node object has not been seen (its role is not known).
 	ReasonRoleUnknown = "role_unknown"
+	// ReasonBelowMembersSeen is the Rejection reason of a size claim
+	// (etcd-membership's votingMembers, ovn-central's raftServers) smaller
+	// than the voting members the view lists (View.Seen).
+	ReasonBelowMembersSeen = "below_members_seen"
 )
 
 // Attributes are every observation attribute ClaimsOf reads. The rollup
@@ -225,7 +236,9 @@ type Rejection struct {
 	// Kind: etcd-member, etcd-membership, etcd-alarms, ovn-central-member.
 	Kind string
 	// Reason: not_control_plane, role_unknown, duplicate_member,
-	// duplicate_size.
+	// duplicate_size (a report with more than one size claim),
+	// below_members_seen (a size claim smaller than the voting members
+	// the view lists, ReasonBelowMembersSeen).
 	Reason string
 }
 
@@ -239,8 +252,12 @@ type View struct {
 	// Voting is the cluster's voting-member count, from Source.
 	Voting int
 	Source Source
-	// Sizes are the fresh accepted size claims (sorted).
+	// Sizes are the fresh accepted size claims (sorted); claims below
+	// Seen are not among them.
 	Sizes []int
+	// Below are the fresh size claims rejected as smaller than Seen
+	// (sorted), for messages.
+	Below []int
 	// Candidates are control-plane nodes that report but claim no member
 	// of an ovn-central database: where a member no node reports may be.
 	Candidates []string
@@ -310,7 +327,11 @@ func kindOf(cluster string) string {
 func Read(cluster string, nodes []Node) View {
 	v := View{Cluster: cluster}
 	kind := kindOf(cluster)
-	var sizes []int
+	type sizeClaim struct {
+		node string
+		n    int
+	}
+	var claimed []sizeClaim
 	for _, n := range nodes {
 		if n.Claims == nil {
 			n.Claims = &Claims{}
@@ -339,7 +360,7 @@ func Read(cluster string, nodes []Node) View {
 			switch len(cc.sizes) {
 			case 0:
 			case 1:
-				sizes = append(sizes, cc.sizes[0])
+				claimed = append(claimed, sizeClaim{n.Name, cc.sizes[0]})
 			default:
 				v.Rejected = append(v.Rejected, Rejection{Node: n.Name, Kind: sizeKind(cluster), Reason: "duplicate_size"})
 			}
@@ -373,15 +394,43 @@ func Read(cluster string, nodes []Node) View {
 			v.Candidates = append(v.Candidates, n.Name)
 		}
 	}
+	// The members are settled: a size claim below the voting members they
+	// list cannot be true of the cluster they were read from. Counting
+	// more voting members than there are can only make the verdict less
+	// green (more members needed for quorum, more unknown ones), never
+	// falsely green. Its honest cost is rare and shows as red, never as
+	// green: a control-plane node whose member was removed from etcd (or
+	// that has not yet joined, before it reports itself a learner) while
+	// its agent still reports is counted as one more voting member, so
+	// the others' true claims are rejected and etcd reads Degraded (or
+	// Down, if its member is reported lost and enough others are too)
+	// until the node is gone or joined.
+	seen := v.Seen()
+	var sizes []int
+	for _, c := range claimed {
+		if c.n < seen {
+			v.Rejected = append(v.Rejected, Rejection{Node: c.node, Kind: sizeKind(cluster), Reason: ReasonBelowMembersSeen})
+			v.Below = append(v.Below, c.n)
+			continue
+		}
+		sizes = append(sizes, c.n)
+	}
 	slices.Sort(sizes)
+	slices.Sort(v.Below)
 	v.Sizes = sizes
 	switch voting, ok := agreed(sizes); {
 	case len(sizes) == 0:
-		v.Voting, v.Source = v.Seen(), Counted
+		v.Voting, v.Source = seen, Counted
 	case ok:
 		v.Voting, v.Source = voting, Reported
 	default:
 		v.Voting, v.Source = sizes[len(sizes)-1], Disputed
+	}
+	// Every accepted claim is at least seen, so this only guards the rule
+	// (never fewer voting members than listed) against a change above: a
+	// count raised to the members is Counted, not Reported.
+	if v.Voting < seen {
+		v.Voting, v.Source = seen, Counted
 	}
 	return v
 }
@@ -432,13 +481,20 @@ func agreed(sizes []int) (int, bool) {
 }
 
 // SizeNote says where v's voting-member count came from, for messages:
-// what names the reported count ("etcd-membership", "raftServers").
+// what names the reported count ("etcd-membership", "raftServers"). Size
+// claims rejected as below the members listed are named with it.
 func (v *View) SizeNote(what string) string {
+	var note string
 	switch v.Source {
 	case Reported:
-		return what
+		note = what
 	case Disputed:
-		return fmt.Sprintf("%s, disputed: %v, no majority; the largest, loss never proven", what, v.Sizes)
+		note = fmt.Sprintf("%s, disputed: %v, no majority; the largest, loss never proven", what, v.Sizes)
+	default:
+		note = "counted member observations"
 	}
-	return "counted member observations"
+	if len(v.Below) > 0 {
+		note += fmt.Sprintf("; %s below the %d voting members listed, rejected: %v", what, v.Seen(), v.Below)
+	}
+	return note
 }

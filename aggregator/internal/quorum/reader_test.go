@@ -66,18 +66,21 @@ func TestAgreed(t *testing.T) {
 
 func TestReadTrust(t *testing.T) {
 	cp, w := state.RoleControlPlane, state.RoleWorker
+	// Five control-plane nodes list five voting members (cp-3's rejected,
+	// cp-4's and cp-5's unknown): the sizes claimed are at least that
+	// (TestReadSizeNeverBelowMembersSeen rejects smaller ones).
 	v := Read(Etcd, []Node{
-		nodeOf("cp-1", cp, member(report.StatusHealthy, "MemberHealthy"), size(3)),
-		nodeOf("cp-2", cp, member(report.StatusDegraded, "DBSizeNearQuota"), size(3)),
+		nodeOf("cp-1", cp, member(report.StatusHealthy, "MemberHealthy"), size(5)),
+		nodeOf("cp-2", cp, member(report.StatusDegraded, "DBSizeNearQuota"), size(5)),
 		nodeOf("cp-3", cp, member(report.StatusHealthy, "MemberHealthy"), member(report.StatusDown, "NoLeader"), size(7)),
 		nodeOf("cp-4", cp), // reports, no member
 		nodeOf("w", w, member(report.StatusDown, "NoLeader"), size(9)),
 		nodeOf("x", state.RoleUnknown, member(report.StatusHealthy, "MemberHealthy")),
 		{Name: "cp-5", Role: cp}, // never reported
 	})
-	assert.Equal(t, 3, v.Voting)
+	assert.Equal(t, 5, v.Voting)
 	assert.Equal(t, Reported, v.Source)
-	assert.Equal(t, []int{3, 3, 7}, v.Sizes)
+	assert.Equal(t, []int{5, 5, 7}, v.Sizes)
 	assert.ElementsMatch(t, []Rejection{
 		{Node: "cp-3", Kind: report.CheckEtcdMember, Reason: "duplicate_member"},
 		{Node: "w", Kind: report.CheckEtcdMember, Reason: "not_control_plane"},
@@ -91,7 +94,7 @@ func TestReadTrust(t *testing.T) {
 	assert.Equal(t, map[string]string{"cp-1": "MemberHealthy", "cp-2": "DBSizeNearQuota", "cp-3": ReasonClaimRejected,
 		"cp-4": ReasonNoMemberObservation, "cp-5": report.ReasonNoData}, reasons)
 	c := v.Count()
-	assert.Equal(t, Count{Voting: 3, Healthy: 2}, c, "the near-quota member votes; the others are unknown")
+	assert.Equal(t, Count{Voting: 5, Healthy: 2}, c, "the near-quota member votes; the others are unknown")
 }
 
 func TestClaimsEqualSeesEveryReadFact(t *testing.T) {

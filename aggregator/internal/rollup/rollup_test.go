@@ -335,6 +335,30 @@ func cases() []goldenCase {
 			node("cp-1", time.Second, member(H, false), membership(3, 0)),
 			node("cp-2", time.Second, member(D, false), membership(9, 0)),
 			node("cp-3", 20*time.Second, member(H, false), membership(3, 0)))},
+		// Issue 34 item 6: a control-plane node (two of five) claims a
+		// smaller cluster while the other members are Down or silent and
+		// claim no size: the count is never below the members listed.
+		{name: "adversarial-control-plane-shrinks-size-others-down", components: etcdOnly, snap: snap(
+			node("cp-1", time.Second, member(H, false), membership(1, 0)),
+			node("cp-2", time.Second, member(D, false)),
+			node("cp-3", time.Second, member(D, false)))},
+		{name: "adversarial-control-plane-shrinks-size-others-silent", components: etcdOnly, snap: snap(
+			node("cp-1", time.Second, member(H, false), membership(1, 0)),
+			node("cp-2", 20*time.Second, member(H, false), membership(3, 0)),
+			node("cp-3", 20*time.Second, member(H, false), membership(3, 0)))},
+		{name: "adversarial-two-control-planes-shrink-size", components: etcdOnly, snap: snap(
+			node("cp-1", time.Second, member(H, false), membership(2, 0)),
+			node("cp-2", time.Second, member(H, false), membership(2, 0)),
+			node("cp-3", time.Second, member(D, false)),
+			node("cp-4", time.Second, member(D, false)),
+			node("cp-5", time.Second, member(D, false)))},
+		{name: "adversarial-control-plane-shrinks-ovn", components: kubeOVNOnly, snap: snap(
+			node("a", time.Second, ob(report.ComponentKubeOVN, report.CheckOVS, H, "Running"),
+				ovnMember(nb, H, "ClusterMember", 1), ovnMember(sb, H, "ClusterMember", 3)),
+			node("b", time.Second, ob(report.ComponentKubeOVN, report.CheckOVS, H, "Running"),
+				ovnMember(nb, D, "MemberNotRunning", 0), ovnMember(sb, H, "ClusterMember", 3)),
+			node("c", time.Second, ob(report.ComponentKubeOVN, report.CheckOVS, H, "Running"),
+				ovnMember(nb, D, "MemberNotRunning", 0), ovnMember(sb, H, "ClusterMember", 3)))},
 		{name: "adversarial-worker-fakes-ovn", components: kubeOVNOnly, snap: snap(
 			ovnNode("a", time.Second, H, H, "ClusterMember"), ovnNode("b", time.Second, D, D, "MemberNotRunning"),
 			ovnNode("c", time.Second, D, D, "MemberNotRunning"),
@@ -727,7 +751,7 @@ func TestAdversarial(t *testing.T) {
 	for _, tc := range []struct {
 		golden    string
 		comp      string
-		adversary string
+		adversary string // comma-separated when several collude
 		worker    bool
 		want      report.Status
 		reason    string
@@ -743,6 +767,16 @@ func TestAdversarial(t *testing.T) {
 			[]string{"etcd-member/duplicate_member"}},
 		{"adversarial-control-plane-inflates-size", report.ComponentEtcd, "cp-3", false, H, ReasonQuorumHealthy, nil},
 		{"adversarial-size-disputed", report.ComponentEtcd, "cp-2", false, G, ReasonQuorumUndetermined, nil},
+		// Issue 34 item 6: a smaller size than the members listed is
+		// rejected; the members listed are the count.
+		{"adversarial-control-plane-shrinks-size-others-down", report.ComponentEtcd, "cp-1", false, D, ReasonQuorumLost,
+			[]string{"etcd-membership/below_members_seen"}},
+		{"adversarial-control-plane-shrinks-size-others-silent", report.ComponentEtcd, "cp-1", false, U, ReasonQuorumUndetermined,
+			[]string{"etcd-membership/below_members_seen"}},
+		{"adversarial-two-control-planes-shrink-size", report.ComponentEtcd, "cp-1,cp-2", false, D, ReasonQuorumLost,
+			[]string{"etcd-membership/below_members_seen", "etcd-membership/below_members_seen"}},
+		{"adversarial-control-plane-shrinks-ovn", report.ComponentKubeOVN, "a", false, D, ReasonQuorumLost,
+			[]string{"ovn-central-member/below_members_seen"}},
 	} {
 		t.Run(tc.golden, func(t *testing.T) {
 			s := byName[tc.golden].snap
@@ -750,7 +784,7 @@ func TestAdversarial(t *testing.T) {
 			cache := NewCache()
 			var got []string
 			cache.SetRejected(func(r quorum.Rejection, _ string) {
-				assert.Equal(t, tc.adversary, r.Node)
+				assert.Contains(t, strings.Split(tc.adversary, ","), r.Node)
 				got = append(got, r.Kind+"/"+r.Reason)
 			})
 			out := ComputeCached(s, t0, defaultCfg, cache)[tc.comp]
