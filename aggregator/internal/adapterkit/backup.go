@@ -1,9 +1,14 @@
 package adapterkit
 
 import (
+	"errors"
 	"fmt"
+	"math"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/robfig/cron/v3"
 
@@ -59,7 +64,82 @@ type BackupHistory struct {
 	Failing bool
 }
 
+// cronParser reads a schedule with robfig/cron v3.0.1: five fields, or six
+// with seconds first (CNPG's format), and descriptors (@daily, @every 1h),
+// each optionally prefixed by TZ=zone or CRON_TZ=zone and a space.
+// velero's schedule controller and Cozystack's backup Plan controller run
+// the same module with cron.ParseStandard (five fields and descriptors, no
+// seconds); CNPG's ScheduledBackup controller runs robfig/cron v1.2.0's
+// cron.Parse (six fields seconds first, which these options read alike;
+// five it reads as seconds to month, which these do not).
+// v3.0.1 panics on some inputs (a TZ= prefix with no space after it:
+// "TZ=", "CRON_TZ=UTC"; robfig/cron#470, #554, unfixed upstream);
+// parseSchedule guards it, so a bad schedule is an error for its own
+// object, never a panic of the adapter's judgement.
 var cronParser = cron.NewParser(cron.SecondOptional | cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow | cron.Descriptor)
+
+// scheduleQuoteLen bounds the quoted schedule in an error: a message
+// names the schedule, a long one by its start.
+const scheduleQuoteLen = 64
+
+// quoteSchedule quotes schedule (Go syntax), at most scheduleQuoteLen
+// bytes of it quoted; a cut one ends with "..." after the quote.
+func quoteSchedule(schedule string) string {
+	if q := strconv.Quote(schedule); len(q) <= scheduleQuoteLen {
+		return q
+	}
+	for cut := min(len(schedule)-1, scheduleQuoteLen); cut > 0; cut-- {
+		if !utf8.RuneStart(schedule[cut]) {
+			continue
+		}
+		if q := strconv.Quote(schedule[:cut]); len(q) <= scheduleQuoteLen {
+			return q + "..."
+		}
+	}
+	return `""...`
+}
+
+// scheduleError says that schedule does not parse (or never runs), naming
+// it; the text fits a message.
+func scheduleError(schedule, format string, args ...any) error {
+	return errors.New(status.Truncate("schedule " + quoteSchedule(schedule) + " " + fmt.Sprintf(format, args...)))
+}
+
+// parseSchedule parses schedule with cronParser and walks its next runs
+// from now, returning the longest gap between them. The TZ= prefix the
+// parser panics on is refused before parsing, and any other panic of the
+// parser or of its schedule's Next is an error for this schedule alone.
+func parseSchedule(schedule string, now time.Time) (longest time.Duration, s cron.Schedule, err error) {
+	if strings.HasPrefix(schedule, "TZ=") || strings.HasPrefix(schedule, "CRON_TZ=") {
+		// robfig/cron v3.0.1 takes the zone up to the first space and
+		// slices out of range when there is none.
+		if !strings.Contains(schedule, " ") {
+			return 0, nil, scheduleError(schedule, "does not parse: the time zone is not followed by a space and a schedule")
+		}
+	}
+	defer func() {
+		if p := recover(); p != nil {
+			longest, s, err = 0, nil, scheduleError(schedule, "does not parse: the cron parser panicked: %v", p)
+		}
+	}()
+	s, err = cronParser.Parse(schedule)
+	if err != nil {
+		return 0, nil, scheduleError(schedule, "does not parse: %v", err)
+	}
+	t := s.Next(now)
+	if t.IsZero() {
+		return 0, nil, scheduleError(schedule, "never runs")
+	}
+	for range 16 {
+		n := s.Next(t)
+		if n.IsZero() {
+			break
+		}
+		longest = max(longest, n.Sub(t))
+		t = n
+	}
+	return longest, s, nil
+}
 
 // scheduleCache memoises ScheduleInterval: thousands of backed-up things
 // share a handful of schedules, and walking 16 runs of a cron schedule is
@@ -80,7 +160,9 @@ type scheduleEntry struct {
 const scheduleCacheTTL = time.Hour
 
 // ScheduleInterval is the longest gap between consecutive runs of a cron
-// schedule over its next 16 runs from now.
+// schedule over its next 16 runs from now. A schedule that does not parse
+// (the parser's panics included) or never runs is an error naming it; it
+// never panics.
 func ScheduleInterval(schedule string, now time.Time) (time.Duration, cron.Schedule, error) {
 	scheduleCache.Lock()
 	e, ok := scheduleCache.m[schedule]
@@ -89,7 +171,7 @@ func ScheduleInterval(schedule string, now time.Time) (time.Duration, cron.Sched
 		return e.interval, e.sched, e.err
 	}
 	e = scheduleEntry{at: now}
-	e.interval, e.sched, e.err = scheduleInterval(schedule, now)
+	e.interval, e.sched, e.err = parseSchedule(schedule, now)
 	scheduleCache.Lock()
 	if len(scheduleCache.m) > 4096 {
 		clear(scheduleCache.m) // schedules are few; this bounds a pathological churn
@@ -97,27 +179,6 @@ func ScheduleInterval(schedule string, now time.Time) (time.Duration, cron.Sched
 	scheduleCache.m[schedule] = e
 	scheduleCache.Unlock()
 	return e.interval, e.sched, e.err
-}
-
-func scheduleInterval(schedule string, now time.Time) (time.Duration, cron.Schedule, error) {
-	s, err := cronParser.Parse(schedule)
-	if err != nil {
-		return 0, nil, fmt.Errorf("parse schedule %q: %w", schedule, err)
-	}
-	var longest time.Duration
-	t := s.Next(now)
-	if t.IsZero() {
-		return 0, nil, fmt.Errorf("schedule %q never runs", schedule)
-	}
-	for range 16 {
-		n := s.Next(t)
-		if n.IsZero() {
-			break
-		}
-		longest = max(longest, n.Sub(t))
-		t = n
-	}
-	return longest, s, nil
 }
 
 // JudgeBackup applies the backup rules (see the rollup documentation,
@@ -137,7 +198,10 @@ func scheduleInterval(schedule string, now time.Time) (time.Duration, cron.Sched
 //   - a last attempt that failed after the last success: Degraded,
 //     BackupFailed;
 //   - older than maxAge: Degraded, BackupStale;
-//   - else Healthy, BackupRecent.
+//   - else Healthy, BackupRecent;
+//   - a schedule that does not parse or never runs: see judgeUnparsed
+//     (Unknown, ScheduleInvalid, unless facts that need no schedule
+//     already read Degraded or Down).
 //
 // Down wins over Degraded; the typed fields are always filled.
 func JudgeBackup(now time.Time, sla time.Duration, h BackupHistory) status.Condition {
@@ -153,16 +217,14 @@ func JudgeBackup(now time.Time, sla time.Duration, h BackupHistory) status.Condi
 		var err error
 		interval, sched, err = ScheduleInterval(h.Schedule, now)
 		if err != nil {
-			c.Severity, c.Reason, c.Message = report.StatusDegraded, ReasonScheduleInvalid, status.Truncate(err.Error())
-			facts.MaxAge = sla
-			return c
+			return judgeUnparsed(now, sla, h, err)
 		}
 	}
 	facts.MaxAge = sla
 	if facts.MaxAge <= 0 {
 		facts.MaxAge = DefaultBackupMaxAge
 		if interval > 0 {
-			facts.MaxAge = interval + interval/2
+			facts.MaxAge = interval + min(interval/2, math.MaxInt64-interval) // "@every 2562047h" must not overflow
 		}
 	}
 	if h.Suspended {
@@ -234,6 +296,32 @@ func JudgeBackup(now time.Time, sla time.Duration, h BackupHistory) status.Condi
 		c.Severity, c.Reason, c.Message = report.StatusDegraded, ReasonBackupStale, age
 	default:
 		c.Severity, c.Reason, c.Message = report.StatusHealthy, ReasonBackupRecent, age
+	}
+	return c
+}
+
+// judgeUnparsed judges a backed-up thing whose schedule does not parse
+// (its controller does not run it as written, or cozy-health cannot tell
+// when it runs). With no interval to measure against it is judged as if
+// it had no schedule (maxAge the SLA, else DefaultBackupMaxAge), and:
+//
+//   - what needs no schedule to be proven bad keeps its verdict (a current
+//     failure such as velero's FailedValidation, a suspension, an age past
+//     maxAge, never succeeded past it), the message naming the schedule;
+//   - anything else (recent, awaiting the first backup) reads Unknown,
+//     ScheduleInvalid, naming the schedule: a backup cannot be called
+//     recent against a schedule nobody can read.
+func judgeUnparsed(now time.Time, sla time.Duration, h BackupHistory, err error) status.Condition {
+	h.Schedule = ""
+	c := JudgeBackup(now, sla, h)
+	switch c.Severity {
+	case report.StatusHealthy, report.StatusUnknown:
+		c.Severity, c.Reason, c.Message = report.StatusUnknown, ReasonScheduleInvalid, err.Error()
+		if !h.LastSuccess.IsZero() {
+			c.Message = status.Truncate(c.Message + "; last successful backup at " + h.LastSuccess.UTC().Format(time.RFC3339))
+		}
+	default:
+		c.Message = status.Truncate(err.Error() + "; " + c.Message)
 	}
 	return c
 }
