@@ -12,6 +12,7 @@ package app
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -59,6 +60,7 @@ import (
 	"github.com/cozystack/cozy-health/pkg/client/clientset/versioned"
 	"github.com/cozystack/cozy-health/pkg/logging"
 	"github.com/cozystack/cozy-health/pkg/memtrim"
+	"github.com/cozystack/cozy-health/pkg/tlsutil"
 	pb "github.com/cozystack/cozy-health/proto/cozyhealth/v1"
 )
 
@@ -275,6 +277,7 @@ func New(cfg config.Config, log *zap.Logger, opts Options) (a *App, err error) {
 		TokenAudience: cfg.TokenAudience, AgentServiceAccount: cfg.AgentServiceAccount,
 		DesiredInterval: cfg.ReportInterval, InsecureDevKeysDir: cfg.InsecureDevKeysDir,
 		TLSCertFile: cfg.TLSCert, TLSKeyFile: cfg.TLSKey,
+		CheckPeerAddress: cfg.AgentPeerCheck,
 	}
 	if cfg.TLSMode == config.TLSModeSecret || cfg.TLSMode == config.TLSModeSelfSigned {
 		a.secretInformers = servingcert.InformerFactory(a.kube, cfg.TLSNamespace, cfg.TLSSecret)
@@ -289,6 +292,7 @@ func New(cfg config.Config, log *zap.Logger, opts Options) (a *App, err error) {
 	}
 	srv, err := ingest.New(icfg, ingest.Deps{
 		TokenReviews: a.reviews.AuthenticationV1().TokenReviews(), Sink: a.state, Registerer: a.reg, Log: log, Now: a.clock.Now,
+		NodeAddresses: nodeAddresses(a.nodeLister, cfg.AgentPeerAnnotations),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("ingest: %w", err)
@@ -301,7 +305,9 @@ func New(cfg config.Config, log *zap.Logger, opts Options) (a *App, err error) {
 			built.closeListeners()
 		}
 	}()
-	gopts, err := ingest.ServerOptions(icfg)
+	// ingest's options admit the calls on this port that are not agent
+	// streams (the drain check, gRPC health) as streams are admitted.
+	gopts, err := srv.ServerOptions()
 	if err != nil {
 		return nil, err
 	}
@@ -339,7 +345,8 @@ func New(cfg config.Config, log *zap.Logger, opts Options) (a *App, err error) {
 		_, _ = w.Write([]byte("ok\n"))
 	})
 	drain.NewHandler(a.drain, drainAuth).Mount(mux)
-	a.httpSrv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	httpLog := logging.Component(a.base, "http")
+	a.httpSrv = newHTTPServer(mux, cfg.HTTPLimits, httpLog)
 	metMux := http.NewServeMux()
 	metMux.Handle("GET /metrics", promhttp.HandlerFor(a.reg, promhttp.HandlerOpts{Registry: a.reg}))
 	if cfg.Pprof {
@@ -354,7 +361,11 @@ func New(cfg config.Config, log *zap.Logger, opts Options) (a *App, err error) {
 			return nil, err
 		}
 	}
-	a.metSrv = &http.Server{Handler: metHandler, ReadHeaderTimeout: 5 * time.Second}
+	a.metSrv = newHTTPServer(metHandler, cfg.HTTPLimits, httpLog)
+	connMetrics, err := newHTTPConnMetrics(a.reg)
+	if err != nil {
+		return nil, err
+	}
 
 	if a.grpcLis, err = net.Listen("tcp", cfg.Listen); err != nil {
 		return nil, fmt.Errorf("listen --listen %s: %w", cfg.Listen, err)
@@ -367,6 +378,21 @@ func New(cfg config.Config, log *zap.Logger, opts Options) (a *App, err error) {
 	}
 	if a.metLis, err = net.Listen("tcp", cfg.MetricsAddr); err != nil {
 		return nil, fmt.Errorf("listen --metrics-addr %s: %w", cfg.MetricsAddr, err)
+	}
+	// Every pod reaches these ports: connections bounded per address and
+	// in all (see newHTTPServer for the timeouts).
+	a.httpLis = limitListener(a.httpLis, "http", cfg.HTTPLimits, connMetrics, httpLog)
+	a.metLis = limitListener(a.metLis, "metrics", cfg.HTTPLimits, connMetrics, httpLog)
+	if cfg.MetricsTLS {
+		// The scraper's bearer token never crosses the network in clear;
+		// the TLS handshake is bounded by the server's read timeouts.
+		tc := &tls.Config{MinVersion: tls.VersionTLS12}
+		if a.certs != nil {
+			tc.GetCertificate = tlsutil.RefuseExpired(a.certs.GetCertificate, time.Now)
+		} else if tc, err = tlsutil.ServerConfig(cfg.TLSCert, cfg.TLSKey); err != nil {
+			return nil, fmt.Errorf("--metrics-tls: %w", err)
+		}
+		a.metLis = tls.NewListener(a.metLis, tc)
 	}
 	return a, nil
 }

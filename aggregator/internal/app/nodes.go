@@ -2,11 +2,13 @@ package app
 
 import (
 	"fmt"
+	"strings"
 	"time"
 
 	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/cozystack/cozy-health/aggregator/internal/state"
@@ -58,4 +60,36 @@ func trackNodes(inf cache.SharedIndexInformer, st *state.State, selector labels.
 		return fmt.Errorf("node informer handler: %w", err)
 	}
 	return nil
+}
+
+// nodeAddresses returns, from the Node informer's cache, the addresses a
+// node's host-network agent may connect from: its InternalIPs and the
+// addresses in the annotations named (a comma list each: kube-ovn's
+// ovn.kubernetes.io/ip_address is ovn0's join-subnet address, from which
+// kube-ovn sends host-to-pod traffic). A Node not in the cache has none:
+// ingest does not check it. Only the node itself (its kubelet, under
+// NodeRestriction) and the CNI write these fields; an agent's token cannot.
+func nodeAddresses(lister corelisters.NodeLister, annotations []string) func(string) []string {
+	return func(name string) []string {
+		n, err := lister.Get(name)
+		if err != nil {
+			return nil
+		}
+		var out []string
+		for _, a := range n.Status.Addresses {
+			if a.Type == corev1.NodeInternalIP && a.Address != "" {
+				out = append(out, a.Address)
+			}
+		}
+		for _, k := range annotations {
+			for _, v := range strings.Split(n.Annotations[k], ",") {
+				// kube-ovn writes bare addresses; a CIDR's address counts.
+				v, _, _ = strings.Cut(strings.TrimSpace(v), "/")
+				if v != "" {
+					out = append(out, v)
+				}
+			}
+		}
+		return out
+	}
 }

@@ -64,6 +64,14 @@ type Config struct {
 	MetricsAddr string
 	// HTTPAddr serves /healthz, /readyz and the drain-check API (--http-addr).
 	HTTPAddr string
+	// MetricsTLS serves /metrics over TLS with the serving certificate
+	// (--metrics-tls): a scraper's bearer token never crosses the pod
+	// network in clear. The probes (HTTPAddr) stay plain HTTP.
+	MetricsTLS bool
+	// HTTPLimits bound both HTTP servers (--http-*): every port is
+	// reachable from every pod, and each connection an unauthenticated
+	// client keeps open costs memory (about 18 KiB idle).
+	HTTPLimits HTTPLimits
 
 	// Listen is the gRPC ingest address (--listen).
 	Listen string
@@ -109,6 +117,19 @@ type Config struct {
 	AgentServiceAccount string
 	// InsecureDevKeysDir accepts listed keys without a token. Never in production.
 	InsecureDevKeysDir string
+	// AgentPeerCheck refuses an agent's Hello when its connection's peer
+	// address is not one of its Node's addresses (--agent-peer-check): a
+	// copied token then works only from the node it was issued for. The
+	// Node's addresses are its InternalIP addresses and the values of
+	// AgentPeerAnnotations on it; a Node without any (not yet known to the
+	// informer, or registering) is not checked.
+	AgentPeerCheck bool
+	// AgentPeerAnnotations are Node annotations holding more addresses a
+	// host-network agent's connection may come from (--agent-peer-annotations,
+	// comma list; each value may itself be a comma list): kube-ovn sends
+	// host-to-pod traffic from ovn0's join-subnet address
+	// (ovn.kubernetes.io/ip_address), Cilium from cilium_host's.
+	AgentPeerAnnotations []string
 
 	// FreshForMultiple: freshUntil = observedAt + FreshForMultiple x ReportInterval.
 	FreshForMultiple int
@@ -199,6 +220,46 @@ type Config struct {
 	LinstorInterval time.Duration
 }
 
+// HTTPLimits bound an HTTP server of the aggregator (the probe/drain one
+// and the metrics one, each on its own).
+type HTTPLimits struct {
+	// IdleTimeout closes a keep-alive connection idle this long
+	// (--http-idle-timeout); above the scrape interval, so a scraper keeps
+	// its connection (and its TLS session) between scrapes.
+	IdleTimeout time.Duration
+	// ReadHeaderTimeout and ReadTimeout bound the arrival of a request's
+	// headers and of the whole request (--http-read-header-timeout,
+	// --http-read-timeout); WriteTimeout the answer (--http-write-timeout).
+	ReadHeaderTimeout, ReadTimeout, WriteTimeout time.Duration
+	// MaxHeaderBytes bounds a request's headers (--http-max-header-bytes);
+	// a ServiceAccount token is about 1 KiB.
+	MaxHeaderBytes int
+	// MaxConnsPerPeer bounds the connections one IP address holds
+	// (--http-max-conns-per-peer); more are closed at once, counted and
+	// logged.
+	MaxConnsPerPeer int
+	// MaxConns bounds the connections of the server in all
+	// (--http-max-conns); past it new ones wait in the kernel's accept
+	// queue until one closes.
+	MaxConns int
+}
+
+// Defaults of HTTPLimits.
+const (
+	DefaultHTTPIdleTimeout       = 60 * time.Second
+	DefaultHTTPReadHeaderTimeout = 5 * time.Second
+	DefaultHTTPReadTimeout       = 10 * time.Second
+	// DefaultHTTPWriteTimeout leaves room for a 30 s /debug/pprof/profile.
+	DefaultHTTPWriteTimeout    = 60 * time.Second
+	DefaultHTTPMaxHeaderBytes  = 16 << 10
+	DefaultHTTPMaxConnsPerPeer = 32
+	DefaultHTTPMaxConns        = 1024
+)
+
+// DefaultAgentPeerAnnotations are the Node annotations whose addresses an
+// agent may connect from besides the InternalIPs.
+var DefaultAgentPeerAnnotations = []string{"ovn.kubernetes.io/ip_address", "network.cilium.io/ipv4-cilium-host", "network.cilium.io/ipv6-cilium-host"}
+
 // TLS modes (Config.TLSMode).
 const (
 	TLSModeFiles      = "files"
@@ -238,32 +299,39 @@ func Default() Config {
 		// goroutine that woke a thread to spin looking for work (5,000
 		// nodes: 19.3 % of a core with two Ps, 15.9 % with one, the same
 		// staleness; README "Measured figures").
-		MaxProcs:            1,
-		WarmUp:              6 * time.Second,
-		WarmUpMax:           45 * time.Second,
-		MetricsAddr:         ":9090",
-		HTTPAddr:            ":8080",
-		Listen:              ":9443",
-		TLSNamespace:        os.Getenv("POD_NAMESPACE"),
-		TLSSecret:           "cozy-health-aggregator-tls",
-		TLSCAConfigMap:      "cozy-health-ca",
-		TLSServices:         []string{"cozy-health-aggregator"},
-		TLSClusterDomain:    "cluster.local",
-		TLSCAValidity:       5 * 365 * 24 * time.Hour,
-		TLSCertValidity:     90 * 24 * time.Hour,
-		TLSCAOverlap:        24 * time.Hour,
-		TokenAudience:       "health.cozystack.io",
-		AgentServiceAccount: "cozy-health/cozy-health-agent",
-		FreshForMultiple:    6,
-		RefreshPeriod:       10 * time.Second,
-		RollupPeriod:        time.Second,
-		WritesPerSecond:     2,
-		WriteBurst:          6,
-		DampDegraded:        10 * time.Second,
-		DrainAuth:           DrainAuthNone,
-		MetricsAuth:         MetricsAuthNone,
-		TrimStartupPages:    true,
-		LogLevel:            "info",
+		MaxProcs:             1,
+		WarmUp:               6 * time.Second,
+		WarmUpMax:            45 * time.Second,
+		MetricsAddr:          ":9090",
+		HTTPAddr:             ":8080",
+		Listen:               ":9443",
+		TLSNamespace:         os.Getenv("POD_NAMESPACE"),
+		TLSSecret:            "cozy-health-aggregator-tls",
+		TLSCAConfigMap:       "cozy-health-ca",
+		TLSServices:          []string{"cozy-health-aggregator"},
+		TLSClusterDomain:     "cluster.local",
+		TLSCAValidity:        5 * 365 * 24 * time.Hour,
+		TLSCertValidity:      90 * 24 * time.Hour,
+		TLSCAOverlap:         24 * time.Hour,
+		TokenAudience:        "health.cozystack.io",
+		AgentServiceAccount:  "cozy-health/cozy-health-agent",
+		AgentPeerCheck:       true,
+		AgentPeerAnnotations: append([]string(nil), DefaultAgentPeerAnnotations...),
+		HTTPLimits: HTTPLimits{
+			IdleTimeout: DefaultHTTPIdleTimeout, ReadHeaderTimeout: DefaultHTTPReadHeaderTimeout, ReadTimeout: DefaultHTTPReadTimeout,
+			WriteTimeout: DefaultHTTPWriteTimeout, MaxHeaderBytes: DefaultHTTPMaxHeaderBytes,
+			MaxConnsPerPeer: DefaultHTTPMaxConnsPerPeer, MaxConns: DefaultHTTPMaxConns,
+		},
+		FreshForMultiple: 6,
+		RefreshPeriod:    10 * time.Second,
+		RollupPeriod:     time.Second,
+		WritesPerSecond:  2,
+		WriteBurst:       6,
+		DampDegraded:     10 * time.Second,
+		DrainAuth:        DrainAuthNone,
+		MetricsAuth:      MetricsAuthNone,
+		TrimStartupPages: true,
+		LogLevel:         "info",
 
 		Adapters:               true,
 		AdapterFreshFor:        adapterkit.DefaultFreshFor,
@@ -294,6 +362,14 @@ func bind(fs *flag.FlagSet, c *Config) {
 	fs.DurationVar(&c.WarmUpMax, "warm-up-max", c.WarmUpMax, "how long from start to wait for every expected Ready node to report before campaigning anyway (0: do not wait for nodes)")
 	fs.StringVar(&c.MetricsAddr, "metrics-addr", c.MetricsAddr, "address serving /metrics")
 	fs.StringVar(&c.HTTPAddr, "http-addr", c.HTTPAddr, "address serving /healthz, /readyz and the drain-check API")
+	fs.BoolVar(&c.MetricsTLS, "metrics-tls", c.MetricsTLS, "serve --metrics-addr over TLS with the serving certificate (scrape with https and the published CA)")
+	fs.DurationVar(&c.HTTPLimits.IdleTimeout, "http-idle-timeout", c.HTTPLimits.IdleTimeout, "HTTP servers: close a keep-alive connection idle this long (keep above the scrape interval)")
+	fs.DurationVar(&c.HTTPLimits.ReadHeaderTimeout, "http-read-header-timeout", c.HTTPLimits.ReadHeaderTimeout, "HTTP servers: a request's headers must arrive within this")
+	fs.DurationVar(&c.HTTPLimits.ReadTimeout, "http-read-timeout", c.HTTPLimits.ReadTimeout, "HTTP servers: a whole request must arrive within this")
+	fs.DurationVar(&c.HTTPLimits.WriteTimeout, "http-write-timeout", c.HTTPLimits.WriteTimeout, "HTTP servers: an answer must be written within this")
+	fs.IntVar(&c.HTTPLimits.MaxHeaderBytes, "http-max-header-bytes", c.HTTPLimits.MaxHeaderBytes, "HTTP servers: largest request header block")
+	fs.IntVar(&c.HTTPLimits.MaxConnsPerPeer, "http-max-conns-per-peer", c.HTTPLimits.MaxConnsPerPeer, "HTTP servers: connections one IP address may hold on each; more are closed at once (counted in cozy_health_http_connections_rejected_total)")
+	fs.IntVar(&c.HTTPLimits.MaxConns, "http-max-conns", c.HTTPLimits.MaxConns, "HTTP servers: connections each holds in all; more wait in the accept queue")
 	fs.StringVar(&c.Listen, "listen", c.Listen, "gRPC ingest address")
 	fs.StringVar(&c.TLSMode, "tls-mode", c.TLSMode, "serving certificate source: files (--tls-cert/--tls-key), secret (the Secret --tls-secret, e.g. from cert-manager) or self-signed (the aggregator keeps that Secret with its own CA); empty: files when --tls-cert is set, else self-signed")
 	fs.StringVar(&c.TLSCert, "tls-cert", c.TLSCert, "serving certificate (PEM file, --tls-mode=files)")
@@ -310,6 +386,8 @@ func bind(fs *flag.FlagSet, c *Config) {
 	fs.DurationVar(&c.TLSCAOverlap, "tls-ca-overlap", c.TLSCAOverlap, "how long a next CA is published beside the current one before it signs (agents re-read the bundle meanwhile)")
 	fs.StringVar(&c.TokenAudience, "token-audience", c.TokenAudience, "audience agent tokens must carry")
 	fs.StringVar(&c.AgentServiceAccount, "agent-service-account", c.AgentServiceAccount, "namespace/name of the agents' ServiceAccount")
+	fs.BoolVar(&c.AgentPeerCheck, "agent-peer-check", c.AgentPeerCheck, "refuse an agent's hello from an address that is not one of its Node's (InternalIP, --agent-peer-annotations); loopback peers and Nodes without addresses are not checked")
+	fs.Var(&listFlag{p: &c.AgentPeerAnnotations}, "agent-peer-annotations", "Node annotations holding more addresses an agent may connect from (comma list; e.g. kube-ovn's ovn0 address)")
 	fs.StringVar(&c.InsecureDevKeysDir, "insecure-dev-keys-dir", c.InsecureDevKeysDir, "DEVELOPMENT ONLY: accept listed agent keys without a token")
 	fs.IntVar(&c.FreshForMultiple, "fresh-for-multiple", c.FreshForMultiple, "freshUntil = observedAt + this many report intervals")
 	fs.DurationVar(&c.RefreshPeriod, "refresh-period", c.RefreshPeriod, "rewrite unchanged Health objects this often")
@@ -447,6 +525,23 @@ func (c *Config) Validate() error {
 	}
 	if c.TokenAudience == "" {
 		bad("token-audience", "must not be empty")
+	}
+	for _, d := range []struct {
+		flag string
+		v    time.Duration
+	}{{"http-idle-timeout", c.HTTPLimits.IdleTimeout}, {"http-read-header-timeout", c.HTTPLimits.ReadHeaderTimeout},
+		{"http-read-timeout", c.HTTPLimits.ReadTimeout}, {"http-write-timeout", c.HTTPLimits.WriteTimeout}} {
+		if d.v <= 0 {
+			bad(d.flag, "must be > 0 (no bound lets an idle or slow client hold a connection forever), got %s", d.v)
+		}
+	}
+	for _, n := range []struct {
+		flag string
+		v    int
+	}{{"http-max-header-bytes", c.HTTPLimits.MaxHeaderBytes}, {"http-max-conns-per-peer", c.HTTPLimits.MaxConnsPerPeer}, {"http-max-conns", c.HTTPLimits.MaxConns}} {
+		if n.v <= 0 {
+			bad(n.flag, "must be > 0, got %d", n.v)
+		}
 	}
 	if ns, name, ok := strings.Cut(c.AgentServiceAccount, "/"); !ok || ns == "" || name == "" || strings.Contains(name, "/") {
 		bad("agent-service-account", "want namespace/name, got %q", c.AgentServiceAccount)

@@ -8,17 +8,23 @@
 //
 // One Authorizer serves every front end (the drain check over HTTP and
 // gRPC, /metrics): its decisions are cached by sha256(token) and path, good
-// and bad, for a short TTL, and the reviews of tokens not in the cache are
-// rate-limited, so a flood of junk tokens costs the apiserver a bounded
-// number of reviews per second, on a client that is not the one leader
-// election renews its Lease with.
+// and bad, for a short TTL. A token that cannot be a live Kubernetes token
+// (not a JWT, or its exp claim past) is refused without a review. The
+// reviews of tokens not in the cache spend the caller's own budget (per
+// source IP address) and then the replica's, so a flood of junk tokens
+// costs the apiserver a bounded number of reviews per second, on a client
+// that is not the one leader election renews its Lease with, and one
+// client cannot spend what the scraper needs.
 package delegated
 
 import (
 	"context"
 	"crypto/sha256"
+	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -43,9 +49,19 @@ var (
 
 // Defaults of New.
 const (
-	DefaultTTL             = 10 * time.Second
-	DefaultReviewsPerSec   = 20
-	DefaultReviewBurst     = 40
+	DefaultTTL           = 10 * time.Second
+	DefaultReviewsPerSec = 20
+	DefaultReviewBurst   = 40
+	// DefaultPeerReviewsPerSec and DefaultPeerReviewBurst are one source
+	// address's share of the reviews: a scraper or a drain client needs
+	// one per token and TTL; one address alone can spend at most a
+	// twentieth of the replica's budget.
+	DefaultPeerReviewsPerSec = 1
+	DefaultPeerReviewBurst   = 5
+	maxPeerLimiters          = 1 << 14
+	// maxTokenBytes bounds a token worth reviewing; a ServiceAccount
+	// token is about 1 KiB.
+	maxTokenBytes          = 16 << 10
 	maxCachedDecisions     = 4096
 	defaultReviewTimeout   = 10 * time.Second
 	bearerScheme           = "bearer"
@@ -61,9 +77,14 @@ type Authorizer struct {
 	now    func() time.Time
 	limit  *rate.Limiter
 
-	// mu guards cache: sha256(path NUL token) -> decision, kept ttl.
+	// mu guards cache: sha256(path NUL token) -> decision, kept ttl, and
+	// peers: one review budget per source IP address.
 	mu    sync.Mutex
 	cache map[[32]byte]decision
+	peers map[string]*rate.Limiter
+	// peerLimit and peerBurst are each address's budget.
+	peerLimit rate.Limit
+	peerBurst int
 }
 
 type decision struct {
@@ -80,7 +101,17 @@ func New(client kubernetes.Interface, ttl time.Duration) *Authorizer {
 		ttl = DefaultTTL
 	}
 	return &Authorizer{client: client, ttl: ttl, now: time.Now, cache: map[[32]byte]decision{},
-		limit: rate.NewLimiter(DefaultReviewsPerSec, DefaultReviewBurst)}
+		limit: rate.NewLimiter(DefaultReviewsPerSec, DefaultReviewBurst),
+		peers: map[string]*rate.Limiter{}, peerLimit: DefaultPeerReviewsPerSec, peerBurst: DefaultPeerReviewBurst}
+}
+
+// SetPeerRate changes each source address's review budget (tests, flags);
+// buckets made before keep theirs.
+func (a *Authorizer) SetPeerRate(perSecond float64, burst int) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.peerLimit, a.peerBurst = rate.Limit(perSecond), burst
+	clear(a.peers)
 }
 
 // SetRate changes the review budget (tests, flags).
@@ -106,10 +137,11 @@ func BearerToken(header string) string {
 }
 
 // Authorize checks that token authenticates and that its user may "get"
-// the nonResourceURL path, and returns the user name. The error wraps
-// ErrUnauthenticated, ErrForbidden or ErrThrottled, or is the apiserver's
-// failure (not cached).
-func (a *Authorizer) Authorize(ctx context.Context, token, path string) (string, error) {
+// the nonResourceURL path, and returns the user name. peer is the caller's
+// address (host or host:port; empty: no budget of its own), whose budget a
+// review spends before the replica's. The error wraps ErrUnauthenticated,
+// ErrForbidden or ErrThrottled, or is the apiserver's failure (not cached).
+func (a *Authorizer) Authorize(ctx context.Context, token, path, peer string) (string, error) {
 	if token == "" {
 		return "", fmt.Errorf("%w: no bearer token", ErrUnauthenticated)
 	}
@@ -121,7 +153,12 @@ func (a *Authorizer) Authorize(ctx context.Context, token, path string) (string,
 		return d.user, d.err
 	}
 	a.mu.Unlock()
-	if !a.limit.AllowN(now, 1) {
+	if detail := precheck(token, now); detail != "" {
+		return "", fmt.Errorf("%w: %s", ErrUnauthenticated, detail)
+	}
+	// The caller's budget first: a flood from one address must not spend
+	// the replica's budget the scraper needs.
+	if !a.allowPeer(hostOf(peer), now) || !a.limit.AllowN(now, 1) {
 		return "", ErrThrottled
 	}
 	rctx, cancel := context.WithTimeout(ctx, defaultReviewTimeout)
@@ -144,6 +181,73 @@ func (a *Authorizer) Authorize(ctx context.Context, token, path string) (string,
 	a.cache[key] = decision{user: user, err: err, at: now}
 	a.mu.Unlock()
 	return user, err
+}
+
+// allowPeer spends one review from ip's bucket. The buckets are at most
+// maxPeerLimiters: past that, those full again are dropped, and if none is,
+// all (an address then starts with a full bucket: the replica's budget
+// still holds).
+func (a *Authorizer) allowPeer(ip string, now time.Time) bool {
+	if ip == "" {
+		return true
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	l, ok := a.peers[ip]
+	if !ok {
+		if len(a.peers) >= maxPeerLimiters {
+			for k, v := range a.peers {
+				if v.TokensAt(now) >= float64(a.peerBurst) {
+					delete(a.peers, k)
+				}
+			}
+			if len(a.peers) >= maxPeerLimiters {
+				clear(a.peers)
+			}
+		}
+		l = rate.NewLimiter(a.peerLimit, a.peerBurst)
+		a.peers[ip] = l
+	}
+	return l.AllowN(now, 1)
+}
+
+// hostOf is the host of a host:port address, or addr itself.
+func hostOf(addr string) string {
+	if h, _, err := net.SplitHostPort(addr); err == nil {
+		return h
+	}
+	return addr
+}
+
+// precheck reads a token's claims without verifying it and says why it
+// cannot be a live Kubernetes token (empty: it may be), as ingest does for
+// agent tokens: ServiceAccount tokens (projected or legacy) and OIDC
+// tokens are JWTs; a projected one carries exp. A token that passes is
+// still reviewed. The audience is not checked: the apiserver's own
+// audiences are not known here. Opaque tokens (a static token file, a
+// webhook's) are refused: use a ServiceAccount or OIDC token.
+func precheck(token string, now time.Time) string {
+	parts := strings.Split(token, ".")
+	if len(token) > maxTokenBytes || len(parts) != 3 {
+		return "token is not a JWT"
+	}
+	raw, err := base64.RawURLEncoding.DecodeString(parts[1])
+	if err != nil {
+		return "token is not a JWT: payload is not base64url"
+	}
+	var c struct {
+		Exp *float64 `json:"exp"`
+	}
+	if err := json.Unmarshal(raw, &c); err != nil {
+		return "token is not a JWT: payload is not a JSON object"
+	}
+	// A legacy Secret-based ServiceAccount token has no exp.
+	if c.Exp != nil {
+		if exp := time.Unix(int64(*c.Exp), 0); !now.Before(exp) {
+			return "token expired at " + exp.UTC().Format(time.RFC3339)
+		}
+	}
+	return ""
 }
 
 func (a *Authorizer) review(ctx context.Context, token, path string) (string, error) {
@@ -205,7 +309,7 @@ func ReasonOf(err error) string {
 // nil.
 func (a *Authorizer) Handler(next http.Handler, reject Reject) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		_, err := a.Authorize(r.Context(), BearerToken(r.Header.Get("Authorization")), r.URL.Path)
+		_, err := a.Authorize(r.Context(), BearerToken(r.Header.Get("Authorization")), r.URL.Path, r.RemoteAddr)
 		if err == nil {
 			next.ServeHTTP(w, r)
 			return

@@ -1,9 +1,12 @@
 package delegated
 
 import (
+	"encoding/base64"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -25,9 +28,9 @@ func fakeAPI() (*fake.Clientset, *atomic.Int64) {
 	cs.PrependReactor("create", "tokenreviews", func(a k8stesting.Action) (bool, kruntime.Object, error) {
 		reviews.Add(1)
 		tr := a.(k8stesting.CreateAction).GetObject().(*authenticationv1.TokenReview).DeepCopy()
-		switch tr.Spec.Token {
+		switch sub := subOf(tr.Spec.Token); sub {
 		case "scraper", "tenant":
-			tr.Status = authenticationv1.TokenReviewStatus{Authenticated: true, User: authenticationv1.UserInfo{Username: "system:serviceaccount:x:" + tr.Spec.Token}}
+			tr.Status = authenticationv1.TokenReviewStatus{Authenticated: true, User: authenticationv1.UserInfo{Username: "system:serviceaccount:x:" + sub}}
 		default:
 			tr.Status = authenticationv1.TokenReviewStatus{Error: "invalid bearer token"}
 		}
@@ -40,6 +43,28 @@ func fakeAPI() (*fake.Clientset, *atomic.Int64) {
 		return true, sar, nil
 	})
 	return cs, &reviews
+}
+
+// jwt is a token shaped like a ServiceAccount token for sub (the fake
+// apiserver authenticates by sub), expiring in an hour.
+func jwt(sub string) string { return jwtExp(sub, time.Now().Add(time.Hour)) }
+
+func jwtExp(sub string, exp time.Time) string {
+	enc := base64.RawURLEncoding.EncodeToString
+	claims, _ := json.Marshal(map[string]any{"sub": sub, "exp": exp.Unix(), "aud": []string{"https://kubernetes.default.svc"}})
+	return enc([]byte(`{"alg":"RS256"}`)) + "." + enc(claims) + ".c2ln"
+}
+
+// subOf is the sub claim of a jwt token.
+func subOf(token string) string {
+	parts := strings.Split(token, ".")
+	if len(parts) != 3 {
+		return ""
+	}
+	raw, _ := base64.RawURLEncoding.DecodeString(parts[1])
+	var c struct{ Sub string }
+	_ = json.Unmarshal(raw, &c)
+	return c.Sub
 }
 
 // TestMetricsOnlyForTheScraper: /metrics behind the Handler answers only a
@@ -64,11 +89,11 @@ func TestMetricsOnlyForTheScraper(t *testing.T) {
 		return resp.StatusCode
 	}
 	assert.Equal(t, http.StatusUnauthorized, get("/metrics", ""))
-	assert.Equal(t, http.StatusUnauthorized, get("/metrics", "junk"))
-	assert.Equal(t, http.StatusForbidden, get("/metrics", "tenant"))
-	assert.Equal(t, http.StatusOK, get("/metrics", "scraper"))
+	assert.Equal(t, http.StatusUnauthorized, get("/metrics", jwt("junk")))
+	assert.Equal(t, http.StatusForbidden, get("/metrics", jwt("tenant")))
+	assert.Equal(t, http.StatusOK, get("/metrics", jwt("scraper")))
 	// Authorized per path: /metrics does not open /debug/pprof/.
-	assert.Equal(t, http.StatusForbidden, get("/debug/pprof/", "scraper"))
+	assert.Equal(t, http.StatusForbidden, get("/debug/pprof/", jwt("scraper")))
 	assert.Equal(t, []string{ReasonUnauthenticated, ReasonUnauthenticated, ReasonForbidden, ReasonForbidden}, rejected)
 }
 
@@ -81,7 +106,7 @@ func TestReviewsAreBudgeted(t *testing.T) {
 	a.SetRate(1, 10)
 	var throttled int
 	for i := range 200 {
-		_, err := a.Authorize(t.Context(), fmt.Sprintf("junk-%d", i), "/metrics")
+		_, err := a.Authorize(t.Context(), jwt(fmt.Sprintf("junk-%d", i)), "/metrics", "")
 		require.Error(t, err)
 		if ReasonOf(err) == ReasonThrottled {
 			throttled++
@@ -90,7 +115,44 @@ func TestReviewsAreBudgeted(t *testing.T) {
 	assert.LessOrEqual(t, reviews.Load(), int64(12))
 	assert.GreaterOrEqual(t, throttled, 188)
 	before := reviews.Load()
-	_, err := a.Authorize(t.Context(), "junk-0", "/metrics")
+	_, err := a.Authorize(t.Context(), jwt("junk-0"), "/metrics", "")
 	assert.ErrorIs(t, err, ErrUnauthenticated)
 	assert.Equal(t, before, reviews.Load(), "a known-bad token is answered from the cache")
+}
+
+// TestOneClientCannotStarveTheScraper: one address flooding well-formed
+// junk tokens (each worth a review) spends its own budget, not the
+// replica's: the scraper, from another address, is answered at every
+// 30 s scrape of a sustained flood. Tokens that are no JWT, or expired,
+// cost no review at all. Before, 60 junk tokens spent the shared budget
+// and the scraper got 429 at every scrape (0 of 20).
+func TestOneClientCannotStarveTheScraper(t *testing.T) {
+	cs, reviews := fakeAPI()
+	a := New(cs, 10*time.Second)
+	now := time.Now()
+	a.now = func() time.Time { return now }
+	scraper := jwt("scraper")
+	ok := 0
+	for round := range 20 {
+		for i := range 60 {
+			_, err := a.Authorize(t.Context(), jwt(fmt.Sprintf("junk-%d-%d", round, i)), "/metrics", "10.0.0.66:40000")
+			require.Error(t, err)
+		}
+		if _, err := a.Authorize(t.Context(), scraper, "/metrics", "10.0.0.7:51234"); err == nil {
+			ok++
+		} else {
+			t.Logf("scrape %d: %v", round, err)
+		}
+		now = now.Add(30 * time.Second)
+	}
+	assert.Equal(t, 20, ok, "scrapes answered during the flood")
+
+	before := reviews.Load()
+	for i := range 1000 {
+		for _, tok := range []string{fmt.Sprintf("junk-%d", i), jwtExp(fmt.Sprintf("old-%d", i), now.Add(-time.Minute)), "a.b.c", strings.Repeat("x", 20<<10)} {
+			_, err := a.Authorize(t.Context(), tok, "/metrics", "10.0.0.67:1")
+			require.ErrorIs(t, err, ErrUnauthenticated)
+		}
+	}
+	assert.Equal(t, before, reviews.Load(), "tokens that are no JWT or expired cost no TokenReview")
 }

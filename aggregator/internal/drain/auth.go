@@ -54,9 +54,10 @@ func NewAuthorizerFrom(d *delegated.Authorizer) *Authorizer { return &Authorizer
 // BearerToken returns the token of an "Authorization: Bearer <token>" value.
 func BearerToken(header string) string { return delegated.BearerToken(header) }
 
-// Authorize checks token and returns the user name. The error wraps
+// Authorize checks token of a caller at address peer (whose own review
+// budget is spent first) and returns the user name. The error wraps
 // ErrUnauthenticated, ErrForbidden or ErrThrottled, or is the apiserver's
 // failure.
-func (a *Authorizer) Authorize(ctx context.Context, token string) (string, error) {
-	return a.d.Authorize(ctx, token, Path)
+func (a *Authorizer) Authorize(ctx context.Context, token, peer string) (string, error) {
+	return a.d.Authorize(ctx, token, Path, peer)
 }

@@ -2,6 +2,7 @@ package drain
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"net"
@@ -149,7 +150,7 @@ func TestGRPCServerOverLoopback(t *testing.T) {
 	client := pb.NewDrainServiceClient(conn)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer good")
+	ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+goodToken)
 
 	resp, err := client.DrainCheck(ctx, &pb.DrainCheckRequest{Node: "node-1"})
 	require.NoError(t, err)
@@ -234,6 +235,15 @@ func TestServiceDoesNotQueueBehindARebuild(t *testing.T) {
 	close(release)
 }
 
+// goodToken and otherToken are shaped like ServiceAccount tokens (the
+// Authorizer refuses anything else without a review).
+var goodToken, otherToken = jwtFor("good"), jwtFor("other")
+
+func jwtFor(sub string) string {
+	enc := base64.RawURLEncoding.EncodeToString
+	return enc([]byte(`{"alg":"RS256"}`)) + "." + enc([]byte(`{"sub":"`+sub+`","exp":4102444800}`)) + ".c2ln"
+}
+
 // fakeAuthorizer is a delegated Authorizer on a clientset whose TokenReview
 // authenticates "good" and "other" and whose SubjectAccessReview allows
 // only the user of "good"; it counts the reviews asked.
@@ -245,9 +255,9 @@ func fakeAuthorizer(t testing.TB) (*Authorizer, *atomic.Int64) {
 		reviews.Add(1)
 		tr := a.(k8stesting.CreateAction).GetObject().(*authenticationv1.TokenReview).DeepCopy()
 		switch tr.Spec.Token {
-		case "good":
+		case goodToken:
 			tr.Status = authenticationv1.TokenReviewStatus{Authenticated: true, User: authenticationv1.UserInfo{Username: "upgrader"}}
-		case "other":
+		case otherToken:
 			tr.Status = authenticationv1.TokenReviewStatus{Authenticated: true, User: authenticationv1.UserInfo{Username: "nobody"}}
 		default:
 			tr.Status = authenticationv1.TokenReviewStatus{Error: "invalid bearer token"}
@@ -284,14 +294,14 @@ func TestGRPCDrainNeverAnswersAnonymously(t *testing.T) {
 			ctx := context.Background()
 			_, err = client.DrainCheck(ctx, &pb.DrainCheckRequest{Node: "node-1"})
 			assert.Equal(t, codes.Unauthenticated, status.Code(err))
-			_, err = client.DrainCheck(metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer junk"), &pb.DrainCheckRequest{Node: "node-1"})
+			_, err = client.DrainCheck(metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+jwtFor("junk")), &pb.DrainCheckRequest{Node: "node-1"})
 			assert.Equal(t, codes.Unauthenticated, status.Code(err))
 			if a == nil {
 				return
 			}
-			_, err = client.DrainCheck(metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer other"), &pb.DrainCheckRequest{Node: "node-1"})
+			_, err = client.DrainCheck(metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+otherToken), &pb.DrainCheckRequest{Node: "node-1"})
 			assert.Equal(t, codes.PermissionDenied, status.Code(err))
-			resp, err := client.DrainCheck(metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer good"), &pb.DrainCheckRequest{Node: "node-1"})
+			resp, err := client.DrainCheck(metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+goodToken), &pb.DrainCheckRequest{Node: "node-1"})
 			require.NoError(t, err)
 			assert.Equal(t, pb.Verdict_VERDICT_BLOCKED, resp.Verdict)
 		})
@@ -322,7 +332,7 @@ func TestJunkTokensCostBoundedReviews(t *testing.T) {
 	base := serveHTTP(t, NewHandler(svc, auth))
 	codes := map[int]int{}
 	for i := range 200 {
-		code, _ := get(t, base+Path+"?node=node-1", fmt.Sprintf("junk-%d", i))
+		code, _ := get(t, base+Path+"?node=node-1", jwtFor(fmt.Sprintf("junk-%d", i)))
 		codes[code]++
 	}
 	assert.LessOrEqual(t, reviews.Load(), int64(12), "TokenReviews for 200 junk tokens")

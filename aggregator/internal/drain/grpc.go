@@ -6,6 +6,7 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
 	pb "github.com/cozystack/cozy-health/proto/cozyhealth/v1"
@@ -41,7 +42,11 @@ func (g *GRPCServer) DrainCheck(ctx context.Context, req *pb.DrainCheckRequest) 
 			token = BearerToken(v[0])
 		}
 	}
-	_, err := g.auth.Authorize(ctx, token)
+	var from string
+	if p, ok := peer.FromContext(ctx); ok {
+		from = p.Addr.String()
+	}
+	_, err := g.auth.Authorize(ctx, token, from)
 	switch {
 	case errors.Is(err, ErrUnauthenticated):
 		g.svc.reject("grpc", "unauthenticated", req.GetNode())

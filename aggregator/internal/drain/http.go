@@ -39,7 +39,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if h.auth != nil {
-		user, err := h.auth.Authorize(r.Context(), BearerToken(r.Header.Get("Authorization")))
+		user, err := h.auth.Authorize(r.Context(), BearerToken(r.Header.Get("Authorization")), r.RemoteAddr)
 		switch {
 		case errors.Is(err, ErrUnauthenticated):
 			h.svc.reject("http", "unauthenticated", r.URL.Query().Get("node"))

@@ -96,6 +96,10 @@ type Config struct {
 	// Surface bounds what unauthenticated clients and one node's token
 	// can hold on this replica (see surface.go).
 	Surface SurfaceLimits
+
+	// CheckPeerAddress refuses a hello whose connection does not come from
+	// one of its node's addresses (Deps.NodeAddresses; see checkPeer).
+	CheckPeerAddress bool
 }
 
 // DefaultConfig returns a Config with every default filled in and no TLS
@@ -217,6 +221,16 @@ func ServerOptions(cfg Config) ([]grpc.ServerOption, error) {
 		// would compress nothing. Size 0 tells agents not to fill it.
 		grpc.HeaderTableSize(0),
 	}, nil
+}
+
+// ServerOptions are ServerOptions(cfg) of s's configuration and s's Tap,
+// which admits the calls on the ingest port that are not agent streams.
+func (s *Server) ServerOptions() ([]grpc.ServerOption, error) {
+	opts, err := ServerOptions(s.cfg)
+	if err != nil {
+		return nil, err
+	}
+	return append(opts, grpc.InTapHandle(s.Tap)), nil
 }
 
 // orDefault sets *v to d when it holds its type's zero value: a field the

@@ -71,6 +71,13 @@ type testServer struct {
 // registry and logger filled in when empty).
 func startServer(t testing.TB, cfg Config, deps Deps) *testServer {
 	t.Helper()
+	return startServerWith(t, cfg, deps, nil)
+}
+
+// startServerWith is startServer that lets register add services to the
+// gRPC server before it serves.
+func startServerWith(t testing.TB, cfg Config, deps Deps, register func(*grpc.Server)) *testServer {
+	t.Helper()
 	files, err := tlsutil.WriteServing(t.TempDir(), "127.0.0.1")
 	require.NoError(t, err)
 	cfg.TLSCertFile, cfg.TLSKeyFile = files.CertFile, files.KeyFile
@@ -91,10 +98,13 @@ func startServer(t testing.TB, cfg Config, deps Deps) *testServer {
 	ts.srv, err = New(cfg, deps)
 	require.NoError(t, err)
 	t.Cleanup(ts.srv.Stop)
-	opts, err := ServerOptions(cfg)
+	opts, err := ts.srv.ServerOptions()
 	require.NoError(t, err)
 	ts.grpc = grpc.NewServer(opts...)
 	ts.srv.Register(ts.grpc)
+	if register != nil {
+		register(ts.grpc)
+	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	ts.addr = ln.Addr().String()

@@ -66,6 +66,10 @@ type Deps struct {
 	Log *zap.Logger
 	// Now defaults to time.Now.
 	Now func() time.Time
+	// NodeAddresses returns the addresses a node's agent may connect from
+	// (its Node's InternalIPs and CNI addresses); nil or an empty answer:
+	// not known, not checked. Used with Config.CheckPeerAddress.
+	NodeAddresses func(node string) []string
 }
 
 // Server is the IngestService implementation.
@@ -79,8 +83,10 @@ type Server struct {
 	m       *metrics
 	auth    *tokenAuthenticator // nil without TokenReviews
 	devKeys map[string]signing.DevKey
-	checker *verify.Checker
-	logs    *logLimiter
+	// nodeAddrs is Deps.NodeAddresses (nil: no peer address check).
+	nodeAddrs func(node string) []string
+	checker   *verify.Checker
+	logs      *logLimiter
 	// conns, pending and nodes bound the surface (surface.go); baseCtx is
 	// the context of re-reviews, which outlive no stream but run outside
 	// any.
@@ -140,6 +146,9 @@ func New(cfg Config, deps Deps) (*Server, error) {
 		}),
 		logs:  newLogLimiter(10 * time.Second),
 		conns: newConnTable(), baseCtx: context.Background(),
+	}
+	if cfg.CheckPeerAddress {
+		s.nodeAddrs = deps.NodeAddresses
 	}
 	s.desired = cfg.DesiredInterval
 	s.startCheckers(max(2, runtime.GOMAXPROCS(0)))
@@ -440,6 +449,11 @@ func (s *Server) authenticate(ctx context.Context, job *checkJob, h *pb.Hello, p
 	}
 	if node != h.GetNodeName() {
 		return nil, nil, &rejection{reason: ReasonNodeMismatch, detail: fmt.Sprintf("hello claims node %s, token is bound to %s", h.GetNodeName(), node), code: codes.PermissionDenied}
+	}
+	// Before admitStream: a refused hello must not push the node's
+	// stream off.
+	if rej := s.checkPeer(node, peerAddr); rej != nil {
+		return nil, nil, rej
 	}
 	ls := &liveStream{node: node, peer: peerAddr, expires: expires}
 	if s.auth != nil {

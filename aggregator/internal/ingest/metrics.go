@@ -28,6 +28,8 @@ const (
 	ReasonTooManyStreams      = verify.ReasonTooManyStreams
 	ReasonReviewThrottled     = verify.ReasonReviewThrottled
 	ReasonRevoked             = verify.ReasonRevoked
+	ReasonPeerAddressMismatch = verify.ReasonPeerAddressMismatch
+	ReasonCallTimeout         = verify.ReasonCallTimeout
 )
 
 // Reasons lists every rejection reason; each is pre-initialised to 0.

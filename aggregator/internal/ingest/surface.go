@@ -1,14 +1,21 @@
 package ingest
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"sync"
 	"time"
 
 	"go.uber.org/zap"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
+	"google.golang.org/grpc/tap"
+
+	pb "github.com/cozystack/cozy-health/proto/cozyhealth/v1"
 )
 
 // Defaults of SurfaceLimits. Every number bounds what a client holds on
@@ -56,11 +63,15 @@ const (
 //
 // Only node addresses should reach ingest at all (agents run on the host
 // network): that is the chart's NetworkPolicy (a CiliumNetworkPolicy
-// admitting the host and remote-node entities, or the nodes' CIDRs), not a
-// check here. The address a host-network agent's connection arrives from
-// is not always a Node's InternalIP (kube-ovn sends host-to-pod traffic
-// from ovn0's join-subnet address), so a code check would refuse honest
-// agents; the per-peer bounds below hold whatever the address.
+// admitting the host and remote-node entities, or the nodes' CIDRs). On top
+// of it, with Config.CheckPeerAddress, a hello is refused unless its
+// connection comes from one of its own node's addresses (checkPeer): a
+// copied token works only from its node. The address a host-network
+// agent's connection arrives from is not always a Node's InternalIP
+// (kube-ovn sends host-to-pod traffic from ovn0's join-subnet address), so
+// the addresses come from the Node's InternalIPs and from annotations the
+// CNI writes (the aggregator's --agent-peer-annotations). The per-peer
+// bounds below hold whatever the address.
 //
 // One authenticated stream per node: a newer stream for a node replaces the
 // older (whose connection is closed), so an agent that restarts, or whose
@@ -129,6 +140,42 @@ func loopback(ip string) bool {
 
 // exempt reports whether the per-peer bounds spare ip.
 func (l SurfaceLimits) exempt(ip string) bool { return !l.LimitLoopback && loopback(ip) }
+
+// checkPeer refuses a hello of node from peerAddr when the node's
+// addresses are known and peerAddr is none of them (peer_address_mismatch).
+// It passes when the check is off, for loopback peers (exempt: only the
+// aggregator's own network namespace connects from loopback), and when the
+// node's addresses are not known (its Node not yet in the informer, or
+// registering without addresses): refusing then would lock every agent out
+// while the aggregator starts; that admission is logged.
+func (s *Server) checkPeer(node, peerAddr string) *rejection {
+	if s.nodeAddrs == nil {
+		return nil
+	}
+	ip := peerHost(peerAddr)
+	if s.cfg.Surface.exempt(ip) {
+		return nil
+	}
+	addrs := s.nodeAddrs(node)
+	if len(addrs) == 0 {
+		if ok, suppressed := s.logs.allow("peer-unchecked\x00"+node, s.now()); ok {
+			s.log.Info("agent peer address not checked: its Node's addresses are not known", zap.String("node", node),
+				zap.String("peer", peerAddr), zap.Int("suppressedSinceLast", suppressed))
+		}
+		return nil
+	}
+	pa, err := netip.ParseAddr(ip)
+	if err == nil {
+		pa = pa.Unmap()
+		for _, a := range addrs {
+			if na, err := netip.ParseAddr(a); err == nil && na.Unmap() == pa {
+				return nil
+			}
+		}
+	}
+	return &rejection{reason: ReasonPeerAddressMismatch, code: codes.PermissionDenied,
+		detail: fmt.Sprintf("connection from %s, not from an address of node %s %v", ip, node, addrs)}
+}
 
 // Listener wraps the gRPC listener: it refuses a connection from an IP
 // address that already holds MaxConnsPerPeer (counted and logged as
@@ -251,6 +298,44 @@ func (p *pendingTable) leave(ip string) {
 		delete(p.perIP, ip)
 	}
 	p.total--
+}
+
+// errCallTimeout is the cause of the deadline Tap gives a call.
+var errCallTimeout = errors.New("call on the ingest port not done within the hello timeout")
+
+// Tap is the grpc.InTapHandle of the ingest port. Every call that is not an
+// agent stream (the drain check, gRPC health; each unary) is admitted as
+// an agent stream is before its hello: it counts as a pending stream of
+// its peer address and of the replica (MaxPendingPerPeer, MaxPending) until
+// it ends, and it must end within HelloTimeout. grpc-go reads a unary
+// request in full before any interceptor or handler runs, so without this a
+// request sent by halves held its stream until the connection's max age.
+// A refusal is counted and logged as too_many_streams, a call cut at its
+// deadline as call_timeout. Agent streams pass: Ingest admits them itself.
+func (s *Server) Tap(ctx context.Context, info *tap.Info) (context.Context, error) {
+	if info.FullMethodName == pb.IngestService_Ingest_FullMethodName {
+		return ctx, nil
+	}
+	addr := ""
+	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
+		addr = p.Addr.String()
+	}
+	ip := peerHost(addr)
+	if !s.pending.enter(ip, s.cfg.Surface) {
+		s.reject(ReasonTooManyStreams, "", addr, "call "+info.FullMethodName+": too many calls and streams of this peer are pending", 0)
+		return nil, status.Error(codes.ResourceExhausted, ReasonTooManyStreams+": too many pending calls")
+	}
+	s.m.pending.Inc()
+	ctx, cancel := context.WithTimeoutCause(ctx, s.cfg.HelloTimeout, errCallTimeout)
+	context.AfterFunc(ctx, func() {
+		if context.Cause(ctx) == errCallTimeout {
+			s.reject(ReasonCallTimeout, "", addr, info.FullMethodName+": not done within "+s.cfg.HelloTimeout.String(), 0)
+		}
+		cancel()
+		s.pending.leave(ip)
+		s.m.pending.Dec()
+	})
+	return ctx, nil
 }
 
 // liveStream is a node's authenticated stream.

@@ -31,6 +31,14 @@ const (
 	// ReasonRevoked: an authenticated stream was closed because its token
 	// expired or no longer passes a TokenReview (the pod is gone).
 	ReasonRevoked = "revoked"
+	// ReasonPeerAddressMismatch: the hello's token proves a node, but the
+	// connection does not come from one of that Node's addresses (a copied
+	// token used elsewhere).
+	ReasonPeerAddressMismatch = "peer_address_mismatch"
+	// ReasonCallTimeout: a call on the ingest port that is not an agent
+	// stream (the drain check, gRPC health) did not finish within the
+	// hello timeout: its request never arrived in full.
+	ReasonCallTimeout = "call_timeout"
 )
 
 // Reasons lists every rejection reason; each is pre-initialised to 0.
@@ -38,4 +46,5 @@ var Reasons = []string{
 	ReasonBadSignature, ReasonMissingSignature, ReasonUnknownKey, ReasonNodeMismatch, ReasonReplay, ReasonSkew,
 	ReasonOversized, ReasonMalformed, ReasonRateLimited, ReasonUnauthenticated, ReasonWrongServiceAccount,
 	ReasonNoHello, ReasonAuthUnavailable, ReasonTooManyStreams, ReasonReviewThrottled, ReasonRevoked,
+	ReasonPeerAddressMismatch, ReasonCallTimeout,
 }
