@@ -89,8 +89,9 @@ spec:
 // On every write it judges the whole set as the adapter would at that
 // instant and keeps what contradicts the controller: a release Flux does not
 // call Ready that the adapter counts ready (false green), one merely
-// waiting for its chart (SourceNotReady) judged Degraded (false red), or
-// one whose last action failed read Unknown while it is run again.
+// waiting for its chart (SourceNotReady, ArtifactFailed) judged Degraded
+// (false red), or one whose last action failed read Unknown while it is
+// run again or while its chart is awaited.
 type releaseRecorder struct {
 	mu         sync.Mutex
 	last       map[string]*unstructured.Unstructured
@@ -103,6 +104,18 @@ type releaseRecorder struct {
 	// retrying is the set as it was the first time a release ran an
 	// action again after a failed one (Ready=Unknown, Released=False).
 	retrying []*unstructured.Unstructured
+	// artifactFailed is the set as it was the first time a release could
+	// not get its chart (Ready=False ArtifactFailed).
+	artifactFailed []*unstructured.Unstructured
+}
+
+// waitsForChart says helm-controller wrote that it waits for the release's
+// chart before any Helm action: SourceNotReady, or ArtifactFailed (v1.4.3,
+// internal/controller/helmrelease_controller.go reconcileRelease: the
+// HelmChart cannot be read, its artifact is not found in source-controller's
+// storage, or cannot be downloaded; never with Stalled, retried).
+func waitsForChart(c adapterkit.Cond) bool {
+	return c.Status == "False" && (c.Reason == helmrelease.ReasonSourceNotReady || c.Reason == helmrelease.ReasonArtifactFailed)
 }
 
 func copyAll(m map[string]*unstructured.Unstructured) []*unstructured.Unstructured {
@@ -141,16 +154,21 @@ func (r *releaseRecorder) judge(t *testing.T) {
 		switch {
 		case ready.Status != "True" && !judged:
 			r.violations = append(r.violations, "false green: "+line)
-		case ready.Status == "False" && ready.Reason == helmrelease.ReasonSourceNotReady && stalled.Status != "True" && fluxCond(u, "Released").Status != "False" && judged && v.Severity == report.StatusDegraded:
+		case waitsForChart(ready) && stalled.Status != "True" && fluxCond(u, "Released").Status != "False" && judged && v.Severity == report.StatusDegraded:
 			r.violations = append(r.violations, "false red: "+line)
 		case ready.Status == "Unknown" && fluxCond(u, "Released").Status == "False" && (!judged || v.Severity != report.StatusDegraded):
 			r.violations = append(r.violations, "failure hidden while retried: "+line)
+		case waitsForChart(ready) && fluxCond(u, "Released").Status == "False" && (!judged || v.Severity != report.StatusDegraded || v.Reason != fluxCond(u, "Released").Reason):
+			r.violations = append(r.violations, "failure hidden while its chart is awaited: "+line)
 		}
 		if ready.Reason == helmrelease.ReasonSourceNotReady && r.fetching == nil {
 			r.fetching = copyAll(r.last)
 		}
 		if ready.Status == "Unknown" && fluxCond(u, "Released").Status == "False" && r.retrying == nil {
 			r.retrying = copyAll(r.last)
+		}
+		if ready.Status == "False" && ready.Reason == helmrelease.ReasonArtifactFailed && r.artifactFailed == nil {
+			r.artifactFailed = copyAll(r.last)
 		}
 	}
 }
@@ -397,6 +415,145 @@ spec:
 	rec.dump(t, "flux-v1.4.3-retrying.yaml", rec.retrying)
 }
 
+var helmCharts = schema.GroupVersionResource{Group: "source.toolkit.fluxcd.io", Version: "v1", Resource: "helmcharts"}
+
+// TestHelmReleaseChartArtifactGone empties the storage of Flux's real
+// source-controller under installed releases. helm-controller v1.4.3 then
+// cannot download the chart its HelmChart still advertises and writes
+// Ready=False ArtifactFailed "Source not ready: artifact not found.
+// Retrying in <requeue-dependency>", which it handles as a wait
+// (internal/controller/helmrelease_controller.go, reconcileRelease:
+// loader.ErrFileNotFound returns errWaitForDependency, no Stalled, no Helm
+// action, Released untouched) until source-controller rebuilds the
+// artifact. The adapter must read no release Degraded for it: the
+// installed release Unknown (ArtifactFailed), its dependent waiting on it,
+// no root cause; while a release whose install keeps failing (Cozystack's
+// RetryOnFailure) still reads failing with its own InstallFailed. The test
+// fails unless helm-controller was seen writing ArtifactFailed.
+func TestHelmReleaseChartArtifactGone(t *testing.T) {
+	e := startWith(t, adapterkit.Config{}, nil, []adapterkit.Adapter{helmrelease.New()})
+	e.cp.StartFlux(t, harness.FluxOptions{DependencyRequeue: 2 * time.Second, MaxRetryDelay: 5 * time.Second})
+	url := harness.ServeCharts(t, fluxCharts()...)
+	ctx, cancel := context.WithCancel(context.Background())
+	rec := &releaseRecorder{last: map[string]*unstructured.Unstructured{}, seen: map[string]bool{}, verdicts: map[string]bool{}}
+	done := make(chan struct{})
+	go func() { rec.run(ctx, t, e); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+
+	// Long intervals: source-controller rebuilds the artifacts only when
+	// the test asks it to, so helm-controller meets the empty storage.
+	slow := func(doc string) string { return strings.ReplaceAll(doc, "interval: 1m", "interval: 1h") }
+	hr := helmrelease.Source.GVR
+	e.create(helmRepositories, fmt.Sprintf(`apiVersion: source.toolkit.fluxcd.io/v1
+kind: HelmRepository
+metadata:
+  name: charts
+  namespace: cozy-system
+spec:
+  interval: 1h
+  url: %s
+`, url))
+	e.create(hr, slow(fluxRelease("app", "0.1.0", false)))
+	e.create(hr, slow(fluxRelease("dependent", "0.1.0", false, "app")))
+	e.create(hr, slow(strings.Replace(fluxRelease("retrier", "0.2.0", false), `  install:
+    disableWait: true
+    remediation:
+      retries: 1
+`, `  install:
+    disableWait: true
+    strategy:
+      name: RetryOnFailure
+      retryInterval: 2s
+`, 1)))
+	rec.release(t, "app", condIs("Ready", "True", "InstallSucceeded"))
+	rec.release(t, "dependent", condIs("Ready", "True", "InstallSucceeded"))
+	rec.release(t, "retrier", func(u *unstructured.Unstructured) bool {
+		return condIs("Ready", "False", "InstallFailed")(u) && condIs("Reconciling", "True", "ProgressingWithRetry")(u)
+	})
+	e.health(platformNS, "platform", func(h *healthv1alpha1.Health) bool {
+		c := cond(h, helmrelease.TypeReleases, "")
+		return c != nil && strings.HasPrefix(c.Message, "2 of 3 ready; 1 root cause: cozy-system/retrier (InstallFailed")
+	})
+
+	// The artifacts vanish from source-controller's storage; its objects
+	// still advertise them.
+	store := filepath.Join(e.cp.Dir, "flux-storage")
+	entries, err := os.ReadDir(store)
+	require.NoError(t, err)
+	require.NotEmpty(t, entries, "source-controller stored nothing in %s", store)
+	var removed int
+	require.NoError(t, filepath.WalkDir(store, func(_ string, d os.DirEntry, err error) error {
+		if err == nil && !d.IsDir() {
+			removed++
+		}
+		return err
+	}))
+	for _, en := range entries {
+		require.NoError(t, os.RemoveAll(filepath.Join(store, en.Name())))
+	}
+	t.Logf("emptied source-controller's storage (%d files)", removed)
+	gone := time.Now()
+	request := func(gvr schema.GroupVersionResource, name string) {
+		e.patch(gvr, name, fmt.Sprintf(`{"metadata":{"annotations":{"reconcile.fluxcd.io/requestedAt":%q}}}`, time.Now().Format(time.RFC3339Nano)))
+	}
+	request(hr, "app")
+	request(hr, "dependent")
+
+	app := rec.release(t, "app", condIs("Ready", "False", helmrelease.ReasonArtifactFailed))
+	ready := fluxCond(app, "Ready")
+	t.Logf("app: Ready=%s %s %q after %s", ready.Status, ready.Reason, ready.Message, time.Since(gone).Round(time.Millisecond))
+	require.Contains(t, ready.Message, "artifact not found", "helm-controller met the empty storage")
+	assert.Empty(t, fluxCond(app, "Stalled").Status, "helm-controller does not stall on it")
+	assert.Equal(t, "True", fluxCond(app, "Released").Status, "no Helm action ran")
+	rt := rec.release(t, "retrier", condIs("Ready", "False", helmrelease.ReasonArtifactFailed))
+	require.Equal(t, "False", fluxCond(rt, "Released").Status)
+	rec.mu.Lock()
+	snapshot := copyAll(rec.last)
+	rec.mu.Unlock()
+
+	h := e.health(platformNS, "platform", func(h *healthv1alpha1.Health) bool {
+		a, r := cond(h, helmrelease.TypeRelease, "app"), cond(h, helmrelease.TypeRelease, "retrier")
+		return a != nil && a.Reason == helmrelease.ReasonArtifactFailed && r != nil && strings.HasSuffix(r.Message, "waiting for its chart: ArtifactFailed")
+	})
+	c := cond(h, helmrelease.TypeRelease, "app")
+	assert.Equal(t, healthv1alpha1.ConditionUnknown, c.Status, "a release whose chart artifact is gone: no verdict, not Degraded")
+	assert.Equal(t, ready.Message, c.Message)
+	if d := cond(h, helmrelease.TypeRelease, "dependent"); d != nil {
+		assert.Equal(t, healthv1alpha1.ConditionUnknown, d.Status, "dependent: %s %s", d.Reason, d.Message)
+	}
+	c = cond(h, helmrelease.TypeRelease, "retrier")
+	assert.Equal(t, healthv1alpha1.ConditionFalse, c.Status)
+	assert.Equal(t, "InstallFailed", c.Reason, "the failed install, not the chart wait")
+	sum := cond(h, helmrelease.TypeReleases, "").Message
+	t.Logf("Releases: %s", sum)
+	assert.Regexp(t, `^[01] of 3 ready; 1 root cause: cozy-system/retrier \(InstallFailed: `, sum)
+	assert.NotContains(t, sum, "cozy-system/app (ArtifactFailed", "the vanished artifact is no root cause")
+
+	t.Run("source-controller rebuilds the artifacts", func(t *testing.T) {
+		e.t = t
+		request(helmRepositories, "charts")
+		for _, n := range []string{"app", "dependent", "retrier"} {
+			request(helmCharts, "cozy-system-"+n)
+		}
+		rec.release(t, "app", condIs("Ready", "True", ""))
+		rec.release(t, "dependent", condIs("Ready", "True", ""))
+		h := e.health(platformNS, "platform", func(h *healthv1alpha1.Health) bool {
+			c := cond(h, helmrelease.TypeReleases, "")
+			return c != nil && strings.HasPrefix(c.Message, "2 of 3 ready; 1 root cause: cozy-system/retrier (InstallFailed")
+		})
+		assert.Nil(t, cond(h, helmrelease.TypeRelease, "app"))
+		t.Logf("recovered %s after the storage was emptied", time.Since(gone).Round(time.Millisecond))
+	})
+
+	cancel()
+	<-done
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	assert.Empty(t, rec.violations, "the adapter contradicted what helm-controller wrote")
+	assert.NotEmpty(t, rec.artifactFailed, "no release was seen with Ready=False ArtifactFailed")
+	rec.dump(t, "flux-v1.4.3-artifact-gone.yaml", snapshot)
+}
+
 // dump writes the releases (the recorded set when objs is nil) as an
 // adapter golden case under $COZY_HEALTH_FLUX_RECORD, when set: how the
 // golden cases of real controller-written objects in
@@ -414,7 +571,8 @@ func (r *releaseRecorder) dump(t *testing.T, file string, objs []*unstructured.U
 	}
 	sort.Slice(objs, func(i, j int) bool { return objs[i].GetName() < objs[j].GetName() })
 	var b strings.Builder
-	fmt.Fprintf(&b, "# Written by Flux helm-controller v1.4.3 (source-controller v1.7.3) on the harness apiserver:\n# TestHelmReleasesWrittenByFlux with COZY_HEALTH_FLUX_RECORD (aggregator/internal/adapter/flux_test.go).\n---\nkind: TestCase\nnow: %q\n", time.Now().UTC().Format(time.RFC3339))
+	fmt.Fprintf(&b, "# Written by Flux helm-controller v1.4.3 (source-controller v1.7.3) on the harness apiserver:\n# %s with COZY_HEALTH_FLUX_RECORD (aggregator/internal/adapterkit/flux_test.go).\n---\nkind: TestCase\nnow: %q\n",
+		strings.SplitN(t.Name(), "/", 2)[0], time.Now().UTC().Format(time.RFC3339))
 	for _, u := range objs {
 		u = u.DeepCopy()
 		for _, f := range []string{"managedFields", "uid", "resourceVersion", "finalizers"} {
