@@ -115,10 +115,13 @@ func NodeValues(dir string) map[string]any {
 			},
 		},
 		// The test reads /metrics through the apiserver's pod proxy, which
-		// passes no bearer token; delegated metrics auth is tested in
-		// aggregator/internal/delegated and deploy/render.
+		// passes no bearer token, over plain HTTP (the lab's Prometheus and
+		// victoria-metrics too); delegated metrics auth and /metrics over
+		// TLS are tested in aggregator/internal/{delegated,app} and
+		// deploy/render. The agents' peer check stays on: the lab's agents
+		// connect from loopback, which it does not check.
 		// No LINSTOR controller (and no cozy-linstor namespace) here.
-		"aggregator": map[string]any{"reportInterval": "2s", "refreshPeriod": "3s", "metricsAuth": "none", "linstor": map[string]any{"url": ""}},
+		"aggregator": map[string]any{"reportInterval": "2s", "refreshPeriod": "3s", "metricsAuth": "none", "metricsTLS": false, "linstor": map[string]any{"url": ""}},
 	}
 }
 

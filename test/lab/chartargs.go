@@ -67,8 +67,11 @@ func labValues(o Options) map[string]any {
 			// plain HTTP: no client certificate Secret.
 			"linstor": map[string]any{"secretName": "", "interval": o.Interval.String()},
 			// The lab's scrapes (test/monitoring, e2e) read /metrics without
-			// a Kubernetes token.
+			// a Kubernetes token, over plain HTTP. The agents' peer check
+			// stays on: they connect from loopback (their relays), which
+			// it does not check.
 			"metricsAuth": "none",
+			"metricsTLS":  false,
 		},
 		"platformNamespace": PlatformNamespace,
 	}
