@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
@@ -23,6 +24,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/cozystack/cozy-health/aggregator/internal/config"
+	"github.com/cozystack/cozy-health/pkg/tlsutil"
 )
 
 // probeConns opens n connections from the loopback address from to addr,
@@ -216,4 +218,41 @@ func metricValue(t *testing.T, g prometheus.Gatherer, name string, labels ...str
 		}
 	}
 	return 0
+}
+
+// TestMetricsOverTLS: with --metrics-tls the metrics listener serves
+// /metrics over TLS with the serving certificate, verified with its CA;
+// plain HTTP gets no answer. The probes stay plain HTTP on --http-addr.
+// Before, /metrics (and the scraper's token) went over plain HTTP only.
+func TestMetricsOverTLS(t *testing.T) {
+	cfg := testConfig(t, "metrics-tls")
+	cfg.Adapters = false
+	cfg.MetricsTLS = true
+	require.NoError(t, cfg.Validate())
+	a, err := New(cfg, zap.NewNop(), Options{RestConfig: &rest.Config{Host: "http://127.0.0.1:1"}})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+
+	tc, err := tlsutil.ClientConfig(filepath.Join(filepath.Dir(cfg.TLSCert), "ca.crt"), "localhost")
+	require.NoError(t, err)
+	client := &http.Client{Transport: &http.Transport{TLSClientConfig: tc}, Timeout: 10 * time.Second}
+	res, err := client.Get("https://" + a.MetricsAddr() + "/metrics")
+	require.NoError(t, err)
+	body, _ := io.ReadAll(res.Body)
+	_ = res.Body.Close()
+	assert.Equal(t, http.StatusOK, res.StatusCode)
+	assert.Contains(t, string(body), "cozy_health_http_connections")
+
+	plain := &http.Client{Timeout: 5 * time.Second}
+	if res, err := plain.Get("http://" + a.MetricsAddr() + "/metrics"); err == nil {
+		_ = res.Body.Close()
+		assert.NotEqual(t, http.StatusOK, res.StatusCode, "plain HTTP is not served /metrics")
+	}
+	res, err = plain.Get("http://" + a.HTTPAddr() + "/healthz")
+	require.NoError(t, err)
+	_ = res.Body.Close()
+	assert.Equal(t, http.StatusOK, res.StatusCode, "the probes stay plain HTTP")
 }
