@@ -78,6 +78,11 @@ func TestBadValuesNameTheFlag(t *testing.T) {
 		{[]string{"--linstor-url", "http://"}, "--linstor-url"},
 		{[]string{"--linstor-url", "https://c:3371", "--linstor-secret-namespace", ""}, "--linstor-secret-namespace"},
 		{[]string{"--linstor-interval", "100ms"}, "--linstor-interval"},
+		{[]string{"--http-idle-timeout", "0s"}, "--http-idle-timeout"},
+		{[]string{"--http-read-timeout", "0s"}, "--http-read-timeout"},
+		{[]string{"--http-max-conns-per-peer", "0"}, "--http-max-conns-per-peer"},
+		{[]string{"--http-max-conns", "-1"}, "--http-max-conns"},
+		{[]string{"--http-max-header-bytes", "0"}, "--http-max-header-bytes"},
 	} {
 		_, err := Load(append(append([]string{}, tlsArgs...), tc.args...), io.Discard)
 		require.Error(t, err, "%v", tc.args)
@@ -135,6 +140,10 @@ func TestShippedConfigLoads(t *testing.T) {
 	assert.Equal(t, "cozy-linstor", cfg.LinstorSecretNamespace)
 	assert.Equal(t, "linstor-client-tls", cfg.LinstorSecret)
 	assert.Equal(t, 10*time.Second, cfg.LinstorInterval)
+	assert.True(t, cfg.MetricsTLS, "/metrics over TLS")
+	assert.True(t, cfg.AgentPeerCheck)
+	assert.Equal(t, DefaultAgentPeerAnnotations, cfg.AgentPeerAnnotations)
+	assert.Equal(t, DefaultHTTPIdleTimeout, cfg.HTTPLimits.IdleTimeout)
 }
 
 func TestTLSModes(t *testing.T) {
