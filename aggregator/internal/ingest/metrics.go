@@ -92,7 +92,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	}
 	m.pending = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "cozy_health_ingest_pending_streams",
-		Help: "Ingest streams open on this replica that have not been authenticated yet.",
+		Help: "Ingest streams open on this replica that have not been authenticated yet, and calls on the ingest port that are not agent streams (drain check, gRPC health) still running.",
 	})
 	m.replaced = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "cozy_health_ingest_streams_replaced_total",
