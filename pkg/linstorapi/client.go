@@ -34,6 +34,57 @@ type (
 	ResourceWithVolumes = lapi.ResourceWithVolumes
 )
 
+// ReplicationState is one entry of a volume's state.replication_states
+// (OpenAPI schema ReplicationState of linstor-server v1.33.3
+// docs/rest_v1_openapi.yaml; filled by Json.apiToVolumeState from the
+// satellite's DRBD events): the replication state of this volume toward
+// one peer node (ReplState.java: Off, Established, StartingSyncS,
+// StartingSyncT, WFBitMapS, WFBitMapT, WFSyncUUID, SyncSource,
+// SyncTarget, PausedSyncS, PausedSyncT, VerifyS, VerifyT, Ahead, Behind,
+// Unknown) and how far a resync is. golinstor v0.63.0's VolumeState drops
+// the field, so it is decoded here.
+type ReplicationState struct {
+	ReplicationState string   `json:"replication_state,omitempty"`
+	DonePercentage   *float64 `json:"done_percentage,omitempty"`
+}
+
+// Resource is one entry of GET /v1/view/resources: golinstor's
+// ResourceWithVolumes, and what its types drop.
+type Resource struct {
+	ResourceWithVolumes
+	// Replication[i] is Volumes[i]'s state.replication_states, by peer
+	// node name (nil where the controller holds none).
+	Replication []map[string]ReplicationState `json:"-"`
+}
+
+// UnmarshalJSON decodes upstream's type, then the replication states.
+func (r *Resource) UnmarshalJSON(b []byte) error {
+	if err := json.Unmarshal(b, &r.ResourceWithVolumes); err != nil {
+		return err
+	}
+	var aux struct {
+		Volumes []struct {
+			State *struct {
+				ReplicationStates map[string]ReplicationState `json:"replication_states"`
+			} `json:"state"`
+		} `json:"volumes"`
+	}
+	if err := json.Unmarshal(b, &aux); err != nil {
+		return err
+	}
+	r.Replication = nil
+	for i, v := range aux.Volumes {
+		if v.State == nil || len(v.State.ReplicationStates) == 0 {
+			continue
+		}
+		if r.Replication == nil {
+			r.Replication = make([]map[string]ReplicationState, len(aux.Volumes))
+		}
+		r.Replication[i] = v.State.ReplicationStates
+	}
+	return nil
+}
+
 // DefaultMaxBody caps one answer; a larger one is an error, not truncated.
 // A resource view entry is about 2 KiB: 64 MiB is some 30,000 replicas.
 const DefaultMaxBody = 64 << 20
@@ -201,9 +252,9 @@ func (c *Client) Nodes(ctx context.Context) ([]Node, error) {
 }
 
 // ResourceView lists every resource with its volumes on every node (GET
-// /v1/view/resources).
-func (c *Client) ResourceView(ctx context.Context) ([]ResourceWithVolumes, error) {
-	var out []ResourceWithVolumes
+// /v1/view/resources), with the volumes' replication states.
+func (c *Client) ResourceView(ctx context.Context) ([]Resource, error) {
+	var out []Resource
 	if err := c.get(ctx, "/v1/view/resources", &out); err != nil {
 		return nil, err
 	}
@@ -220,8 +271,8 @@ func ParseNodes(body []byte) ([]Node, error) {
 }
 
 // ParseResources decodes a /v1/view/resources body.
-func ParseResources(body []byte) ([]ResourceWithVolumes, error) {
-	var out []ResourceWithVolumes
+func ParseResources(body []byte) ([]Resource, error) {
+	var out []Resource
 	if err := json.Unmarshal(body, &out); err != nil {
 		return nil, fmt.Errorf("decode linstor /v1/view/resources: %w", err)
 	}

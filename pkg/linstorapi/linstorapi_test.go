@@ -36,15 +36,18 @@ func TestPlainHTTP(t *testing.T) {
 	view, err := c.ResourceView(context.Background())
 	require.NoError(t, err)
 	require.Len(t, view, 3)
-	reps := Replicas(view)
+	reps := Replicas(view, nodes)
 	assert.Equal(t, []Replica{
-		{Resource: "pvc-a", Node: "node-0", State: "UpToDate"},
-		{Resource: "pvc-a", Node: "node-1", State: ""}, // its satellite is OFFLINE: no state
-		{Resource: "pvc-b", Node: "node-0", State: "Diskless", Diskless: true},
+		// node-1's satellite is OFFLINE: the controller holds no state of
+		// node-1, and node-0 keeps trying to connect to it.
+		{Resource: "pvc-a", Node: "node-0", State: "UpToDate", Pool: "thinpool", Satellite: "ONLINE",
+			Peers: map[string]string{"node-1": "Connecting"}, ReplicationOff: []string{"node-1"}},
+		{Resource: "pvc-a", Node: "node-1", State: "", Pool: "thinpool", Satellite: "OFFLINE"},
+		{Resource: "pvc-b", Node: "node-0", State: "Diskless", Diskless: true, Pool: "DfltDisklessStorPool", Satellite: "ONLINE"}, // no peers: an empty map is omitted
 	}, reps)
 	assert.Equal(t, map[string]int{"/v1/nodes": 1, "/v1/view/resources": 1}, srv.Requests())
 
-	obs := Observations(nodes, reps)
+	obs := Observations(nodes, reps, nil)
 	require.Len(t, obs["node-1"], 2)
 	assert.Equal(t, report.StatusDown, obs["node-1"][0].Status)
 	assert.Equal(t, "SatelliteOffline", obs["node-1"][0].Reason)
@@ -131,7 +134,12 @@ func TestParseRealSample(t *testing.T) {
 	assert.Equal(t, "pvc-b5be6893-9892-4278-b2da-51a060fc4624", rs[0].Name)
 	assert.Equal(t, "demo1.linstor-days.at.linbit.com", rs[0].NodeName)
 	assert.Equal(t, "UpToDate", rs[0].Volumes[0].State.DiskState)
-	assert.Equal(t, "UpToDate", ReplicaState(rs[0]))
+	assert.Equal(t, "UpToDate", ReplicaState(rs[0].ResourceWithVolumes))
+	reps := Replicas(rs, nil)
+	require.Len(t, reps, 1)
+	assert.Equal(t, map[string]string{"demo2.linstor-days.at.linbit.com": "Connected", "demo3.linstor-days.at.linbit.com": "Connecting"}, reps[0].Peers,
+		"layer_object.drbd.connections as the sample has them")
+	assert.True(t, reps[0].Copy())
 }
 
 func TestJudgeNode(t *testing.T) {
@@ -147,7 +155,7 @@ func TestJudgeNode(t *testing.T) {
 		{"", nil, report.StatusUnknown, "SatelliteStatusUnknown"},
 		{"ONLINE", []string{"EVACUATE"}, report.StatusDegraded, "SatelliteEvacuate"},
 	} {
-		o := JudgeNode(Node{Name: "n", Type: "SATELLITE", ConnectionStatus: tc.status, Flags: tc.flags})
+		o := JudgeNode(Node{Name: "n", Type: "SATELLITE", ConnectionStatus: tc.status, Flags: tc.flags}, 0)
 		assert.Equal(t, tc.want, o.Status, tc.status)
 		assert.Equal(t, tc.reason, o.Reason, tc.status)
 	}
@@ -165,7 +173,7 @@ func FuzzParseResources(f *testing.F) {
 		if err != nil {
 			return
 		}
-		for n, obs := range Observations(nil, Replicas(rs)) {
+		for n, obs := range Observations(nil, Replicas(rs, nil), nil) {
 			for _, o := range obs {
 				if o.Reason == "" || n == "" {
 					t.Fatal("empty reason or node")

@@ -16,7 +16,11 @@ import (
 func TestLinstorRulesOnTheControllerView(t *testing.T) {
 	nodes := map[string]NodeInfo{"node-1": fresh("node-1"), "node-2": fresh("node-2"), "node-3": fresh("node-3")}
 	rep := func(res, node, state string) linstorapi.Replica {
-		return linstorapi.Replica{Resource: res, Node: node, State: state, Diskless: state == "Diskless"}
+		sat := linstorapi.ConnectionOnline
+		if state == "" {
+			sat = linstorapi.ConnectionOffline
+		}
+		return linstorapi.Replica{Resource: res, Node: node, State: state, Diskless: state == "Diskless", Satellite: sat}
 	}
 	cases := []struct {
 		name     string
@@ -39,10 +43,10 @@ func TestLinstorRulesOnTheControllerView(t *testing.T) {
 			target: "node-2", last: Safe, quorum: Safe},
 		{name: "the other replica's satellite offline (no state): unknown, never safe",
 			reps:   []linstorapi.Replica{rep("pvc-a", "node-1", "UpToDate"), rep("pvc-a", "node-2", ""), rep("pvc-a", "node-3", "Diskless")},
-			target: "node-1", last: Unknown, quorum: Unknown, contains: "node-2 Unknown"},
+			target: "node-1", last: Unknown, quorum: Unknown, contains: `node-2 satellite "OFFLINE"`},
 		{name: "two replicas, no tie-breaker: draining one loses quorum",
 			reps:   []linstorapi.Replica{rep("pvc-a", "node-1", "UpToDate"), rep("pvc-a", "node-2", "UpToDate")},
-			target: "node-1", last: Safe, quorum: Blocked, contains: "leaves pvc-a with 1 of 2 replicas connected, quorum needs 2"},
+			target: "node-1", last: Safe, quorum: Blocked, contains: "leaves pvc-a with 1 of 2 replicas connected around an UpToDate copy, quorum needs 2"},
 		{name: "a node without replicas: safe, said",
 			reps:   []linstorapi.Replica{rep("pvc-a", "node-1", "UpToDate"), rep("pvc-a", "node-2", "UpToDate")},
 			target: "node-3", last: Safe, quorum: Safe, contains: "node-3 holds no DRBD resource"},
@@ -60,7 +64,7 @@ func TestLinstorRulesOnTheControllerView(t *testing.T) {
 			if tc.nodes != nil {
 				ns = tc.nodes
 			}
-			s := NewSnapshot(ns, t0).WithControllerView(tc.reps, tc.why)
+			s := NewSnapshot(ns, t0).WithControllerView(mesh(tc.reps), tc.why)
 			res := Evaluate(tc.target, s, t0)
 			last, q := reasonsOf(res, RuleLinstorLastReplica), reasonsOf(res, RuleLinstorQuorum)
 			require.NotEmpty(t, last)
@@ -82,6 +86,25 @@ func TestLinstorRulesOnTheControllerView(t *testing.T) {
 	claimed := map[string]NodeInfo{"node-1": fresh("node-1"), "node-2": fresh("node-2", drbd("pvc-a", report.StatusHealthy, true, false, 2, 2)), "node-3": fresh("node-3")}
 	s := NewSnapshot(claimed, t0).WithControllerView([]linstorapi.Replica{rep("pvc-a", "node-1", "UpToDate")}, "")
 	assert.Equal(t, Blocked, worst(reasonsOf(Evaluate("node-1", s, t0), RuleLinstorLastReplica)))
+}
+
+// mesh connects every replica of each resource to every other, as DRBD
+// does when all is well; a replica whose satellite is not ONLINE reports
+// no connections (the controller holds no state of it).
+func mesh(reps []linstorapi.Replica) []linstorapi.Replica {
+	out := make([]linstorapi.Replica, len(reps))
+	for i, r := range reps {
+		if r.Satellite == linstorapi.ConnectionOnline {
+			r.Peers = map[string]string{}
+			for _, p := range reps {
+				if p.Resource == r.Resource && p.Node != r.Node {
+					r.Peers[p.Node] = linstorapi.DRBDConnected
+				}
+			}
+		}
+		out[i] = r
+	}
+	return out
 }
 
 func worst(rs []Reason) Verdict {

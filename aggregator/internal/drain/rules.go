@@ -272,6 +272,9 @@ type linstorLastReplicaRule struct{}
 func (linstorLastReplicaRule) Name() string { return RuleLinstorLastReplica }
 
 func (linstorLastReplicaRule) Check(node string, s *Snapshot, now time.Time) []Reason {
+	if s.ctl != nil {
+		return ctlLastReplica(node, s, now)
+	}
 	var out []Reason
 	var rejected []quorum.Rejection
 	resources := s.resources(node)
@@ -346,6 +349,9 @@ type linstorQuorumRule struct{}
 func (linstorQuorumRule) Name() string { return RuleLinstorQuorum }
 
 func (linstorQuorumRule) Check(node string, s *Snapshot, now time.Time) []Reason {
+	if s.ctl != nil {
+		return ctlQuorum(node, s, now)
+	}
 	var out []Reason
 	var rejected []quorum.Rejection
 	resources := s.resources(node)

@@ -102,6 +102,9 @@ type replica struct {
 	// node's observation carries (-1 when absent).
 	replicas         int
 	upToDateReplicas int
+	// lin is the replica as the controller's view has it; nil when read
+	// from an agent's report.
+	lin *linstorapi.Replica
 }
 
 // drbdFact is one node's replica of one resource.

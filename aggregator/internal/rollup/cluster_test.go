@@ -29,7 +29,7 @@ func central(at time.Time, status map[string]string, states map[string]string) *
 	}
 	return &ClusterFacts{Component: report.ComponentLinstor, Type: "LinstorController", Gen: 1,
 		ObservedAt: at, FreshUntil: at.Add(15 * time.Second), Message: "read from http://controller",
-		Nodes: linstorapi.Observations(nodes, reps)}
+		Nodes: linstorapi.Observations(nodes, reps, nil)}
 }
 
 var online = map[string]string{"a": "ONLINE", "b": "ONLINE", "c": "ONLINE"}

@@ -32,7 +32,7 @@ func TestEngineMergesTheLinstorView(t *testing.T) {
 	read := func(gen uint64, status string) {
 		nodes := []linstorapi.Node{{Name: "a", Type: "SATELLITE", ConnectionStatus: status}, {Name: "b", Type: "SATELLITE", ConnectionStatus: "ONLINE"}}
 		cf = &ClusterFacts{Component: report.ComponentLinstor, Type: "LinstorController", Gen: gen,
-			ObservedAt: clk.Now(), FreshUntil: clk.Now().Add(30 * time.Second), Nodes: linstorapi.Observations(nodes, nil)}
+			ObservedAt: clk.Now(), FreshUntil: clk.Now().Add(30 * time.Second), Nodes: linstorapi.Observations(nodes, nil, nil)}
 	}
 	eng.SetCluster(func(time.Time) *ClusterFacts { return cf })
 	report1 := func(seq uint64) {

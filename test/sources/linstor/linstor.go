@@ -33,6 +33,9 @@ type Replica struct {
 	DiskState string
 	// Diskless marks a diskless (DRBD client or tie-breaker) replica.
 	Diskless bool
+	// StandAlone lists the peers this replica is StandAlone toward (DRBD
+	// gave up the connection: a split brain, or a disconnect by hand).
+	StandAlone []string
 }
 
 // Server is a LINSTOR controller stand-in.
@@ -121,6 +124,38 @@ func (s *Server) SetDiskState(resource, node, state string) {
 	}
 }
 
+// SetStandAlone makes the replica of resource on node StandAlone toward
+// every peer, and every peer StandAlone toward it (a split brain as DRBD
+// leaves it: both sides disconnect after detecting it), or, with on
+// false, connected again.
+func (s *Server) SetStandAlone(resource, node string, on bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i, r := range s.replicas {
+		if r.Resource != resource {
+			continue
+		}
+		var peers []string
+		if r.Node == node {
+			for _, p := range s.replicas {
+				if p.Resource == resource && p.Node != node {
+					peers = append(peers, p.Node)
+				}
+			}
+		} else {
+			peers = []string{node}
+		}
+		for _, p := range peers {
+			if on && !slices.Contains(s.replicas[i].StandAlone, p) {
+				s.replicas[i].StandAlone = append(s.replicas[i].StandAlone, p)
+			}
+			if !on {
+				s.replicas[i].StandAlone = slices.DeleteFunc(s.replicas[i].StandAlone, func(x string) bool { return x == p })
+			}
+		}
+	}
+}
+
 // Close stops serving.
 func (s *Server) Close() error {
 	if err := s.srv.Close(); err != nil && !errors.Is(err, http.ErrServerClosed) {
@@ -174,7 +209,7 @@ func (s *Server) viewResources(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	nodes, resources := q["nodes"], q["resources"]
 	s.mu.Lock()
-	out := []lapi.ResourceWithVolumes{}
+	out := []resourceOut{}
 	for i, rep := range s.replicas {
 		if len(nodes) > 0 && !slices.Contains(nodes, rep.Node) || len(resources) > 0 && !slices.Contains(resources, rep.Resource) {
 			continue
@@ -185,11 +220,42 @@ func (s *Server) viewResources(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, out)
 }
 
+// resourceOut is a ResourceWithVolumes with the volumes' replication
+// states, which golinstor v0.63.0's VolumeState lacks (VolumeState of
+// linstor-server v1.33.3 docs/rest_v1_openapi.yaml: disk_state,
+// replication_states): the shallower Volumes field shadows the embedded
+// one in encoding/json.
+type resourceOut struct {
+	lapi.ResourceWithVolumes
+	Volumes []volumeOut `json:"volumes,omitempty"`
+}
+
+type volumeOut struct {
+	lapi.Volume
+	State *volumeStateOut `json:"state,omitempty"`
+}
+
+// replicationState is the OpenAPI schema ReplicationState (the
+// controller's Json.apiToVolumeState).
+type replicationState struct {
+	ReplicationState string   `json:"replication_state,omitempty"`
+	DonePercentage   *float64 `json:"done_percentage,omitempty"`
+}
+
+type volumeStateOut struct {
+	DiskState         string                      `json:"disk_state,omitempty"`
+	ReplicationStates map[string]replicationState `json:"replication_states,omitempty"`
+}
+
 // resource renders one ResourceWithVolumes as the controller fills it
-// (cf. the golinstor fixture in shared/reference/samples). The volume state
-// is left empty while the node's satellite is not ONLINE: the controller
-// holds no satellite state for it then (Json.apiToVolumeState). s.mu held.
-func (s *Server) resource(i int, rep Replica) lapi.ResourceWithVolumes {
+// (cf. the golinstor fixture in shared/reference/samples;
+// Json.apiToResourceWithVolumes of linstor-server v1.33.3). The volume
+// state and the DRBD connections are left out while the node's satellite
+// is not ONLINE: the controller holds no satellite state for it then
+// (Json.apiToVolumeState). A diskful replica whose disk state is Diskless
+// has detached its disk: the controller then sets DrbdOptions/SkipDisk
+// (StateSequenceDetector.java). s.mu held.
+func (s *Server) resource(i int, rep Replica) resourceOut {
 	flags := []string{}
 	provider, pool := lapi.LVM_THIN, "thinpool"
 	if rep.Diskless {
@@ -216,27 +282,38 @@ func (s *Server) resource(i int, rep Replica) lapi.ResourceWithVolumes {
 		},
 		Uuid: fmt.Sprintf("03b8ffd6-0000-4000-8000-%012d", i),
 	}
-	if s.nodes[rep.Node] == "ONLINE" {
-		vol.State.DiskState = rep.DiskState
-	}
-	conns := map[string]lapi.DrbdConnection{}
-	for _, peer := range s.replicas {
-		if peer.Resource == rep.Resource && peer.Node != rep.Node {
-			ok := s.nodes[peer.Node] == "ONLINE"
-			msg := "Connected"
-			if !ok {
-				msg = "Connecting"
+	online := s.nodes[rep.Node] == "ONLINE"
+	var state *volumeStateOut
+	var conns map[string]lapi.DrbdConnection
+	props := map[string]string{"StorPoolName": pool}
+	if online {
+		state = &volumeStateOut{DiskState: rep.DiskState, ReplicationStates: map[string]replicationState{}}
+		conns = map[string]lapi.DrbdConnection{}
+		for _, peer := range s.replicas {
+			if peer.Resource != rep.Resource || peer.Node == rep.Node {
+				continue
 			}
-			conns[peer.Node] = lapi.DrbdConnection{Connected: ok, Message: msg}
+			msg, repl := "Connected", "Established"
+			switch {
+			case slices.Contains(rep.StandAlone, peer.Node):
+				msg, repl = "StandAlone", "Off"
+			case s.nodes[peer.Node] != "ONLINE":
+				msg, repl = "Connecting", "Off"
+			}
+			conns[peer.Node] = lapi.DrbdConnection{Connected: msg == "Connected", Message: msg}
+			state.ReplicationStates[peer.Node] = replicationState{ReplicationState: repl}
 		}
+	}
+	if !rep.Diskless && rep.DiskState == "Diskless" {
+		props["DrbdOptions/SkipDisk"] = "True"
 	}
 	inUse := false
 	created := lapi.TimeStampMs{Time: time.UnixMilli(1622636098831)}
-	return lapi.ResourceWithVolumes{
+	return resourceOut{ResourceWithVolumes: lapi.ResourceWithVolumes{
 		Resource: lapi.Resource{
 			Name:     rep.Resource,
 			NodeName: rep.Node,
-			Props:    map[string]string{"StorPoolName": pool},
+			Props:    props,
 			Flags:    flags,
 			LayerObject: &lapi.ResourceLayer{
 				Children: []lapi.ResourceLayer{{Type: devicelayerkind.Storage, Storage: &lapi.StorageResource{
@@ -259,8 +336,7 @@ func (s *Server) resource(i int, rep Replica) lapi.ResourceWithVolumes {
 			Uuid:  fmt.Sprintf("78f0d7fe-0000-4000-8000-%012d", i),
 		},
 		CreateTimestamp: &created,
-		Volumes:         []lapi.Volume{vol},
-	}
+	}, Volumes: []volumeOut{{Volume: vol, State: state}}}
 }
 
 // count records one request by path.

@@ -129,9 +129,33 @@ type Reader struct {
 
 	secrets cache.SharedIndexInformer
 	latest  atomic.Pointer[View]
-	// mu serializes reads (Run's loop and ReadNow in tests).
+	// mu serializes reads (Run's loop and ReadNow in tests) and guards
+	// connectingSince.
 	mu  sync.Mutex
 	gen uint64
+	// connectingSince is when each satellite was first read CONNECTED or
+	// AUTHENTICATED in its current run of such reads.
+	connectingSince map[string]time.Time
+}
+
+// connecting returns how long each connecting satellite of nodes has been
+// connecting, as this reader has seen it; r.mu held.
+func (r *Reader) connecting(nodes []linstorapi.Node, now time.Time) map[string]time.Duration {
+	since := make(map[string]time.Time, len(r.connectingSince))
+	out := map[string]time.Duration{}
+	for _, n := range nodes {
+		if linstorapi.ClassOf(n.ConnectionStatus) != linstorapi.SatelliteConnecting {
+			continue
+		}
+		t, ok := r.connectingSince[n.Name]
+		if !ok {
+			t = now
+		}
+		since[n.Name] = t
+		out[n.Name] = now.Sub(t)
+	}
+	r.connectingSince = since
+	return out
 }
 
 // New builds a Reader; it reads nothing until Run.
@@ -221,7 +245,7 @@ func (r *Reader) ReadNow(ctx context.Context) {
 	prev := r.latest.Load()
 	start := time.Now()
 	nodes, err := r.client.Nodes(ctx)
-	var view []linstorapi.ResourceWithVolumes
+	var view []linstorapi.Resource
 	if err == nil {
 		view, err = r.client.ResourceView(ctx)
 	}
@@ -251,11 +275,11 @@ func (r *Reader) ReadNow(ctx context.Context) {
 		if prev.Err != nil {
 			r.log.Info("LINSTOR controller view read again", zap.Time("failingSince", prev.FailingSince))
 		}
-		reps := linstorapi.Replicas(view)
+		reps := linstorapi.Replicas(view, nodes)
 		if m := r.cfg.Metrics; m != nil {
 			m.AdapterState(Name, true, true, len(reps))
 		}
-		next = View{ObservedAt: now, Replicas: reps, Observations: linstorapi.Observations(nodes, reps)}
+		next = View{ObservedAt: now, Replicas: reps, Observations: linstorapi.Observations(nodes, reps, r.connecting(nodes, now))}
 	}
 	r.gen++
 	next.Gen = r.gen
@@ -300,11 +324,18 @@ func (r *Reader) Facts(now time.Time) *rollup.ClusterFacts {
 }
 
 // Replicas is the view as the drain pre-check reads it: every replica, and
-// why the view cannot be trusted at now ("" when it is fresh).
+// why the view cannot be trusted at now ("" when it is fresh). A drain
+// moves data, so it reads the controller's view only while the latest read
+// succeeded: one failed read makes it unknown at once, where the rollup
+// keeps the last view for FreshFor.
 func (r *Reader) Replicas(now time.Time) ([]linstorapi.Replica, string) {
 	v := r.View()
 	if fresh, _, msg := r.fresh(v, now); !fresh {
 		return nil, msg
+	}
+	if v.Err != nil {
+		return nil, status.Truncate(fmt.Sprintf("the latest read of the LINSTOR controller's view failed (failing since %s; last read %s): %v",
+			v.FailingSince.UTC().Format(time.RFC3339), v.ObservedAt.UTC().Format(time.RFC3339), v.Err))
 	}
 	return v.Replicas, ""
 }

@@ -15,11 +15,14 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
+	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/cozystack/cozy-health/aggregator/internal/metrics"
 	"github.com/cozystack/cozy-health/deploy/render"
+	"github.com/cozystack/cozy-health/pkg/linstorapi"
 	"github.com/cozystack/cozy-health/pkg/report"
 	"github.com/cozystack/cozy-health/test/harness"
+	"github.com/cozystack/cozy-health/test/sources/fault"
 	linstorsrc "github.com/cozystack/cozy-health/test/sources/linstor"
 	"github.com/cozystack/cozy-health/test/sources/talos"
 )
@@ -216,4 +219,63 @@ func series(t *testing.T, reg *prometheus.Registry, name string, labels map[stri
 	}
 	t.Fatalf("no %s%v", name, labels)
 	return 0
+}
+
+// TestDrainViewUnknownOnceAReadFails (issue 34, case 5): the rollup keeps
+// the last view for FreshFor, but a drain reads it only while the latest
+// read succeeded: one failed read, and the drain rules get no replicas and
+// why, at once (they used to read the last view for up to ~35 s).
+func TestDrainViewUnknownOnceAReadFails(t *testing.T) {
+	srv, err := linstorsrc.Start("", nil)
+	require.NoError(t, err)
+	defer srv.Close()
+	srv.SetNode("node-0", "ONLINE")
+	srv.SetReplica(linstorsrc.Replica{Resource: "pvc-a", Node: "node-0", DiskState: "UpToDate"})
+	r, err := New(Config{URL: srv.URL, Interval: 10 * time.Second}, nil, zaptest.NewLogger(t), nil)
+	require.NoError(t, err)
+	r.ReadNow(context.Background())
+	v := r.View()
+	require.NoError(t, v.Err)
+	reps, why := r.Replicas(v.ObservedAt)
+	require.Empty(t, why)
+	require.Len(t, reps, 1)
+
+	srv.Fault.Set(fault.Garbage)
+	r.ReadNow(context.Background())
+	require.Error(t, r.View().Err)
+	now := v.ObservedAt.Add(time.Second) // well within FreshFor (30 s)
+	assert.True(t, r.Facts(now).Fresh(now), "the rollup still shows the last view, marked by its time")
+	reps, why = r.Replicas(now)
+	assert.Empty(t, reps)
+	assert.Contains(t, why, "the latest read of the LINSTOR controller's view failed")
+}
+
+// TestSatelliteConnectingIsUnknownForABoundedTime (issue 34, case 4):
+// CONNECTED and AUTHENTICATED, passed through on every controller restart,
+// read Unknown until linstorapi.SatelliteConnectingBound, then Degraded;
+// ONLINE again resets the clock.
+func TestSatelliteConnectingIsUnknownForABoundedTime(t *testing.T) {
+	srv, err := linstorsrc.Start("", nil)
+	require.NoError(t, err)
+	defer srv.Close()
+	clk := clocktesting.NewFakeClock(time.Date(2026, 12, 6, 3, 0, 0, 0, time.UTC))
+	r, err := New(Config{URL: srv.URL, Interval: 10 * time.Second}, nil, zaptest.NewLogger(t), clk)
+	require.NoError(t, err)
+	satellite := func() report.Observation {
+		r.ReadNow(context.Background())
+		return r.View().Observations["node-0"][0]
+	}
+	srv.SetNode("node-0", "CONNECTED")
+	assert.Equal(t, report.StatusUnknown, satellite().Status)
+	clk.Step(time.Minute)
+	srv.SetNode("node-0", "AUTHENTICATED")
+	assert.Equal(t, report.StatusUnknown, satellite().Status, "still on its way to ONLINE")
+	clk.Step(linstorapi.SatelliteConnectingBound)
+	o := satellite()
+	assert.Equal(t, report.StatusDegraded, o.Status, "connecting for longer than the bound: stuck")
+	assert.Equal(t, "SatelliteAuthenticated", o.Reason)
+	srv.SetNode("node-0", "ONLINE")
+	assert.Equal(t, report.StatusHealthy, satellite().Status)
+	srv.SetNode("node-0", "CONNECTED")
+	assert.Equal(t, report.StatusUnknown, satellite().Status, "a new run of connecting starts its own clock")
 }
