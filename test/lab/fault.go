@@ -36,6 +36,8 @@ var Faults = map[string]bool{
 	"etcd-metrics-absent": false, "etcd-metrics-present": false,
 	"linstor-offline": false, "linstor-online": false,
 	"drbd-outdated": true, "drbd-uptodate": true,
+	"drbd-detached": true, "drbd-attached": true,
+	"drbd-standalone": true, "drbd-connected": true,
 	"talos-hang": false, "talos-ok": false,
 	"talos-unpatched": false, "talos-patched": false,
 	"partition": false, "partition-heal": false,

@@ -337,6 +337,27 @@ func (ns *nodeSources) fault(f, arg string) (string, error) {
 		}
 		ns.linstor.SetDiskState(arg, ns.name, state)
 		return fmt.Sprintf("resource %s on %s is %s", arg, ns.name, state), nil
+	case "drbd-detached", "drbd-attached":
+		// on-io-error detach: the disk failed, DRBD runs the replica
+		// diskless; the controller marks it DrbdOptions/SkipDisk.
+		if !strings.HasPrefix(arg, "pvc-") {
+			return "", fmt.Errorf("%s needs a resource name such as pvc-lab-1", f)
+		}
+		if f == "drbd-detached" {
+			ns.linstor.SetDiskState(arg, ns.name, "Diskless")
+			return fmt.Sprintf("the disk of resource %s on %s detached (Diskless, diskful by its flags: no data copy)", arg, ns.name), nil
+		}
+		ns.linstor.SetDiskState(arg, ns.name, "UpToDate")
+		return fmt.Sprintf("the disk of resource %s on %s attached again (UpToDate)", arg, ns.name), nil
+	case "drbd-standalone", "drbd-connected":
+		if !strings.HasPrefix(arg, "pvc-") {
+			return "", fmt.Errorf("%s needs a resource name such as pvc-lab-1", f)
+		}
+		ns.linstor.SetStandAlone(arg, ns.name, f == "drbd-standalone")
+		if f == "drbd-standalone" {
+			return fmt.Sprintf("resource %s on %s is StandAlone toward every peer, and they toward it (a split brain, until resolved by hand)", arg, ns.name), nil
+		}
+		return fmt.Sprintf("resource %s on %s is connected to its peers again", arg, ns.name), nil
 	case "partition", "partition-heal":
 		if ns.relay == nil {
 			return "", fmt.Errorf("%s: node %s has no uplink relay (a lab started before uplinks existed)", f, ns.name)

@@ -376,6 +376,47 @@ var Catalog = []Fault{
 		},
 	},
 	{
+		Name: "drbd-detached", Targets: 1, Class: ClassSource,
+		// The disk of node-i's replica of pvc-lab-i detaches (on-io-error
+		// detach: Diskless though diskful): the other diskful replica is
+		// the only data copy, its node blocked; the detached node itself
+		// drains safely (the copy stays, connected to the tie-breaker).
+		Apply: func(ctx context.Context, e *env, n []string) error {
+			return e.lab(ctx, n[0], "drbd-detached", resourceOf(n[0]))
+		},
+		Repair: func(ctx context.Context, e *env, n []string) error {
+			return e.lab(ctx, n[0], "drbd-attached", resourceOf(n[0]))
+		},
+		Truth: func(all, nodes []string) Truth {
+			d := map[string]Set{}
+			for _, o := range others(all, nodes) {
+				d[o] = Set{Safe, Blocked, Undecide}
+			}
+			d[partnerOf(all, nodes[0])] = Set{Blocked}
+			return Truth{Components: map[string]Set{"linstor": {Degraded}}, Drain: d}
+		},
+	},
+	{
+		Name: "drbd-standalone", Targets: 1, Class: ClassSource,
+		// node-i's replica of pvc-lab-i and its peers StandAlone toward
+		// each other, both diskful replicas UpToDate: a split brain. No
+		// single good copy: draining either side is blocked, and draining
+		// the tie-breaker leaves no copy connected to a quorum.
+		Apply: func(ctx context.Context, e *env, n []string) error {
+			return e.lab(ctx, n[0], "drbd-standalone", resourceOf(n[0]))
+		},
+		Repair: func(ctx context.Context, e *env, n []string) error {
+			return e.lab(ctx, n[0], "drbd-connected", resourceOf(n[0]))
+		},
+		Truth: func(all, nodes []string) Truth {
+			d := map[string]Set{}
+			for _, o := range all {
+				d[o] = Set{Blocked}
+			}
+			return Truth{Components: map[string]Set{"linstor": {Degraded}}, Drain: d}
+		},
+	},
+	{
 		Name: "agent-stop", Targets: 1, Class: ClassSilent,
 		Apply: labFault("agent-stop", ""), Repair: labFault("agent-start", ""),
 		Truth: silentTruth,

@@ -123,6 +123,10 @@ COZY_HEALTH_LAB_OVN=stand-in for the stand-in), ovn-nb-stop, ovn-nb-start
 member, and a fresh join), ovn-nb-freeze, ovn-nb-thaw (SIGSTOP/SIGCONT of its
 NB server), etcd-metrics-absent, etcd-metrics-present,
 linstor-offline, linstor-online, drbd-outdated RES, drbd-uptodate RES,
+drbd-detached RES, drbd-attached RES (the node's replica loses its disk:
+Diskless though diskful, no data copy), drbd-standalone RES, drbd-connected
+RES (the node's replica and its peers StandAlone toward each other: a split
+brain),
 talos-hang, talos-ok, talos-unpatched, talos-patched (the node's talosconfig
 gone, as before the Talos access patch), partition, partition-heal (the node's
 uplink relay to the aggregators drops every byte, open and new connections;
