@@ -23,6 +23,14 @@ import (
 // heals; at --timeout it exits with the last verdict (1 blocked, 2 unknown);
 // an answer waiting cannot change (no such node) or no answer at all ends
 // in 2.
+//
+// Each fault's check starts once the Health objects show the fact its
+// answer turns on (node-2's etcd member Down; node-3's heartbeat missed),
+// and asks the replica that wrote them (the Lease holder): a drain answer
+// is never older than what its replica's state had accepted when it was
+// asked (issue 34 item 9: it once answered safe from a snapshot taken the
+// second before node-2's report), so from the first answer on it must be
+// the one asserted, whatever the load.
 func TestDrainCheckWait(t *testing.T) {
 	harness.SkipShort(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
@@ -34,7 +42,27 @@ func TestDrainCheckWait(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { assert.NoError(t, l.Down()) })
 	plugin := filepath.Join(binDir(t), "kubectl-health")
-	url := "http://" + l.State.Aggregators[0].HTTP
+	// writerURL is the drain check of the replica holding the Lease: the
+	// one whose state the Health objects are written from.
+	writerURL := func(t *testing.T) string {
+		t.Helper()
+		id, err := lab.LeaderIdentity(ctx, l.State)
+		require.NoError(t, err)
+		for _, a := range l.State.Aggregators {
+			if a.Name == id {
+				return "http://" + a.HTTP
+			}
+		}
+		t.Fatalf("the Lease holder %q is none of the lab's aggregators", id)
+		return ""
+	}
+	both := func(a, b lab.Condition) lab.Condition {
+		return func(hs map[string]*healthv1alpha1.Health, now time.Time) (bool, string) {
+			okA, seenA := a(hs, now)
+			okB, seenB := b(hs, now)
+			return okA && okB, seenA + "; " + seenB
+		}
+	}
 	fault := func(t *testing.T, node, f string) {
 		t.Helper()
 		msg, err := lab.Fault(ctx, l.State.Dir, node, f, "")
@@ -70,13 +98,20 @@ func TestDrainCheckWait(t *testing.T) {
 	}
 
 	wait(t, "all Healthy", boundRecover, lab.AllHealthy(components))
+	url := writerURL(t)
 	code, out, _ := run("node-1", "--wait", "--timeout", "1m", "--interval", "1s", "--aggregator-url", url)
 	require.Equal(t, 0, code, "a healthy cluster: node-1 is safe")
 	assert.Contains(t, out, "Node node-1: SAFE")
 
 	// node-2's etcd stopped: draining node-1 would leave 1 of 3 voters.
+	// Once etcd's Health object shows node-2's member Down, every answer
+	// of its writer is blocked: --wait never sees safe, and exits 1 at
+	// --timeout.
 	fault(t, "node-2", "etcd-stop")
-	wait(t, "etcd Degraded naming node-2", boundFault, lab.ComponentIs("etcd", healthv1alpha1.StatusDegraded, "node-2"))
+	wait(t, "etcd Degraded, node-2's member Down", boundFault, both(
+		lab.ComponentIs("etcd", healthv1alpha1.StatusDegraded, "node-2"),
+		lab.NodeEntryIs("etcd", "node-2", healthv1alpha1.StatusDown, "")))
+	url = writerURL(t)
 	code, out, errOut := run("node-1", "--wait", "--timeout", "5s", "--interval", "1s", "--aggregator-url", url)
 	assert.Equal(t, 1, code, "still blocked at --timeout: exit 1")
 	assert.Contains(t, out, "Node node-1: BLOCKED")
@@ -109,6 +144,7 @@ func TestDrainCheckWait(t *testing.T) {
 	// node-3's agent silent: its own data is missing, the answer unknown.
 	fault(t, "node-3", "agent-stop")
 	wait(t, "node-3 HeartbeatMissed", boundHeartbeat, lab.NodeEntryIs("etcd", "node-3", healthv1alpha1.StatusUnknown, "HeartbeatMissed"))
+	url = writerURL(t)
 	code, out, _ = run("node-3", "--wait", "--timeout", "3s", "--interval", "1s", "--aggregator-url", url)
 	assert.Equal(t, 2, code, "unknown at --timeout: exit 2")
 	assert.Contains(t, out, "Node node-3: UNKNOWN")

@@ -4,9 +4,11 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	coreinformers "k8s.io/client-go/informers/core/v1"
 	"k8s.io/client-go/tools/cache"
@@ -33,8 +35,15 @@ func (a *App) newDrain(nodes coreinformers.NodeInformer, log *zap.Logger) (*drai
 		// have been validated.
 		return nil, nil, fmt.Errorf("--drain-auth: want %s or %s, got %q", config.DrainAuthNone, config.DrainAuthDelegated, a.cfg.DrainAuth)
 	}
-	source := drainSource(a.state, nodes, a.rollup.Grace, log.With(zap.String("component", "drain")))
-	dcfg := drain.Config{Auditor: a.claims}
+	source, nodeChanges, err := drainSource(a.state, nodes, a.rollup.Grace, log.With(zap.String("component", "drain")))
+	if err != nil {
+		return nil, nil, err
+	}
+	// A check answers from a snapshot holding every report the state had
+	// accepted, and every cordon and role change the informer had
+	// delivered, when it arrived.
+	st := a.state
+	dcfg := drain.Config{Auditor: a.claims, Generation: func() uint64 { return st.Generation() + nodeChanges.Load() }}
 	if a.linstor != nil {
 		dcfg.Linstor = func() ([]linstorapi.Replica, string) { return a.linstor.Replicas(a.clock.Now()) }
 	}
@@ -48,9 +57,27 @@ func (a *App) newDrain(nodes coreinformers.NodeInformer, log *zap.Logger) (*drai
 // drainSource reads the state and the Kubernetes Nodes' cordons and roles
 // from the Node informer's cache. The first read waits (up to 10 s) for the cache
 // to fill; a cache that never fills reads every node as "not a Kubernetes
-// Node": gone, so quorum projections err on blocked, never on safe.
-func drainSource(st *state.State, nodes coreinformers.NodeInformer, grace func(time.Duration) time.Duration, log *zap.Logger) drain.Source {
+// Node": gone, so quorum projections err on blocked, never on safe. The
+// counter counts the changes of what it reads from the cache (a Node added
+// or deleted, cordoned or uncordoned, its role changed), each counted once
+// the cache holds it: with the state's generation, drain.Config.Generation.
+func drainSource(st *state.State, nodes coreinformers.NodeInformer, grace func(time.Duration) time.Duration, log *zap.Logger) (drain.Source, *atomic.Uint64, error) {
 	informer, lister := nodes.Informer(), nodes.Lister()
+	changes := new(atomic.Uint64)
+	bump := func(any) { changes.Add(1) }
+	if _, err := informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    bump,
+		DeleteFunc: bump,
+		UpdateFunc: func(old, cur any) {
+			o, ok1 := old.(*corev1.Node)
+			n, ok2 := cur.(*corev1.Node)
+			if !ok1 || !ok2 || o.Spec.Unschedulable != n.Spec.Unschedulable || state.RoleOf(o.Labels) != state.RoleOf(n.Labels) {
+				changes.Add(1)
+			}
+		},
+	}); err != nil {
+		return nil, nil, fmt.Errorf("drain: node informer handler: %w", err)
+	}
 	var synced sync.Once
 	return func(now time.Time) map[string]drain.NodeInfo {
 		synced.Do(func() {
@@ -69,5 +96,5 @@ func drainSource(st *state.State, nodes coreinformers.NodeInformer, grace func(t
 			kn[n.Name] = drain.KubeNode{Cordoned: n.Spec.Unschedulable, Role: state.RoleOf(n.Labels)}
 		}
 		return drain.StateNodes(st, now, kn, grace)
-	}
+	}, changes, nil
 }

@@ -34,9 +34,21 @@ type Source func(now time.Time) map[string]NodeInfo
 
 // Config configures a Service.
 type Config struct {
+	// Generation counts the changes of what Source reads: it only grows,
+	// and has grown by the time a change can be read. In the aggregator it
+	// is the state's generation (state.State.Generation: every report
+	// accepted, every node expected, re-roled or pruned) plus the Node
+	// informer's cordon and role changes. A check reads it on arrival and
+	// answers only from a snapshot taken after the same or a later count,
+	// taking one if need be: an answer is never older than a report the
+	// state had accepted when the check arrived, however young the cached
+	// snapshot. Nil: Source changes only with time (tests, benchmarks), and
+	// MaxSnapshotAge alone decides.
+	Generation func() uint64
 	// MaxSnapshotAge is how old a cached snapshot may be before a check
-	// takes a new one; 0 means 1s. Freshness is still judged at the time of
-	// the check (NodeInfo.FreshUntil); only newer reports wait this long.
+	// takes a new one even when Generation has not moved (for what it does
+	// not count: the LINSTOR controller's view); 0 means 1s. Freshness is
+	// still judged at the time of the check (NodeInfo.FreshUntil).
 	MaxSnapshotAge time.Duration
 	// Auditor counts and logs the claims the rules reject (DRBD replica
 	// claims no other holder corroborates); nil drops them. The raft
@@ -61,6 +73,14 @@ func (c *Config) Validate() error {
 
 // Service answers drain checks from cached snapshots of a Source. It is
 // safe for concurrent use.
+//
+// A check answers from a snapshot that holds every change Config.Generation
+// counted when the check arrived and is no older than
+// Config.MaxSnapshotAge; when the cached one is not, the check takes a new
+// one (incrementally: Indexer) or waits for the one being taken. Snapshots
+// are taken one at a time, and one serves every check that arrived before
+// it began, so a flood of checks costs at most one snapshot in progress
+// whatever the rate of checks, and none while the state does not change.
 type Service struct {
 	cfg    Config
 	source Source
@@ -73,7 +93,7 @@ type Service struct {
 
 	// cur is the latest snapshot; mu serializes taking a new one and
 	// guards indexer.
-	cur     atomic.Pointer[Snapshot]
+	cur     atomic.Pointer[cached]
 	mu      sync.Mutex
 	indexer Indexer
 	// lastCheck is when a check was last served (unix nanoseconds); Run
@@ -109,38 +129,69 @@ func NewService(cfg Config, source Source, clk clock.PassiveClock, log *zap.Logg
 	return &Service{cfg: cfg, source: source, clock: clk, log: log, rejectLog: sampled(log), m: m}, nil
 }
 
-// Snapshot returns a snapshot no older than MaxSnapshotAge at now. While
-// another caller (usually Run) is taking one, a snapshot up to
-// 5 x MaxSnapshotAge old is returned rather than waited for, so checks do
-// not queue behind a rebuild.
+// cached is a snapshot and the generation (Config.Generation) read before
+// its source was: it holds at least every change counted up to gen.
+type cached struct {
+	snap *Snapshot
+	gen  uint64
+}
+
+// serves tells whether c may answer a check at now that arrived when the
+// generation was gen: it holds every change counted by then, and it is at
+// most maxAge old (and not from now's future).
+func (c *cached) serves(now time.Time, gen uint64, maxAge time.Duration) bool {
+	return c != nil && c.gen >= gen && !now.Before(c.snap.TakenAt) && now.Sub(c.snap.TakenAt) <= maxAge
+}
+
+// generation is Config.Generation's count; 0 without one.
+func (s *Service) generation() uint64 {
+	if s.cfg.Generation == nil {
+		return 0
+	}
+	return s.cfg.Generation()
+}
+
+// Snapshot returns a snapshot that holds every change Config.Generation
+// counted when it was called and is no older than MaxSnapshotAge at now.
+// While another caller (usually Run) is taking one, a snapshot holding
+// every change counted but up to 5 x MaxSnapshotAge old is returned rather
+// than waited for, so checks do not queue behind a rebuild for what only
+// age would change; a snapshot missing a counted change is never returned:
+// the caller waits for the one being taken, and takes another if that one
+// began before the change.
 func (s *Service) Snapshot(now time.Time) *Snapshot {
-	snap := s.cur.Load()
-	if snap != nil && now.Sub(snap.TakenAt) <= s.cfg.MaxSnapshotAge && !now.Before(snap.TakenAt) {
-		return snap
+	gen := s.generation()
+	c := s.cur.Load()
+	if c.serves(now, gen, s.cfg.MaxSnapshotAge) {
+		return c.snap
 	}
 	if !s.mu.TryLock() {
-		if snap != nil && now.Sub(snap.TakenAt) <= 5*s.cfg.MaxSnapshotAge && !now.Before(snap.TakenAt) {
-			return snap
+		if c.serves(now, gen, 5*s.cfg.MaxSnapshotAge) {
+			return c.snap
 		}
 		s.mu.Lock()
 	}
 	defer s.mu.Unlock()
-	if snap := s.cur.Load(); snap != nil && now.Sub(snap.TakenAt) <= s.cfg.MaxSnapshotAge && !now.Before(snap.TakenAt) {
-		return snap
+	if c := s.cur.Load(); c.serves(now, gen, s.cfg.MaxSnapshotAge) {
+		return c.snap
 	}
 	start := time.Now()
-	snap = s.indexer.Snapshot(s.source(now), now)
+	// Read before the source: every change counted up to taken is in what
+	// the source reads next.
+	taken := s.generation()
+	snap := s.indexer.Snapshot(s.source(now), now)
 	if s.cfg.Linstor != nil {
 		snap = snap.WithControllerView(s.cfg.Linstor())
 	}
 	s.m.snapshotSeconds.Observe(time.Since(start).Seconds())
-	s.cur.Store(snap)
+	s.cur.Store(&cached{snap: snap, gen: taken})
 	return snap
 }
 
-// Run keeps the cached snapshot younger than MaxSnapshotAge until ctx ends,
-// while checks arrive (see warmFor), so that checks rarely pay for taking
-// one.
+// Run keeps the cached snapshot younger than MaxSnapshotAge, and holding
+// the changes counted by then, until ctx ends, while checks arrive (see
+// warmFor), so that checks pay for taking one only for the changes of the
+// last tick (an incremental snapshot).
 func (s *Service) Run(ctx context.Context) {
 	t := time.NewTicker(s.cfg.MaxSnapshotAge * 4 / 5)
 	defer t.Stop()

@@ -64,3 +64,42 @@ func TestStateNodes(t *testing.T) {
 	assert.Nil(t, s.LastReport)
 	assert.True(t, s.LastHeard.IsZero())
 }
+
+// TestStateGenerationCountsEveryChange pins what the drain check's
+// freshness (Config.Generation) relies on: every change of what StateNodes
+// reads moves the state's generation, and what the state refuses or
+// already holds does not.
+func TestStateGenerationCountsEveryChange(t *testing.T) {
+	st := state.New(nil)
+	t0 := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	g := st.Generation()
+	moved := func(what string) {
+		t.Helper()
+		assert.Greater(t, st.Generation(), g, what)
+		g = st.Generation()
+	}
+	still := func(what string) {
+		t.Helper()
+		assert.Equal(t, g, st.Generation(), what)
+	}
+	st.Accept(etcdReport("node-1", 1), t0)
+	moved("a report accepted")
+	st.Accept(etcdReport("node-1", 2), t0)
+	moved("the next report")
+	st.Accept(etcdReport("node-1", 2), t0)
+	still("a replayed report is refused")
+	st.Expect("node-2", t0)
+	moved("a node expected")
+	st.Expect("node-2", t0)
+	still("already expected")
+	st.SetRole("node-1", state.RoleControlPlane)
+	moved("a role")
+	st.SetRole("node-1", state.RoleControlPlane)
+	still("the same role")
+	st.Unexpect("node-2")
+	moved("a node no longer expected")
+	st.DeleteNode("node-1")
+	moved("a node pruned")
+	st.Accept(etcdReport("node-1", 3), t0)
+	still("a report of a pruned node is refused")
+}

@@ -7,6 +7,7 @@ package state
 import (
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cozystack/cozy-health/pkg/report"
@@ -125,6 +126,8 @@ type State struct {
 	// report still in flight does not resurrect them; a node object that is
 	// created again clears it (Restore).
 	deleted map[string]struct{}
+	// gen counts the changes of nodes; bumped under mu's write lock.
+	gen atomic.Uint64
 }
 
 // New returns an empty State. observer may be nil.
@@ -271,8 +274,10 @@ func (s *State) Track() *Tracker {
 	return t
 }
 
-// changed records name in every tracker; s.mu is held for writing.
+// changed records name in every tracker and bumps the generation; s.mu
+// is held for writing.
 func (s *State) changed(name string) {
+	s.gen.Add(1)
 	for _, t := range s.trackers {
 		t.names[name] = struct{}{}
 	}
@@ -291,6 +296,14 @@ func (s *State) ReadChanged(t *Tracker, f func(nodes map[string]Entry, changed m
 	t.names = make(map[string]struct{}, len(changed))
 	f(s.nodes, changed)
 }
+
+// Generation counts every change of the state's nodes (a report stored, a
+// node expected, re-roled or removed): it only grows, and it has grown by
+// the time the method making the change returns. A reader that records it
+// before reading the state (Read, Snapshot) has read at least every change
+// counted; one reading the same value later has nothing newer to read.
+// Lock-free.
+func (s *State) Generation() uint64 { return s.gen.Load() }
 
 // Get returns one node's entry.
 func (s *State) Get(node string) (Entry, bool) {
