@@ -103,7 +103,8 @@ var (
 // view: "Diskless" for a diskless replica, and for a diskful one whose
 // disk detached (a volume Diskless without a diskless flag: worse than
 // any other state of a diskful replica); "" when the controller holds no
-// satellite state for some volume (its satellite is not connected).
+// satellite state for some volume (its satellite is not connected),
+// diskless replicas included: whether they are connected is not known.
 func ReplicaState(r ResourceWithVolumes) string {
 	diskless := HasAny(r.Flags, DisklessFlags)
 	if len(r.Volumes) == 0 {
@@ -115,9 +116,6 @@ func ReplicaState(r ResourceWithVolumes) string {
 	worst := "UpToDate"
 	for _, v := range r.Volumes {
 		s := v.State.DiskState
-		if s == "" && diskless {
-			s = "Diskless"
-		}
 		if s == "" {
 			return ""
 		}
@@ -310,12 +308,14 @@ func Connected(a, b Replica) Connection {
 	return ConnectionNotKnown
 }
 
-// SplitBrain tells whether a and b are both attached UpToDate copies that
-// are StandAlone toward each other: DRBD disconnects and stays StandAlone
-// after it detects a split brain (after-sb policies "disconnect"), until
-// an operator resolves it; each side may hold writes the other lacks.
+// SplitBrain tells whether a and b are both attached UpToDate copies of
+// which one is StandAlone toward the other, and the connection is not
+// known up: DRBD disconnects and stays StandAlone after it detects a split
+// brain (after-sb policies "disconnect"), until an operator resolves it;
+// each side may hold writes the other lacks. A side that still says
+// Connected contradicts, and does not clear it.
 func SplitBrain(a, b Replica) bool {
-	if !a.Copy() || !b.Copy() || a.State != "UpToDate" || b.State != "UpToDate" || Connected(a, b) != ConnectionDown {
+	if !a.Copy() || !b.Copy() || a.State != "UpToDate" || b.State != "UpToDate" || Connected(a, b) == ConnectionUp {
 		return false
 	}
 	return a.Peers[b.Node] == DRBDStandAlone || b.Peers[a.Node] == DRBDStandAlone

@@ -149,13 +149,20 @@ func TestConnectionsAndReplicationStates(t *testing.T) {
 	reps = Replicas(parse(t, a, b, c), online("node-1", "node-2", "node-3"))
 	assert.Equal(t, ConnectionDown, Connected(reps[0], reps[1]))
 	assert.True(t, SplitBrain(reps[0], reps[1]), "StandAlone on one side, not connected on the other, both UpToDate")
-	// A side that contradicts the other: not known.
+	// A side that contradicts the other: the connection is not known, and
+	// a StandAlone between two UpToDate copies not known up stays a split
+	// brain (the drain model found this one).
 	b.LayerObject.Drbd.Connections["node-1"] = lapi.DrbdConnection{Connected: true, Message: "Connected"}
 	reps = Replicas(parse(t, a, b, c), online("node-1", "node-2", "node-3"))
 	assert.Equal(t, ConnectionNotKnown, Connected(reps[0], reps[1]))
+	assert.True(t, SplitBrain(reps[0], reps[1]))
+	// StandAlone toward an Outdated peer: no split brain, the StandAlone
+	// side says so.
+	b.Volumes[0].State.DiskState = "Outdated"
+	reps = Replicas(parse(t, a, b, c), online("node-1", "node-2", "node-3"))
 	obs = Observations(online("node-1", "node-2", "node-3"), reps, nil)
 	assert.Equal(t, ReasonConnectionStandAlone, entry(t, obs, "node-1", "pvc-a").Reason)
-	assert.Equal(t, "DiskUpToDate", entry(t, obs, "node-2", "pvc-a").Reason)
+	assert.Equal(t, "DiskOutdated", entry(t, obs, "node-2", "pvc-a").Reason)
 	// Every enum value but Connected (and Unknown, which says nothing) is
 	// not connected.
 	for _, m := range DRBDConnectionStates {
