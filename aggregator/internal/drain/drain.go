@@ -23,10 +23,15 @@
 // pessimistic projection keeps quorum, blocked when even the optimistic one
 // loses it, unknown in between.
 //
-// Serving (service.go, http.go, grpc.go): a Service keeps a snapshot no
-// older than Config.MaxSnapshotAge (1s), refreshed in the background and
-// built incrementally (Indexer), so one check reads only the target's
-// resources and the raft members. GET /v1/drain-check?node=X answers JSON
+// Serving (service.go, http.go, grpc.go): a check answers from a snapshot
+// holding every report the aggregator's state had accepted, and every Node
+// cordon and role change its informer had delivered, when the check
+// arrived (Config.Generation), and no older than Config.MaxSnapshotAge
+// (1s); when the cached snapshot is not, the Service takes one
+// (incrementally: Indexer), one at a time, each serving every check that
+// arrived before it began, and keeps one warm in the background while
+// checks come, so one check reads only the target's resources and the
+// raft members. GET /v1/drain-check?node=X answers JSON
 // (400 bad node name, 404 unknown node); DrainService.DrainCheck answers the
 // same over gRPC (InvalidArgument, NotFound). Every answer and refusal is
 // counted (cozy_health_drain_checks_total, cozy_health_drain_rejected_total).
