@@ -360,20 +360,8 @@ var Catalog = []Fault{
 		// The node's replica of the resource it leads (pvc-lab-i on
 		// node-i and node-i+1) goes Outdated: the other diskful replica
 		// is the last UpToDate one, its node blocked.
-		Apply: func(ctx context.Context, e *env, n []string) error {
-			return e.lab(ctx, n[0], "drbd-outdated", resourceOf(n[0]))
-		},
-		Repair: func(ctx context.Context, e *env, n []string) error {
-			return e.lab(ctx, n[0], "drbd-uptodate", resourceOf(n[0]))
-		},
-		Truth: func(all, nodes []string) Truth {
-			d := map[string]Set{}
-			for _, o := range others(all, nodes) {
-				d[o] = Set{Safe, Blocked, Undecide}
-			}
-			d[partnerOf(all, nodes[0])] = Set{Blocked}
-			return Truth{Components: map[string]Set{"linstor": {Degraded}}, Drain: d}
-		},
+		Apply: resourceFault("drbd-outdated"), Repair: resourceFault("drbd-uptodate"),
+		Truth: lastCopyOnPartner,
 	},
 	{
 		Name: "drbd-detached", Targets: 1, Class: ClassSource,
@@ -381,20 +369,8 @@ var Catalog = []Fault{
 		// detach: Diskless though diskful): the other diskful replica is
 		// the only data copy, its node blocked; the detached node itself
 		// drains safely (the copy stays, connected to the tie-breaker).
-		Apply: func(ctx context.Context, e *env, n []string) error {
-			return e.lab(ctx, n[0], "drbd-detached", resourceOf(n[0]))
-		},
-		Repair: func(ctx context.Context, e *env, n []string) error {
-			return e.lab(ctx, n[0], "drbd-attached", resourceOf(n[0]))
-		},
-		Truth: func(all, nodes []string) Truth {
-			d := map[string]Set{}
-			for _, o := range others(all, nodes) {
-				d[o] = Set{Safe, Blocked, Undecide}
-			}
-			d[partnerOf(all, nodes[0])] = Set{Blocked}
-			return Truth{Components: map[string]Set{"linstor": {Degraded}}, Drain: d}
-		},
+		Apply: resourceFault("drbd-detached"), Repair: resourceFault("drbd-attached"),
+		Truth: lastCopyOnPartner,
 	},
 	{
 		Name: "drbd-standalone", Targets: 1, Class: ClassSource,
@@ -402,12 +378,7 @@ var Catalog = []Fault{
 		// each other, both diskful replicas UpToDate: a split brain. No
 		// single good copy: draining either side is blocked, and draining
 		// the tie-breaker leaves no copy connected to a quorum.
-		Apply: func(ctx context.Context, e *env, n []string) error {
-			return e.lab(ctx, n[0], "drbd-standalone", resourceOf(n[0]))
-		},
-		Repair: func(ctx context.Context, e *env, n []string) error {
-			return e.lab(ctx, n[0], "drbd-connected", resourceOf(n[0]))
-		},
+		Apply: resourceFault("drbd-standalone"), Repair: resourceFault("drbd-connected"),
 		Truth: func(all, nodes []string) Truth {
 			d := map[string]Set{}
 			for _, o := range all {
@@ -453,6 +424,25 @@ var Catalog = []Fault{
 		},
 		Truth: func(_, _ []string) Truth { return Baseline },
 	},
+}
+
+// resourceFault applies lab fault f to the resource the target leads.
+func resourceFault(f string) func(context.Context, *env, []string) error {
+	return func(ctx context.Context, e *env, n []string) error {
+		return e.lab(ctx, n[0], f, resourceOf(n[0]))
+	}
+}
+
+// lastCopyOnPartner is the truth while the target's replica of its
+// resource is no good copy: the partner holds the only one (its drain
+// blocked), linstor Degraded; the other nodes' drains are not judged.
+func lastCopyOnPartner(all, nodes []string) Truth {
+	d := map[string]Set{}
+	for _, o := range others(all, nodes) {
+		d[o] = Set{Safe, Blocked, Undecide}
+	}
+	d[partnerOf(all, nodes[0])] = Set{Blocked}
+	return Truth{Components: map[string]Set{"linstor": {Degraded}}, Drain: d}
 }
 
 // resourceOf is the LINSTOR resource node-i leads in the lab (pvc-lab-i).

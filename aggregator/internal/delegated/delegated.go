@@ -35,6 +35,8 @@ import (
 	authzv1 "k8s.io/api/authorization/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+
+	"github.com/cozystack/cozy-health/aggregator/internal/peerlimit"
 )
 
 // Errors of Authorizer.Authorize.
@@ -58,7 +60,6 @@ const (
 	// twentieth of the replica's budget.
 	DefaultPeerReviewsPerSec = 1
 	DefaultPeerReviewBurst   = 5
-	maxPeerLimiters          = 1 << 14
 	// maxTokenBytes bounds a token worth reviewing; a ServiceAccount
 	// token is about 1 KiB.
 	maxTokenBytes          = 16 << 10
@@ -77,14 +78,11 @@ type Authorizer struct {
 	now    func() time.Time
 	limit  *rate.Limiter
 
-	// mu guards cache: sha256(path NUL token) -> decision, kept ttl, and
-	// peers: one review budget per source IP address.
+	// peers is one review budget per source IP address.
+	peers *peerlimit.Limiters
+	// mu guards cache: sha256(path NUL token) -> decision, kept ttl.
 	mu    sync.Mutex
 	cache map[[32]byte]decision
-	peers map[string]*rate.Limiter
-	// peerLimit and peerBurst are each address's budget.
-	peerLimit rate.Limit
-	peerBurst int
 }
 
 type decision struct {
@@ -102,16 +100,13 @@ func New(client kubernetes.Interface, ttl time.Duration) *Authorizer {
 	}
 	return &Authorizer{client: client, ttl: ttl, now: time.Now, cache: map[[32]byte]decision{},
 		limit: rate.NewLimiter(DefaultReviewsPerSec, DefaultReviewBurst),
-		peers: map[string]*rate.Limiter{}, peerLimit: DefaultPeerReviewsPerSec, peerBurst: DefaultPeerReviewBurst}
+		peers: peerlimit.New(DefaultPeerReviewsPerSec, DefaultPeerReviewBurst)}
 }
 
 // SetPeerRate changes each source address's review budget (tests, flags);
 // buckets made before keep theirs.
 func (a *Authorizer) SetPeerRate(perSecond float64, burst int) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	a.peerLimit, a.peerBurst = rate.Limit(perSecond), burst
-	clear(a.peers)
+	a.peers.SetRate(rate.Limit(perSecond), burst)
 }
 
 // SetRate changes the review budget (tests, flags).
@@ -183,32 +178,9 @@ func (a *Authorizer) Authorize(ctx context.Context, token, path, peer string) (s
 	return user, err
 }
 
-// allowPeer spends one review from ip's bucket. The buckets are at most
-// maxPeerLimiters: past that, those full again are dropped, and if none is,
-// all (an address then starts with a full bucket: the replica's budget
-// still holds).
+// allowPeer spends one review from ip's bucket (peerlimit.Limiters).
 func (a *Authorizer) allowPeer(ip string, now time.Time) bool {
-	if ip == "" {
-		return true
-	}
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	l, ok := a.peers[ip]
-	if !ok {
-		if len(a.peers) >= maxPeerLimiters {
-			for k, v := range a.peers {
-				if v.TokensAt(now) >= float64(a.peerBurst) {
-					delete(a.peers, k)
-				}
-			}
-			if len(a.peers) >= maxPeerLimiters {
-				clear(a.peers)
-			}
-		}
-		l = rate.NewLimiter(a.peerLimit, a.peerBurst)
-		a.peers[ip] = l
-	}
-	return l.AllowN(now, 1)
+	return ip == "" || a.peers.Allow(ip, now)
 }
 
 // hostOf is the host of a host:port address, or addr itself.

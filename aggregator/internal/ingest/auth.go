@@ -17,6 +17,8 @@ import (
 	authenticationv1 "k8s.io/api/authentication/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	authenticationv1client "k8s.io/client-go/kubernetes/typed/authentication/v1"
+
+	"github.com/cozystack/cozy-health/aggregator/internal/peerlimit"
 )
 
 // NodeNameExtraKey is the user extra key under which a TokenReview of a
@@ -62,7 +64,7 @@ type tokenAuthenticator struct {
 	// budget) and from the peer's bucket in peers; over either, the hello
 	// is refused with review_throttled and nothing is asked.
 	limit *rate.Limiter
-	peers *peerLimiters
+	peers *peerlimit.Limiters
 	lim   SurfaceLimits
 
 	mu    sync.Mutex // guards cache
@@ -78,7 +80,7 @@ func newTokenAuthenticator(reviews authenticationv1client.TokenReviewInterface, 
 		reviews: reviews, audience: audience, username: "system:serviceaccount:" + ns + ":" + name,
 		ttl: ttl, now: now, m: m, cache: map[[sha256.Size]byte]cachedIdentity{},
 		limit: rate.NewLimiter(rate.Limit(lim.TokenReviewsPerSecond), lim.TokenReviewBurst),
-		peers: newPeerLimiters(rate.Limit(lim.PeerTokenReviewsPerSecond), lim.PeerTokenReviewBurst), lim: lim,
+		peers: peerlimit.New(rate.Limit(lim.PeerTokenReviewsPerSecond), lim.PeerTokenReviewBurst), lim: lim,
 	}, nil
 }
 
@@ -100,7 +102,7 @@ func (a *tokenAuthenticator) authenticate(ctx context.Context, token, peer strin
 	// The peer's bucket first: a flood from one address must not spend
 	// the replica's budget that other nodes' agents need.
 	now := a.now()
-	if (!a.lim.exempt(peer) && !a.peers.allow(peer, now)) || !a.limit.AllowN(now, 1) {
+	if (!a.lim.exempt(peer) && !a.peers.Allow(peer, now)) || !a.limit.AllowN(now, 1) {
 		a.m.tokenReviews.WithLabelValues(tokenReviewThrottled).Inc()
 		return identity{}, errThrottled
 	}
@@ -236,43 +238,4 @@ func (a *tokenAuthenticator) precheck(token string) (time.Time, string) {
 		return exp, fmt.Sprintf("token audiences %v do not include %s", auds, a.audience)
 	}
 	return exp, ""
-}
-
-// peerLimiters holds one TokenReview bucket per peer address, at most
-// maxPeerLimiters of them: past that, buckets idle long enough to be full
-// again are dropped, and if none is, the whole map (a peer then starts
-// with a full bucket: the replica's budget still holds).
-type peerLimiters struct {
-	limit rate.Limit
-	burst int
-
-	mu sync.Mutex // guards m
-	m  map[string]*rate.Limiter
-}
-
-const maxPeerLimiters = 1 << 14
-
-func newPeerLimiters(limit rate.Limit, burst int) *peerLimiters {
-	return &peerLimiters{limit: limit, burst: burst, m: map[string]*rate.Limiter{}}
-}
-
-func (p *peerLimiters) allow(peer string, now time.Time) bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	l, ok := p.m[peer]
-	if !ok {
-		if len(p.m) >= maxPeerLimiters {
-			for k, v := range p.m {
-				if v.TokensAt(now) >= float64(p.burst) {
-					delete(p.m, k)
-				}
-			}
-			if len(p.m) >= maxPeerLimiters {
-				clear(p.m)
-			}
-		}
-		l = rate.NewLimiter(p.limit, p.burst)
-		p.m[peer] = l
-	}
-	return l.AllowN(now, 1)
 }
