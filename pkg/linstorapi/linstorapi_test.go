@@ -182,3 +182,50 @@ func FuzzParseResources(f *testing.F) {
 		}
 	})
 }
+
+// TestStandInFaults: the lab's drbd-detached and drbd-standalone faults,
+// as the controller stand-in renders them, read as a detached replica and
+// a split brain, and their repairs as neither.
+func TestStandInFaults(t *testing.T) {
+	srv, err := linstorsrc.Start("", nil)
+	require.NoError(t, err)
+	defer srv.Close()
+	for _, n := range []string{"node-1", "node-2", "node-3"} {
+		srv.SetNode(n, "ONLINE")
+	}
+	srv.SetReplica(linstorsrc.Replica{Resource: "pvc-lab-1", Node: "node-1", DiskState: "UpToDate"})
+	srv.SetReplica(linstorsrc.Replica{Resource: "pvc-lab-1", Node: "node-2", DiskState: "UpToDate"})
+	srv.SetReplica(linstorsrc.Replica{Resource: "pvc-lab-1", Node: "node-3", DiskState: "Diskless", Diskless: true})
+	c, err := New(Config{URL: srv.URL})
+	require.NoError(t, err)
+	read := func() []Replica {
+		nodes, err := c.Nodes(context.Background())
+		require.NoError(t, err)
+		view, err := c.ResourceView(context.Background())
+		require.NoError(t, err)
+		return Replicas(view, nodes)
+	}
+	reps := read()
+	require.Len(t, reps, 3)
+	assert.Equal(t, ConnectionUp, Connected(reps[0], reps[1]))
+	assert.False(t, SplitBrain(reps[0], reps[1]))
+
+	srv.SetDiskState("pvc-lab-1", "node-1", "Diskless") // drbd-detached
+	reps = read()
+	assert.True(t, reps[0].Detached)
+	assert.False(t, reps[2].Detached, "the tie-breaker is diskless by its flags")
+	srv.SetDiskState("pvc-lab-1", "node-1", "UpToDate") // drbd-attached
+	assert.False(t, read()[0].Detached)
+
+	srv.SetStandAlone("pvc-lab-1", "node-1", true) // drbd-standalone
+	reps = read()
+	assert.Equal(t, ConnectionDown, Connected(reps[0], reps[1]))
+	assert.Equal(t, ConnectionDown, Connected(reps[0], reps[2]))
+	assert.Equal(t, ConnectionUp, Connected(reps[1], reps[2]))
+	assert.True(t, SplitBrain(reps[0], reps[1]))
+	assert.Equal(t, []string{"node-2", "node-3"}, reps[0].ReplicationOff, "replication_states Off toward the StandAlone peers")
+	srv.SetStandAlone("pvc-lab-1", "node-1", false) // drbd-connected
+	reps = read()
+	assert.Equal(t, ConnectionUp, Connected(reps[0], reps[1]))
+	assert.False(t, SplitBrain(reps[0], reps[1]))
+}
