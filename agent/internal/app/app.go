@@ -130,14 +130,29 @@ func (a *App) Run(ctx context.Context) error {
 
 	a.log.Info("agent started", zap.String("version", version.Version), zap.String("instance", a.runner.InstanceID()),
 		zap.Duration("interval", a.cfg.Interval), zap.Duration("checkDeadline", a.cfg.CheckDeadline), zap.Int("checks", len(a.checks.Checks)))
-	go inPart(ctx, "runner", func(ctx context.Context) { errc <- a.runner.Run(ctx, desired, publish) })
+	runnerDone := make(chan error, 1)
+	go inPart(ctx, "runner", func(ctx context.Context) { runnerDone <- a.runner.Run(ctx, desired, publish) })
 	select {
 	case <-ctx.Done():
+		// The runner stops with ctx (its checks run under their own
+		// deadlines); Run returns after it, so nothing it does (a last
+		// publish, a log line) outlives Run. Bounded: a runner stuck past
+		// shutdownWait is left behind.
+		select {
+		case <-runnerDone:
+		case <-time.After(shutdownWait):
+			a.log.Warn("the runner did not stop in time", zap.Duration("waited", shutdownWait))
+		}
 		return nil
+	case err := <-runnerDone:
+		return err
 	case err := <-errc:
 		return err
 	}
 }
+
+// shutdownWait bounds how long Run waits for the runner once ctx ends.
+const shutdownWait = 10 * time.Second
 
 // serveMetrics serves /metrics and /healthz until ctx ends.
 func (a *App) serveMetrics(ctx context.Context, errc chan<- error) error {
