@@ -42,13 +42,15 @@ var tools = []string{"kubectl", "talosctl", "linstor", "drbdsetup", "make", "go"
 // node or LINSTOR controller, which cannot run here (DESIGN: Talos machined
 // and LINSTOR are served by real-protocol stand-ins, not their CLIs).
 var external = map[string]string{
-	"talosctl etcd defrag":                "Talos machined",
-	"talosctl etcd alarm disarm":          "Talos machined",
-	"talosctl -n NODE time":               "Talos machined",
-	"talosctl -n NODE dmesg":              "Talos machined",
-	"talosctl -n NODE etcd defrag":        "Talos machined",
-	"linstor resource list -r RESOURCE":   "LINSTOR controller",
-	"drbdsetup status RESOURCE --verbose": "DRBD kernel module on a LINSTOR satellite",
+	"talosctl etcd defrag":                                             "Talos machined",
+	"talosctl etcd alarm disarm":                                       "Talos machined",
+	"talosctl -n NODE time":                                            "Talos machined",
+	"talosctl -n NODE dmesg":                                           "Talos machined",
+	"talosctl -n NODE etcd defrag":                                     "Talos machined",
+	"linstor resource list -r RESOURCE":                                "LINSTOR controller",
+	"drbdsetup status RESOURCE --verbose":                              "DRBD kernel module on a LINSTOR satellite",
+	"linstor storage-pool list -n NODE":                                "LINSTOR controller",
+	"linstor resource set-property NODE RESOURCE DrbdOptions/SkipDisk": "LINSTOR controller",
 }
 
 var (
