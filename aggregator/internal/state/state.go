@@ -27,6 +27,34 @@ type Entry struct {
 	// labels the node cannot set on itself (SetRole); RoleUnknown while no
 	// Node object of this name was seen.
 	Role Role
+	// Via is empty when this replica accepted Report from the node's own
+	// agent, and otherwise names the aggregator replica that relayed it
+	// (a partial partition: this replica does not hear the node, a peer
+	// does). A relayed report was verified again here, with its signature.
+	Via string
+	// Kube is what Kubernetes says of the node apart from its role: its
+	// kubelet's Lease and whether it is in planned maintenance (SetKube).
+	Kube KubeFacts
+}
+
+// KubeFacts are what Kubernetes publishes about a node that explain its
+// agent's silence: whether the kubelet still renews its Lease in
+// kube-node-lease, and whether the node is cordoned (every drain, and
+// Talos' reboot and upgrade sequences, cordon first). The zero value
+// means nothing is known.
+type KubeFacts struct {
+	// LeaseRenewedAt is the kubelet Lease's spec.renewTime; zero when no
+	// Lease of this node was seen.
+	LeaseRenewedAt time.Time
+	// LeaseDuration is the Lease's spec.leaseDurationSeconds (the kubelet
+	// writes 40 s); the kubelet is alive while RenewedAt + Duration is in
+	// the future.
+	LeaseDuration time.Duration
+	// Cordoned: the Node's spec.unschedulable.
+	Cordoned bool
+	// MaintenanceSince is when this replica first saw the node in
+	// maintenance (cordoned); zero when it is not.
+	MaintenanceSince time.Time
 }
 
 // Role is what a node is by its Kubernetes Node object's labels. Only
