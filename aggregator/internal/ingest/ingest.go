@@ -94,6 +94,9 @@ type Server struct {
 	pending pendingTable
 	nodes   nodeStreams
 	baseCtx context.Context
+	// latest is every node's last good Hello and report, for peer
+	// replicas (latest.go).
+	latest latestTable
 	// desired is the interval sent in every ack.
 	desired time.Duration
 	// checks carries reports from streams to the checkers; stop ends them.
@@ -304,6 +307,7 @@ func (s *Server) Ingest(stream pb.IngestService_IngestServer) error {
 		return status.Error(rej.code, rej.reason+": "+rej.detail)
 	}
 	defer s.releaseStream(ls)
+	s.latest.hello(sess.Node, sess.Instance, sess.KeyID, sess.Key.PublicKey(), ls.token)
 	s.m.streams.Inc()
 	defer s.m.streams.Dec()
 	// The stream's fields are added per message, not with log.With: a
@@ -473,5 +477,6 @@ func (s *Server) handleReport(sess *session, sr *pb.SignedReport) *pb.IngestResp
 		return s.ack(seq, reason)
 	}
 	s.m.accepted.Inc()
+	s.latest.report(sess.Node, sess.Instance, sess.KeyID, sr, seq)
 	return s.ack(seq, "")
 }
