@@ -477,6 +477,6 @@ func (s *Server) handleReport(sess *session, sr *pb.SignedReport) *pb.IngestResp
 		return s.ack(seq, reason)
 	}
 	s.m.accepted.Inc()
-	s.latest.report(sess.Node, sess.Instance, sess.KeyID, sr, seq)
+	s.latest.report(sess.Node, sess.Instance, sess.KeyID, sr, seq, now)
 	return s.ack(seq, "")
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"time"
 
 	pb "github.com/cozystack/cozy-health/proto/cozyhealth/v1"
 )
@@ -30,6 +31,8 @@ type Latest struct {
 	Report *pb.SignedReport
 	// Sequence is Report's sequence.
 	Sequence uint64
+	// ReceivedAt is when this replica accepted Report.
+	ReceivedAt time.Time
 }
 
 // latestTable holds one Latest per node.
@@ -55,7 +58,7 @@ func (t *latestTable) hello(node, instance, keyID string, pub []byte, token stri
 
 // report records sr (sequence seq), accepted on a stream of node's
 // instance and key.
-func (t *latestTable) report(node, instance, keyID string, sr *pb.SignedReport, seq uint64) {
+func (t *latestTable) report(node, instance, keyID string, sr *pb.SignedReport, seq uint64, at time.Time) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	l := t.m[node]
@@ -64,7 +67,7 @@ func (t *latestTable) report(node, instance, keyID string, sr *pb.SignedReport, 
 	}
 	// Only what was signed: the message's other fields are not kept.
 	l.Report = &pb.SignedReport{Payload: sr.GetPayload(), KeyId: sr.GetKeyId(), Signature: sr.GetSignature()}
-	l.Sequence = seq
+	l.Sequence, l.ReceivedAt = seq, at
 }
 
 // Latest returns a copy of what this replica holds of node: ok is false

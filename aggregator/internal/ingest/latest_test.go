@@ -66,7 +66,7 @@ func TestLatestBytesPerNode(t *testing.T) {
 		payload += len(sr.GetPayload())
 		// Every agent has its own token.
 		tab.hello(node, "inst", signer.KeyID(), signer.PublicKey(), token[:len(token)-len(node)]+node)
-		tab.report(node, "inst", signer.KeyID(), sr, 1)
+		tab.report(node, "inst", signer.KeyID(), sr, 1, now)
 	}
 	runtime.GC()
 	runtime.ReadMemStats(&after)
