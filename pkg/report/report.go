@@ -98,6 +98,22 @@ const (
 	// ReasonHeartbeatMissed: the node's agent has not delivered a valid report
 	// within the heartbeat grace.
 	ReasonHeartbeatMissed = "HeartbeatMissed"
+	// ReasonAgentSilent: the node's agent is past its heartbeat grace while
+	// the node's kubelet still renews its Lease in kube-node-lease: the
+	// node is up, the agent's pod (or its path to this replica) is the
+	// problem.
+	ReasonAgentSilent = "AgentSilent"
+	// ReasonNodeUnreachable: neither the agent nor the kubelet (its Lease
+	// expired) is heard: the node is down or cut off.
+	ReasonNodeUnreachable = "NodeUnreachable"
+	// ReasonManyNodesSilent: the node is one of many that fell silent
+	// within one window: one event on the observer's path (or a zone),
+	// not that many dead nodes.
+	ReasonManyNodesSilent = "ManyNodesSilent"
+	// ReasonPlannedMaintenance: the node is cordoned (a drain, Talos'
+	// upgrade, shutdown or reset); set on its node entries that are
+	// Unknown or Down. The conditions keep the facts.
+	ReasonPlannedMaintenance = "PlannedMaintenance"
 	// ReasonCheckTimeout: a check ran past its deadline.
 	ReasonCheckTimeout = "CheckTimeout"
 	// ReasonCheckFailed: a check returned an error.

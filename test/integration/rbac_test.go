@@ -88,6 +88,13 @@ func TestShippedRBAC(t *testing.T) {
 
 	aggregatorLease(ctx, t, cp, aggCore)
 
+	// It reads the kubelets' Leases (AgentSilent / NodeUnreachable) and
+	// can write none of them.
+	_, err = aggCore.CoordinationV1().Leases("kube-node-lease").List(ctx, metav1.ListOptions{})
+	assert.NoError(t, err, "aggregator lists kubelet Leases")
+	_, err = aggCore.CoordinationV1().Leases("kube-node-lease").Create(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "node-9"}}, metav1.CreateOptions{})
+	assert.True(t, apierrors.IsForbidden(err), "aggregator creates a kubelet Lease: %v", err)
+
 	// The aggregator writes Health objects into tenant namespaces (the
 	// cluster adapters' scopes) and nothing else there.
 	_, err = agg.HealthV1alpha1().Healths("tenant-foo").Apply(ctx, ac.Health("backups", "tenant-foo").WithSpec(ac.HealthSpec().WithComponent("backups")), apply)

@@ -141,6 +141,9 @@ type App struct {
 	// with it.
 	certs           *servingcert.Manager
 	secretInformers informers.SharedInformerFactory
+	// leaseInformers watches the kubelets' Leases in kube-node-lease
+	// (kubeletLeases), a namespaced factory beside informers.
+	leaseInformers informers.SharedInformerFactory
 
 	grpcLis, httpLis, metLis net.Listener
 	// ready is set when the warm-up is done (see warmUp); warming says,
@@ -233,7 +236,8 @@ func New(cfg config.Config, log *zap.Logger, opts Options) (a *App, err error) {
 	// One publisher: every replica exports what it decides; only the
 	// leader's writer writes it.
 	a.publish = status.Publishers{a.metrics, a.writer}
-	a.rollup = rollup.Config{HeartbeatGrace: cfg.HeartbeatGrace, DefaultInterval: cfg.ReportInterval, FreshForMultiple: cfg.FreshForMultiple}
+	a.rollup = rollup.Config{HeartbeatGrace: cfg.HeartbeatGrace, DefaultInterval: cfg.ReportInterval, FreshForMultiple: cfg.FreshForMultiple,
+		ManySilentShare: cfg.ManySilentShare, ManySilentMin: cfg.ManySilentMin, ManySilentWindow: cfg.ManySilentWindow}
 	a.engine = rollup.NewEngine(a.state, a.rollup,
 		rollup.Holds{Degraded: cfg.DampDegraded, Down: cfg.DampDown, Unknown: cfg.DampUnknown},
 		rollup.DefaultMaxListed, cfg.Namespace, a.metrics, a.publish, a.clock, a.base)
@@ -263,6 +267,9 @@ func New(cfg config.Config, log *zap.Logger, opts Options) (a *App, err error) {
 	nodes := a.informers.Core().V1().Nodes()
 	a.nodesSynced, a.nodeLister = nodes.Informer().HasSynced, nodes.Lister()
 	if err := trackNodes(nodes.Informer(), a.state, a.nodes, a.clock.Now, a.base); err != nil {
+		return nil, err
+	}
+	if a.leaseInformers, _, err = kubeletLeases(a.kube, a.state, a.clock.Now, a.base); err != nil {
 		return nil, err
 	}
 	if a.healths, err = trackHealths(hc, cfg.Namespace, cfg.Adapters, a.metrics, a.base); err != nil {
@@ -496,6 +503,7 @@ func (a *App) Run(ctx context.Context) error {
 		// The shared informers (see App.informers): started here, stopped
 		// and waited for when ctx ends.
 		a.informers.Start(ctx.Done())
+		a.leaseInformers.Start(ctx.Done())
 		if a.secretInformers != nil {
 			a.secretInformers.Start(ctx.Done())
 		}
@@ -504,12 +512,14 @@ func (a *App) Run(ctx context.Context) error {
 		<-ctx.Done()
 		<-healths
 		a.informers.Shutdown()
+		a.leaseInformers.Shutdown()
 		if a.secretInformers != nil {
 			a.secretInformers.Shutdown()
 		}
 		return nil
 	})
 	g.Go(func() error { a.drain.Run(ctx); return nil })
+	g.Go(func() error { a.runMaintenance(ctx); return nil })
 	if a.adapters != nil {
 		g.Go(func() error {
 			a.seedAdapterTransitions(ctx)

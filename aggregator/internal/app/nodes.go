@@ -5,6 +5,7 @@ import (
 	"strings"
 	"time"
 
+	talosconstants "github.com/siderolabs/talos/pkg/machinery/constants"
 	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -29,6 +30,7 @@ func trackNodes(inf cache.SharedIndexInformer, st *state.State, selector labels.
 	seen := func(n *corev1.Node) {
 		st.Restore(n.Name)
 		st.SetRole(n.Name, state.RoleOf(n.Labels))
+		st.SetCordoned(n.Name, n.Spec.Unschedulable, n.Annotations[talosconstants.AnnotationCordonedKey] == talosconstants.AnnotationCordonedValue, now())
 		if selector.Matches(labels.Set(n.Labels)) {
 			st.Expect(n.Name, now())
 		} else {

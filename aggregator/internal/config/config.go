@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/cozystack/cozy-health/aggregator/internal/adapterkit"
+	"github.com/cozystack/cozy-health/aggregator/internal/rollup"
 	"github.com/cozystack/cozy-health/pkg/cli"
 	"github.com/cozystack/cozy-health/pkg/logging"
 )
@@ -46,6 +47,17 @@ type Config struct {
 	// HeartbeatGrace is how long a node may stay silent before its entries
 	// read Unknown/HeartbeatMissed; 0 means 3x the node's reported interval.
 	HeartbeatGrace time.Duration
+	// MaintenanceWindow is how long a node in planned maintenance (cordoned)
+	// holds its node-level alerts (cozy_health_node_maintenance 1); past
+	// it they page (--maintenance-window).
+	MaintenanceWindow time.Duration
+	// ManySilentShare, ManySilentMin and ManySilentWindow: silent nodes are
+	// one event (ManyNodesSilent) when at least this share of all nodes,
+	// and this many, fell silent within the window (0: one heartbeat
+	// grace) (--many-silent-share, --many-silent-min, --many-silent-window).
+	ManySilentShare  float64
+	ManySilentMin    int
+	ManySilentWindow time.Duration
 	// ReportInterval is the interval asked of agents in every ack and the
 	// unit of FreshForMultiple (--report-interval).
 	ReportInterval time.Duration
@@ -183,6 +195,22 @@ type Config struct {
 	// LogLevel is the zap level (debug, info, warn, error).
 	LogLevel string
 
+	// GuardAddr is the drain guard's TLS listener (--guard-addr): the
+	// validating webhook on pods/eviction (aggregator/internal/guard).
+	// Empty: no guard.
+	GuardAddr string
+	// GuardUnknownFor: an unknown verdict refuses a cordoned node's
+	// evictions this long after the replica saw the cordon
+	// (--guard-unknown-for); then they are allowed with a warning.
+	GuardUnknownFor time.Duration
+	// GuardExemptNamespaces: evictions of pods here are always allowed
+	// (--guard-exempt-namespaces; cozy-health's own namespace).
+	GuardExemptNamespaces []string
+	// GuardWebhook is the ValidatingWebhookConfiguration whose caBundle
+	// every replica keeps equal to the CA bundle it publishes
+	// (--guard-webhook-configuration; empty: not kept).
+	GuardWebhook string
+
 	// Adapters runs the cluster adapters (--adapters): HelmReleases,
 	// backups, Kamaji control planes, WorkloadMonitors.
 	Adapters bool
@@ -246,7 +274,11 @@ type HTTPLimits struct {
 
 // Defaults of HTTPLimits.
 const (
-	DefaultHTTPIdleTimeout       = 60 * time.Second
+	DefaultHTTPIdleTimeout = 60 * time.Second
+	// DefaultMaintenanceWindow: a Talos reboot or upgrade of one node
+	// takes minutes; a quarter of an hour covers it and still pages for
+	// a node that does not come back.
+	DefaultMaintenanceWindow     = 15 * time.Minute
 	DefaultHTTPReadHeaderTimeout = 5 * time.Second
 	DefaultHTTPReadTimeout       = 10 * time.Second
 	// DefaultHTTPWriteTimeout leaves room for a 30 s /debug/pprof/profile.
@@ -322,16 +354,19 @@ func Default() Config {
 			WriteTimeout: DefaultHTTPWriteTimeout, MaxHeaderBytes: DefaultHTTPMaxHeaderBytes,
 			MaxConnsPerPeer: DefaultHTTPMaxConnsPerPeer, MaxConns: DefaultHTTPMaxConns,
 		},
-		FreshForMultiple: 6,
-		RefreshPeriod:    10 * time.Second,
-		RollupPeriod:     time.Second,
-		WritesPerSecond:  2,
-		WriteBurst:       6,
-		DampDegraded:     10 * time.Second,
-		DrainAuth:        DrainAuthNone,
-		MetricsAuth:      MetricsAuthNone,
-		TrimStartupPages: true,
-		LogLevel:         "info",
+		FreshForMultiple:  6,
+		MaintenanceWindow: DefaultMaintenanceWindow,
+		ManySilentShare:   rollup.DefaultManySilentShare,
+		ManySilentMin:     rollup.DefaultManySilentMin,
+		RefreshPeriod:     10 * time.Second,
+		RollupPeriod:      time.Second,
+		WritesPerSecond:   2,
+		WriteBurst:        6,
+		DampDegraded:      10 * time.Second,
+		DrainAuth:         DrainAuthNone,
+		MetricsAuth:       MetricsAuthNone,
+		TrimStartupPages:  true,
+		LogLevel:          "info",
 
 		Adapters:               true,
 		AdapterFreshFor:        adapterkit.DefaultFreshFor,
@@ -342,6 +377,8 @@ func Default() Config {
 		LinstorSecretNamespace: "cozy-linstor",
 		LinstorSecret:          "linstor-client-tls",
 		LinstorInterval:        10 * time.Second,
+
+		GuardUnknownFor: 5 * time.Minute,
 	}
 }
 
@@ -357,6 +394,10 @@ func bind(fs *flag.FlagSet, c *Config) {
 	fs.DurationVar(&c.RetryPeriod, "retry-period", c.RetryPeriod, "leader-election retry period")
 	fs.StringVar(&c.Identity, "identity", c.Identity, "leader-election identity (default: $POD_NAME, then the host name)")
 	fs.DurationVar(&c.HeartbeatGrace, "heartbeat-grace", c.HeartbeatGrace, "silence after which a node's entries read Unknown (0: 3x the node's interval)")
+	fs.DurationVar(&c.MaintenanceWindow, "maintenance-window", c.MaintenanceWindow, "how long a cordoned node (planned maintenance) holds its node-level alerts; past it they page")
+	fs.Float64Var(&c.ManySilentShare, "many-silent-share", c.ManySilentShare, "share of all nodes that, falling silent within --many-silent-window, is one event (ManyNodesSilent) rather than that many silent nodes")
+	fs.IntVar(&c.ManySilentMin, "many-silent-min", c.ManySilentMin, "fewest silent nodes that count as ManyNodesSilent")
+	fs.DurationVar(&c.ManySilentWindow, "many-silent-window", c.ManySilentWindow, "nodes whose last reports lie within this window fell silent together (0: one heartbeat grace)")
 	fs.DurationVar(&c.ReportInterval, "report-interval", c.ReportInterval, "report interval asked of agents; unit of --fresh-for-multiple")
 	fs.DurationVar(&c.WarmUp, "warm-up", c.WarmUp, "how long to ingest before campaigning for the Lease")
 	fs.DurationVar(&c.WarmUpMax, "warm-up-max", c.WarmUpMax, "how long from start to wait for every expected Ready node to report before campaigning anyway (0: do not wait for nodes)")
@@ -415,6 +456,10 @@ func bind(fs *flag.FlagSet, c *Config) {
 	fs.StringVar(&c.LinstorSecretNamespace, "linstor-secret-namespace", c.LinstorSecretNamespace, "namespace of the LINSTOR client certificate Secret")
 	fs.StringVar(&c.LinstorSecret, "linstor-secret", c.LinstorSecret, "Secret with ca.crt, tls.crt, tls.key of a LINSTOR API client certificate, watched where it lives; empty: no client certificate")
 	fs.DurationVar(&c.LinstorInterval, "linstor-interval", c.LinstorInterval, "read the LINSTOR controller's view this often (Unknown past 3 intervals without a read)")
+	fs.StringVar(&c.GuardAddr, "guard-addr", c.GuardAddr, "TLS listener of the drain guard (validating webhook on pods/eviction, path /v1/guard/eviction); empty: no guard")
+	fs.DurationVar(&c.GuardUnknownFor, "guard-unknown-for", c.GuardUnknownFor, "an unknown drain verdict refuses a cordoned node's evictions this long after the cordon was seen, then allows them")
+	fs.Var(&listFlag{p: &c.GuardExemptNamespaces}, "guard-exempt-namespaces", "namespaces whose pods' evictions the guard always allows (comma list; cozy-health's own)")
+	fs.StringVar(&c.GuardWebhook, "guard-webhook-configuration", c.GuardWebhook, "ValidatingWebhookConfiguration whose caBundle is kept equal to the published CA bundle; empty: not kept")
 }
 
 // Load parses args (without the program name), applies the --config file if
@@ -463,6 +508,18 @@ func (c *Config) Validate() error {
 	}
 	if c.RetryPeriod <= 0 || c.RetryPeriod >= c.RenewDeadline {
 		bad("retry-period", "must be > 0 and < --renew-deadline (%s), got %s", c.RenewDeadline, c.RetryPeriod)
+	}
+	if c.MaintenanceWindow <= 0 {
+		bad("maintenance-window", "must be > 0, got %s", c.MaintenanceWindow)
+	}
+	if c.ManySilentShare <= 0 || c.ManySilentShare > 1 {
+		bad("many-silent-share", "must be in (0, 1], got %g", c.ManySilentShare)
+	}
+	if c.ManySilentMin < 2 {
+		bad("many-silent-min", "must be >= 2, got %d", c.ManySilentMin)
+	}
+	if c.ManySilentWindow < 0 {
+		bad("many-silent-window", "must be >= 0 (0: one heartbeat grace), got %s", c.ManySilentWindow)
 	}
 	if c.HeartbeatGrace < 0 {
 		bad("heartbeat-grace", "must be >= 0 (0: 3x the node's interval), got %s", c.HeartbeatGrace)
@@ -613,6 +670,9 @@ func (c *Config) Validate() error {
 	}
 	if c.AdapterWritesPerSecond <= 0 {
 		bad("adapter-writes-per-second", "must be > 0, got %g", c.AdapterWritesPerSecond)
+	}
+	if c.GuardUnknownFor < 0 {
+		bad("guard-unknown-for", "must be >= 0, got %s", c.GuardUnknownFor)
 	}
 	if err := logging.ValidateLevel(c.LogLevel); err != nil {
 		errs = append(errs, err)

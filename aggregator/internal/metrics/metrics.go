@@ -75,6 +75,7 @@ type Metrics struct {
 	bounded         *prometheus.CounterVec
 	boundedNodes    *prometheus.CounterVec
 	adapters        *adapterMetrics
+	maintenance     *maintenance
 }
 
 // New registers the metrics on reg.
@@ -120,9 +121,10 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "cozy_health_writer_node_entries_bounded_total",
 			Help: "Node entries the writer shortened, per write, so the object stays under etcd's request limit (reason: message, last_report_at: left out of an entry; degraded_nodes: status.degradedNodes cut; over_limit: a write over the budget even so).",
 		}, []string{"reason"}),
-		adapters: newAdapterMetrics(),
+		adapters:    newAdapterMetrics(),
+		maintenance: newMaintenance(),
 	}
-	for _, c := range append([]prometheus.Collector{m.componentStatus, m.nodes, m.issues, m.freshUntil, m.writes, m.leader, m.rollupSeconds, m.rollups, m.writeSeconds, m.bounded, m.boundedNodes}, m.adapters.collectors()...) {
+	for _, c := range append([]prometheus.Collector{m.componentStatus, m.nodes, m.issues, m.freshUntil, m.writes, m.leader, m.rollupSeconds, m.rollups, m.writeSeconds, m.bounded, m.boundedNodes, m.maintenance.node, m.maintenance.held}, m.adapters.collectors()...) {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -163,6 +165,7 @@ func (m *Metrics) Publish(namespace string, cs *status.Component) {
 			nodes[n] = ns.Status
 		}
 		m.nodes.publish(cs.Component, nodes)
+		m.maintenance.published(namespace, cs)
 	}
 	m.issues.publish(namespace, cs.Component, status.IssuesOf(cs))
 }
@@ -176,6 +179,7 @@ func (m *Metrics) Retime(string, *status.Component) {}
 func (m *Metrics) Remove(namespace, component string) {
 	m.componentStatus.DeletePartialMatch(prometheus.Labels{"namespace": namespace, "component": component})
 	m.issues.publish(namespace, component, nil)
+	m.maintenance.removed(namespace, component)
 }
 
 func (m *Metrics) publishOverall(namespace, component string, overall report.Status) {

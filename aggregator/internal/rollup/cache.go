@@ -67,7 +67,7 @@ func (c *Cache) Unchanged(nodes map[string]state.Entry, now time.Time, cfg Confi
 		if !ok || !c.sameAs(f, e, now, cfg) {
 			return nil, false
 		}
-		c.note(f, e, cfg)
+		c.note(f, e, now, cfg)
 	}
 	c.walked, c.walkedAt = true, now
 	return c.observed(), true
@@ -98,7 +98,7 @@ func (c *Cache) UnchangedSince(nodes map[string]state.Entry, changed map[string]
 			// have to go back, which only a walk finds.
 			return c.Unchanged(nodes, now, cfg)
 		}
-		c.note(f, e, cfg)
+		c.note(f, e, now, cfg)
 	}
 	c.walkedAt = now
 	c.incremental++
@@ -109,7 +109,8 @@ func (c *Cache) UnchangedSince(nodes map[string]state.Entry, changed map[string]
 // ComputeCached: f was judged then, and e is as stale and of the same role
 // and its report judges the same (then f takes e's report).
 func (c *Cache) sameAs(f *reportFacts, e state.Entry, now time.Time, cfg Config) bool {
-	if f.usedGen != c.gen || cfg.Stale(e, now) != f.usedStale || e.Role != f.usedRole {
+	if f.usedGen != c.gen || cfg.Stale(e, now) != f.usedStale || e.Role != f.usedRole ||
+		cfg.silenceOf(e, now) != f.usedSilence || e.Kube.Cordoned != f.usedCordoned {
 		return false
 	}
 	if f.report != e.Report {
@@ -122,9 +123,14 @@ func (c *Cache) sameAs(f *reportFacts, e state.Entry, now time.Time, cfg Config)
 }
 
 // note folds node entry e, judged as f, into c.latest and c.staleBy.
-func (c *Cache) note(f *reportFacts, e state.Entry, cfg Config) {
+func (c *Cache) note(f *reportFacts, e state.Entry, now time.Time, cfg Config) {
 	f.seenAt = e.ReceivedAt
 	if f.usedStale {
+		// A silent node's explanation changes by the clock when its
+		// kubelet Lease expires.
+		if at := cfg.nextSilenceChange(e, now); !at.IsZero() && (c.staleBy.IsZero() || at.Before(c.staleBy)) {
+			c.staleBy = at
+		}
 		return
 	}
 	if at := staleAt(e, cfg); c.staleBy.IsZero() || at.Before(c.staleBy) {
@@ -240,6 +246,10 @@ type reportFacts struct {
 	usedGen   uint64
 	usedStale bool
 	usedRole  state.Role
+	// usedSilence and usedCordoned: how that call explained the node's
+	// silence (silenceOf) and whether it was cordoned.
+	usedSilence  silenceKind
+	usedCordoned bool
 	// seenAt is the node's arrival time the last Unchanged or
 	// UnchangedSince saw.
 	seenAt time.Time

@@ -52,6 +52,9 @@ type KubeFacts struct {
 	LeaseDuration time.Duration
 	// Cordoned: the Node's spec.unschedulable.
 	Cordoned bool
+	// TalosCordoned: Talos cordoned it (annotation talos.dev/cordoned:
+	// "true", set when the machine shuts down, upgrades or resets).
+	TalosCordoned bool
 	// MaintenanceSince is when this replica first saw the node in
 	// maintenance (cordoned); zero when it is not.
 	MaintenanceSince time.Time
@@ -150,6 +153,9 @@ type State struct {
 	// roles are the roles SetRole recorded, also for nodes not (yet) in
 	// nodes, so a report that arrives after its Node carries its role.
 	roles map[string]Role
+	// kube are the KubeFacts SetKube recorded, also for nodes not (yet) in
+	// nodes, as roles are.
+	kube map[string]KubeFacts
 	// deleted remembers nodes pruned because Kubernetes deleted them, so a
 	// report still in flight does not resurrect them; a node object that is
 	// created again clears it (Restore).
@@ -160,7 +166,7 @@ type State struct {
 
 // New returns an empty State. observer may be nil.
 func New(observer Observer) *State {
-	return &State{observer: observer, nodes: map[string]Entry{}, roles: map[string]Role{}, deleted: map[string]struct{}{}}
+	return &State{observer: observer, nodes: map[string]Entry{}, roles: map[string]Role{}, kube: map[string]KubeFacts{}, deleted: map[string]struct{}{}}
 }
 
 // Accept stores r as the latest report of its node. A report older (by
@@ -180,7 +186,7 @@ func (s *State) Accept(r *report.NodeReport, receivedAt time.Time) {
 		s.mu.Unlock()
 		return
 	}
-	s.nodes[r.NodeName] = Entry{Report: r, ReceivedAt: receivedAt, Role: s.roles[r.NodeName]}
+	s.nodes[r.NodeName] = Entry{Report: r, ReceivedAt: receivedAt, Role: s.roles[r.NodeName], Kube: s.kube[r.NodeName]}
 	s.changed(r.NodeName)
 	s.mu.Unlock()
 	if s.observer != nil {
@@ -202,7 +208,7 @@ func (s *State) Expect(name string, at time.Time) {
 		s.mu.Unlock()
 		return
 	}
-	s.nodes[name] = Entry{ReceivedAt: at, Role: s.roles[name]}
+	s.nodes[name] = Entry{ReceivedAt: at, Role: s.roles[name], Kube: s.kube[name]}
 	s.changed(name)
 	s.mu.Unlock()
 }
@@ -231,6 +237,7 @@ func (s *State) DeleteNode(name string) {
 	_, had := s.nodes[name]
 	delete(s.nodes, name)
 	delete(s.roles, name)
+	delete(s.kube, name)
 	s.deleted[name] = struct{}{}
 	if had {
 		s.changed(name)

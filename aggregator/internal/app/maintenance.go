@@ -1,0 +1,42 @@
+package app
+
+import (
+	"context"
+	"time"
+
+	"github.com/cozystack/cozy-health/aggregator/internal/state"
+)
+
+// maintenanceTick is how often the maintenance series are recomputed: a
+// window that ends, or a node cordoned or uncordoned, shows within it.
+const maintenanceTick = time.Second
+
+// maintenanceWindows maps every node in maintenance (cordoned) in nodes to
+// whether its maintenance, begun when this replica first saw the cordon,
+// is still within window at now.
+func maintenanceWindows(nodes map[string]state.Entry, window time.Duration, now time.Time) map[string]bool {
+	out := map[string]bool{}
+	for name, e := range nodes {
+		if e.Kube.InMaintenance() {
+			out[name] = now.Sub(e.Kube.MaintenanceSince) < window
+		}
+	}
+	return out
+}
+
+// runMaintenance keeps cozy_health_node_maintenance and
+// cozy_health_component_maintenance current until ctx ends.
+func (a *App) runMaintenance(ctx context.Context) {
+	t := a.clock.NewTicker(maintenanceTick)
+	defer t.Stop()
+	for {
+		var in map[string]bool
+		a.state.Read(func(nodes map[string]state.Entry) { in = maintenanceWindows(nodes, a.cfg.MaintenanceWindow, a.clock.Now()) })
+		a.metrics.SetMaintenance(in)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C():
+		}
+	}
+}
