@@ -96,6 +96,13 @@ type Config struct {
 	// Replica is this replica's identity (--identity), named by the
 	// ReplicaPartitioned condition (partition.go).
 	Replica string
+	// ManySilentShare and ManySilentMin: silent nodes count as one event
+	// (ManyNodesSilent) when at least this share of all nodes, and this
+	// many, fell silent within ManySilentWindow; zero means the defaults
+	// (DefaultManySilentShare, DefaultManySilentMin, one heartbeat grace).
+	ManySilentShare  float64
+	ManySilentMin    int
+	ManySilentWindow time.Duration
 }
 
 // MinReportInterval is the shortest report interval the heartbeat grace
@@ -127,6 +134,9 @@ func (c Config) NextStale(nodes map[string]state.Entry, now time.Time) time.Time
 	var next time.Time
 	for _, e := range nodes {
 		if c.Stale(e, now) {
+			if at := c.nextSilenceChange(e, now); !at.IsZero() && (next.IsZero() || at.Before(next)) {
+				next = at
+			}
 			continue
 		}
 		at := e.ReceivedAt.Add(c.Grace(e.Interval()) + time.Nanosecond)
@@ -165,18 +175,23 @@ func ComputeCached(snap state.Snapshot, now time.Time, cfg Config, cache *Cache)
 	}
 	cache.sweep(snap)
 	raft := raftNodes(names, claims, snap, now, cfg)
+	silences, manySilent := cfg.explainSilences(names, snap, now)
 	var reject rejectFunc
 	if cache != nil {
 		reject = cache.onReject
 	}
 	out := make(map[string]*status.Component, len(report.NodeComponents))
 	for _, comp := range report.NodeComponents {
-		out[comp] = computeComponent(comp, names, facts, raft, reject, snap, now, cfg)
+		out[comp] = computeComponent(comp, names, facts, raft, silences, reject, snap, now, cfg)
+		if comp == report.ComponentNode && manySilent != nil {
+			out[comp].Conditions = append(out[comp].Conditions, *manySilent)
+		}
 	}
 	if cache != nil {
 		cache.gen++
 		for i, name := range names {
 			facts[i].usedGen, facts[i].usedStale, facts[i].usedRole = cache.gen, cfg.Stale(snap[name], now), snap[name].Role
+			facts[i].usedSilence, facts[i].usedCordoned = cfg.silenceOf(snap[name], now), snap[name].Kube.Cordoned
 		}
 		cache.computed, cache.valid, cache.walked = len(names), true, false
 	}
@@ -217,7 +232,7 @@ func (c Config) freshUntil(observedAt time.Time) time.Time {
 	return observedAt.Add(time.Duration(c.FreshForMultiple) * c.DefaultInterval)
 }
 
-func computeComponent(comp string, names []string, facts []*reportFacts, raft []quorum.Node, reject rejectFunc, snap state.Snapshot, now time.Time, cfg Config) *status.Component {
+func computeComponent(comp string, names []string, facts []*reportFacts, raft []quorum.Node, silences []*silence, reject rejectFunc, snap state.Snapshot, now time.Time, cfg Config) *status.Component {
 	cs := &status.Component{Component: comp, Nodes: make(map[string]status.NodeState, len(names)), Conditions: make([]status.Condition, 0, 2*len(names))}
 	var observedAt time.Time
 	anyFresh := false
@@ -227,17 +242,26 @@ func computeComponent(comp string, names []string, facts []*reportFacts, raft []
 		if cf == nil {
 			continue
 		}
-		if cfg.Stale(e, now) {
-			var msg string
+		if sil := silences[i]; sil != nil {
 			var last time.Time
-			if e.Report == nil {
-				msg = fmt.Sprintf("no report from this node's agent since this aggregator learned of the node at %s", e.ReceivedAt.UTC().Format(time.RFC3339))
-			} else {
-				msg = fmt.Sprintf("no valid report since %s (grace %s)", e.ReceivedAt.UTC().Format(time.RFC3339), cfg.Grace(e.Report.Interval))
+			if e.Report != nil {
 				last = e.ReceivedAt
 			}
-			cs.Nodes[name] = status.NodeState{Status: report.StatusUnknown, Reason: report.ReasonHeartbeatMissed, Message: msg, LastReportAt: last}
-			cs.Conditions = append(cs.Conditions, status.Condition{Type: TypeHeartbeat, Severity: report.StatusUnknown, Reason: report.ReasonHeartbeatMissed, Message: msg, Node: name})
+			// The entry says why the node is silent; the Heartbeat
+			// condition says what is known of the node itself: a node in
+			// maintenance keeps its kubelet's fact there, which is what
+			// pages once the maintenance outlasts its window.
+			cond := *sil
+			if sil.reason == report.ReasonPlannedMaintenance {
+				cond = silence{reason: report.ReasonHeartbeatMissed, message: sil.message}
+				if alive, known := e.Kube.LeaseAlive(now); known && alive {
+					cond.reason = report.ReasonAgentSilent
+				} else if known {
+					cond.reason = report.ReasonNodeUnreachable
+				}
+			}
+			cs.Nodes[name] = status.NodeState{Status: report.StatusUnknown, Reason: sil.reason, Message: sil.message, LastReportAt: last}
+			cs.Conditions = append(cs.Conditions, status.Condition{Type: TypeHeartbeat, Severity: report.StatusUnknown, Reason: cond.reason, Message: cond.message, Node: name})
 			continue
 		}
 		anyFresh = true
@@ -248,7 +272,7 @@ func computeComponent(comp string, names []string, facts []*reportFacts, raft []
 		// the grace of observedAt, and its exact time is the metric
 		// cozy_health_node_last_report_timestamp_seconds. Only a node that
 		// missed its heartbeat says when it was last heard (above).
-		cs.Nodes[name] = cf.state
+		cs.Nodes[name] = maintenanceEntry(cf.state, e.Kube)
 		cs.Conditions = append(cs.Conditions, cf.conds...)
 	}
 	if !anyFresh {
