@@ -9,6 +9,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"net/url"
 	"os"
 	"strings"
@@ -142,6 +143,24 @@ type Config struct {
 	// host-to-pod traffic from ovn0's join-subnet address
 	// (ovn.kubernetes.io/ip_address), Cilium from cilium_host's.
 	AgentPeerAnnotations []string
+
+	// Peers are the other replicas (--peers, comma list of host:port; a
+	// name resolves to every replica, as the headless Service's does;
+	// this replica's own address may be listed, it is skipped): a node
+	// this replica does not hear is asked of them (package peers). Empty:
+	// no peer sync; PeerService is served all the same.
+	Peers []string
+	// PeerTokenFile is this replica's projected ServiceAccount token for
+	// the agents' audience, sent to peers (--peer-token-file).
+	PeerTokenFile string
+	// PeerServiceAccount is namespace/name of the aggregator's own
+	// ServiceAccount: the only caller PeerService answers
+	// (--peer-service-account).
+	PeerServiceAccount string
+	// PeerCAFile verifies peers' serving certificates with --tls-mode
+	// files (--peer-ca-file); the other modes verify with the CA of the
+	// serving Secret.
+	PeerCAFile string
 
 	// FreshForMultiple: freshUntil = observedAt + FreshForMultiple x ReportInterval.
 	FreshForMultiple int
@@ -349,6 +368,7 @@ func Default() Config {
 		AgentServiceAccount:  "cozy-health/cozy-health-agent",
 		AgentPeerCheck:       true,
 		AgentPeerAnnotations: append([]string(nil), DefaultAgentPeerAnnotations...),
+		PeerServiceAccount:   "cozy-health/cozy-health-aggregator",
 		HTTPLimits: HTTPLimits{
 			IdleTimeout: DefaultHTTPIdleTimeout, ReadHeaderTimeout: DefaultHTTPReadHeaderTimeout, ReadTimeout: DefaultHTTPReadTimeout,
 			WriteTimeout: DefaultHTTPWriteTimeout, MaxHeaderBytes: DefaultHTTPMaxHeaderBytes,
@@ -429,6 +449,10 @@ func bind(fs *flag.FlagSet, c *Config) {
 	fs.StringVar(&c.AgentServiceAccount, "agent-service-account", c.AgentServiceAccount, "namespace/name of the agents' ServiceAccount")
 	fs.BoolVar(&c.AgentPeerCheck, "agent-peer-check", c.AgentPeerCheck, "refuse an agent's hello from an address that is not one of its Node's (InternalIP, --agent-peer-annotations); loopback peers and Nodes without addresses are not checked")
 	fs.Var(&listFlag{p: &c.AgentPeerAnnotations}, "agent-peer-annotations", "Node annotations holding more addresses an agent may connect from (comma list; e.g. kube-ovn's ovn0 address)")
+	fs.Var(&listFlag{p: &c.Peers}, "peers", "the other replicas, host:port (comma list; a name resolving to every replica, e.g. the headless Service): nodes this replica does not hear are asked of them")
+	fs.StringVar(&c.PeerTokenFile, "peer-token-file", c.PeerTokenFile, "this replica's projected ServiceAccount token (agents' audience) sent to peers; required with --peers")
+	fs.StringVar(&c.PeerServiceAccount, "peer-service-account", c.PeerServiceAccount, "namespace/name of the aggregator's ServiceAccount: the only caller the peer service answers")
+	fs.StringVar(&c.PeerCAFile, "peer-ca-file", c.PeerCAFile, "CA bundle verifying peers with --tls-mode files (other modes use the serving Secret's ca.crt)")
 	fs.StringVar(&c.InsecureDevKeysDir, "insecure-dev-keys-dir", c.InsecureDevKeysDir, "DEVELOPMENT ONLY: accept listed agent keys without a token")
 	fs.IntVar(&c.FreshForMultiple, "fresh-for-multiple", c.FreshForMultiple, "freshUntil = observedAt + this many report intervals")
 	fs.DurationVar(&c.RefreshPeriod, "refresh-period", c.RefreshPeriod, "rewrite unchanged Health objects this often")
@@ -582,6 +606,17 @@ func (c *Config) Validate() error {
 	}
 	if c.TokenAudience == "" {
 		bad("token-audience", "must not be empty")
+	}
+	if ns, name, ok := strings.Cut(c.PeerServiceAccount, "/"); !ok || ns == "" || name == "" || strings.Contains(name, "/") {
+		bad("peer-service-account", "want namespace/name, got %q", c.PeerServiceAccount)
+	}
+	for _, p := range c.Peers {
+		if host, port, err := net.SplitHostPort(p); err != nil || host == "" || port == "" {
+			bad("peers", "want host:port, got %q", p)
+		}
+	}
+	if len(c.Peers) > 0 && c.PeerTokenFile == "" {
+		bad("peer-token-file", "is required with --peers (the token peers authenticate this replica by)")
 	}
 	for _, d := range []struct {
 		flag string
