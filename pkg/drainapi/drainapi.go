@@ -5,6 +5,7 @@
 package drainapi
 
 import (
+	"fmt"
 	"time"
 
 	"github.com/cozystack/cozy-health/pkg/report"
@@ -27,10 +28,40 @@ const (
 	Unknown Verdict = "unknown"
 )
 
+// Intent is why the node is drained: what the rules assume of its return.
+type Intent string
+
+// The intents.
+const (
+	// IntentReboot: the node comes back (a reboot, an upgrade). Its
+	// replicas return Outdated and resync, its etcd and OVN members
+	// return: the rules check that the cluster keeps its quorums and an
+	// up-to-date copy of every resource while it is away.
+	IntentReboot Intent = "reboot"
+	// IntentDecommission: the node does not come back. Besides what a
+	// reboot needs, its etcd and OVN raft members must already be removed
+	// and every LINSTOR resource it holds must be re-placeable on other
+	// satellites.
+	IntentDecommission Intent = "decommission"
+)
+
+// ParseIntent parses an intent; empty is IntentReboot.
+func ParseIntent(s string) (Intent, error) {
+	switch Intent(s) {
+	case "", IntentReboot:
+		return IntentReboot, nil
+	case IntentDecommission:
+		return IntentDecommission, nil
+	}
+	return "", fmt.Errorf("intent %q: want %s or %s", s, IntentReboot, IntentDecommission)
+}
+
 // Result is the verdict on one node and every reason behind it.
 type Result struct {
 	// Node is the node asked about.
 	Node string `json:"node"`
+	// Intent is the intent the rules were asked for.
+	Intent Intent `json:"intent,omitempty"`
 	// Verdict is the folded verdict: blocked when any reason is, else
 	// unknown when any reason is, else safe.
 	Verdict Verdict `json:"verdict"`

@@ -51,6 +51,7 @@ import (
 	"github.com/cozystack/cozy-health/aggregator/internal/ingest"
 	"github.com/cozystack/cozy-health/aggregator/internal/leader"
 	"github.com/cozystack/cozy-health/aggregator/internal/metrics"
+	"github.com/cozystack/cozy-health/aggregator/internal/peers"
 	"github.com/cozystack/cozy-health/aggregator/internal/quorum"
 	"github.com/cozystack/cozy-health/aggregator/internal/rollup"
 	"github.com/cozystack/cozy-health/aggregator/internal/servingcert"
@@ -134,6 +135,10 @@ type App struct {
 	httpSrv *http.Server
 	metSrv  *http.Server
 
+	// peerSync asks the other replicas for the nodes this one does not
+	// hear (nil without --peers).
+	peerSync *peers.Syncer
+
 	// certs serves the certificate of the watched Secret (--tls-mode
 	// secret or self-signed); nil with --tls-mode=files. Its informer comes
 	// from secretInformers, a factory kept beside informers because it is
@@ -146,6 +151,8 @@ type App struct {
 	leaseInformers informers.SharedInformerFactory
 
 	grpcLis, httpLis, metLis net.Listener
+	// guard is the drain guard (nil without --guard-addr).
+	guard *guardServer
 	// ready is set when the warm-up is done (see warmUp); warming says,
 	// until then, how far it is.
 	ready   atomic.Bool
@@ -238,6 +245,8 @@ func New(cfg config.Config, log *zap.Logger, opts Options) (a *App, err error) {
 	a.publish = status.Publishers{a.metrics, a.writer}
 	a.rollup = rollup.Config{HeartbeatGrace: cfg.HeartbeatGrace, DefaultInterval: cfg.ReportInterval, FreshForMultiple: cfg.FreshForMultiple,
 		ManySilentShare: cfg.ManySilentShare, ManySilentMin: cfg.ManySilentMin, ManySilentWindow: cfg.ManySilentWindow}
+	// The ReplicaPartitioned condition names this replica.
+	a.rollup.Replica = cfg.Identity
 	a.engine = rollup.NewEngine(a.state, a.rollup,
 		rollup.Holds{Degraded: cfg.DampDegraded, Down: cfg.DampDown, Unknown: cfg.DampUnknown},
 		rollup.DefaultMaxListed, cfg.Namespace, a.metrics, a.publish, a.clock, a.base)
@@ -298,7 +307,7 @@ func New(cfg config.Config, log *zap.Logger, opts Options) (a *App, err error) {
 		icfg.GetCertificate = a.certs.GetCertificate
 	}
 	srv, err := ingest.New(icfg, ingest.Deps{
-		TokenReviews: a.reviews.AuthenticationV1().TokenReviews(), Sink: a.state, Registerer: a.reg, Log: log, Now: a.clock.Now,
+		TokenReviews: a.reviews.AuthenticationV1().TokenReviews(), Sink: state.DirectSink{S: a.state}, Registerer: a.reg, Log: log, Now: a.clock.Now,
 		NodeAddresses: nodeAddresses(a.nodeLister, cfg.AgentPeerAnnotations),
 	})
 	if err != nil {
@@ -332,6 +341,11 @@ func New(cfg config.Config, log *zap.Logger, opts Options) (a *App, err error) {
 
 	// Never anonymous on the ingest port, whatever --drain-auth says.
 	pb.RegisterDrainServiceServer(a.grpc, drain.NewGRPCServer(a.drain, drain.NewAuthorizerFrom(a.authz)))
+	// The other replicas ask this one for the nodes they do not hear
+	// (peers.go).
+	if a.peerSync, err = a.newPeers(srv); err != nil {
+		return nil, err
+	}
 	grpcMetrics.InitializeMetrics(a.grpc)
 
 	mux := http.NewServeMux()
@@ -400,6 +414,9 @@ func New(cfg config.Config, log *zap.Logger, opts Options) (a *App, err error) {
 			return nil, fmt.Errorf("--metrics-tls: %w", err)
 		}
 		a.metLis = tls.NewListener(a.metLis, tc)
+	}
+	if a.guard, err = a.newGuard(rc, nodes); err != nil {
+		return nil, err
 	}
 	return a, nil
 }
@@ -519,6 +536,7 @@ func (a *App) Run(ctx context.Context) error {
 		return nil
 	})
 	g.Go(func() error { a.drain.Run(ctx); return nil })
+	g.Go(func() error { a.runPeers(ctx); return nil })
 	g.Go(func() error { a.runMaintenance(ctx); return nil })
 	if a.adapters != nil {
 		g.Go(func() error {
@@ -531,6 +549,9 @@ func (a *App) Run(ctx context.Context) error {
 	}
 	g.Go(func() error { return serveHTTP(a.httpSrv, a.httpLis) })
 	g.Go(func() error { return serveHTTP(a.metSrv, a.metLis) })
+	if a.guard != nil {
+		g.Go(func() error { return a.guard.run(ctx) })
+	}
 	g.Go(func() error {
 		if err := a.grpc.Serve(a.grpcLis); err != nil {
 			return fmt.Errorf("serve grpc: %w", err)

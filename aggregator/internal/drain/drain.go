@@ -97,6 +97,7 @@ type Reason struct {
 // says.
 type Result struct {
 	Node        string
+	Intent      Intent
 	Verdict     Verdict
 	Reasons     []Reason
 	EvaluatedAt time.Time
@@ -105,7 +106,7 @@ type Result struct {
 
 // API is the answer as the HTTP endpoint encodes it.
 func (r Result) API() drainapi.Result {
-	out := drainapi.Result{Node: r.Node, Verdict: r.Verdict, EvaluatedAt: r.EvaluatedAt, SnapshotAt: r.SnapshotAt,
+	out := drainapi.Result{Node: r.Node, Intent: r.Intent, Verdict: r.Verdict, EvaluatedAt: r.EvaluatedAt, SnapshotAt: r.SnapshotAt,
 		Reasons: make([]drainapi.Reason, len(r.Reasons))}
 	for i, x := range r.Reasons {
 		out.Reasons[i] = drainapi.Reason{Rule: x.Rule, Component: x.Component, Verdict: x.Verdict, Message: x.Message,
@@ -134,6 +135,14 @@ var Rules = []Rule{
 // Evaluate runs every rule of Rules for node against s at now.
 func Evaluate(node string, s *Snapshot, now time.Time) Result {
 	return EvaluateRules(Rules, node, s, now)
+}
+
+// EvaluateIntent runs every rule of RulesFor(intent) for node against s at
+// now.
+func EvaluateIntent(node string, intent Intent, s *Snapshot, now time.Time) Result {
+	res := EvaluateRules(RulesFor(intent), node, s, now)
+	res.Intent = intent
+	return res
 }
 
 // EvaluateRules runs rules for node against s at now and folds their

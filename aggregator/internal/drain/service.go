@@ -209,8 +209,15 @@ func (s *Service) Run(ctx context.Context) {
 	}
 }
 
-// Check evaluates every rule for node now. Bad input is counted and logged.
+// Check evaluates every rule for node now, for a reboot. Bad input is
+// counted and logged.
 func (s *Service) Check(node, via string) (Result, error) {
+	return s.CheckIntent(node, via, IntentReboot)
+}
+
+// CheckIntent evaluates every rule of RulesFor(intent) for node now. Bad
+// input is counted and logged.
+func (s *Service) CheckIntent(node, via string, intent Intent) (Result, error) {
 	if node == "" || len(validation.IsDNS1123Subdomain(node)) > 0 {
 		s.reject(via, "invalid_node", node)
 		return Result{}, fmt.Errorf("%w: %q is not a valid Node name", ErrInvalidNode, node)
@@ -223,7 +230,7 @@ func (s *Service) Check(node, via string) (Result, error) {
 		s.reject(via, "not_found", node)
 		return Result{}, fmt.Errorf("%w: %s is neither a Kubernetes Node nor reported by an agent", ErrNodeNotFound, node)
 	}
-	res := Evaluate(node, snap, now)
+	res := EvaluateIntent(node, intent, snap, now)
 	for _, r := range res.Reasons {
 		for _, rej := range r.rejected {
 			s.cfg.Auditor.Reject(rej, r.Rule+" "+node)
@@ -231,7 +238,7 @@ func (s *Service) Check(node, via string) (Result, error) {
 	}
 	s.m.checks.WithLabelValues(via, string(res.Verdict)).Inc()
 	s.m.checkSeconds.Observe(time.Since(start).Seconds())
-	s.log.Info("drain check", zap.String("node", node), zap.String("via", via), zap.String("verdict", string(res.Verdict)), zap.Int("reasons", len(res.Reasons)))
+	s.log.Info("drain check", zap.String("node", node), zap.String("via", via), zap.String("intent", string(intent)), zap.String("verdict", string(res.Verdict)), zap.Int("reasons", len(res.Reasons)))
 	return res, nil
 }
 
