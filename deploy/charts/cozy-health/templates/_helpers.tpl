@@ -85,7 +85,9 @@ it). tls.mode auto picks cert-manager when the cluster serves its API.
 {{/* The DNS names of the aggregator Service, one per line. */}}
 {{- define "cozy-health.serviceNames" -}}
 {{- $root := . -}}
-{{- range $i, $svc := list (include "cozy-health.aggregator" $root) (include "cozy-health.aggregatorIngest" $root) }}
+{{- $svcs := list (include "cozy-health.aggregator" $root) (include "cozy-health.aggregatorIngest" $root) }}
+{{- if $root.Values.guard.enabled }}{{- $svcs = append $svcs (include "cozy-health.guardService" $root) }}{{- end }}
+{{- range $i, $svc := $svcs }}
 {{- if $i }}
 {{ end -}}
 {{ $svc }}
@@ -106,6 +108,8 @@ values (cozy.local by default there), else Kubernetes' cluster.local.
 {{- end }}
 
 {{/* The headless Service the agents dial: every replica, ready or warming. */}}
+{{- define "cozy-health.guardService" -}}{{ include "cozy-health.aggregator" . }}-guard{{- end }}
+{{- define "cozy-health.guardWebhook" -}}cozy-health-drain-guard{{- end }}
 {{- define "cozy-health.aggregatorIngest" -}}{{ include "cozy-health.aggregator" . }}-ingest{{- end }}
 
 {{/*
