@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 )
@@ -20,6 +22,10 @@ import (
 // dropped SYN does). Healed, the connections that lived through the cut
 // are closed (their byte streams lost data; over a real network they
 // would have timed out) and new ones pass again.
+//
+// CutFrom cuts the path to one replica only, the same way (a partial
+// partition: the other replicas still hear the node); Heal repairs both
+// kinds.
 type uplinkRelay struct {
 	node string
 	// target is the current address of aggregator i (read from lab.json
@@ -27,15 +33,19 @@ type uplinkRelay struct {
 	// starts).
 	target func(i int) (string, error)
 
-	mu     sync.Mutex
-	cut    bool
-	conns  map[*relayConn]bool // live connections -> lived through a cut
-	lns    []net.Listener
-	closed bool
+	mu  sync.Mutex
+	cut bool
+	// cutFrom are the replicas (by index) the node is cut from alone.
+	cutFrom map[int]bool
+	conns   map[*relayConn]bool // live connections -> lived through a cut
+	lns     []net.Listener
+	closed  bool
 }
 
 type relayConn struct {
 	client, upstream net.Conn
+	// replica is the index of the aggregator this connection goes to.
+	replica int
 }
 
 func (c *relayConn) close() {
@@ -47,7 +57,7 @@ func (c *relayConn) close() {
 
 // startRelay serves one listener per aggregator replica.
 func startRelay(node string, lns []net.Listener, target func(int) (string, error)) *uplinkRelay {
-	r := &uplinkRelay{node: node, target: target, conns: map[*relayConn]bool{}, lns: lns}
+	r := &uplinkRelay{node: node, target: target, conns: map[*relayConn]bool{}, lns: lns, cutFrom: map[int]bool{}}
 	for i, ln := range lns {
 		go r.accept(i, ln)
 	}
@@ -69,14 +79,14 @@ func (r *uplinkRelay) accept(i int, ln net.Listener) {
 }
 
 func (r *uplinkRelay) handle(i int, client net.Conn) {
-	rc := &relayConn{client: client}
+	rc := &relayConn{client: client, replica: i}
 	r.mu.Lock()
 	if r.closed {
 		r.mu.Unlock()
 		_ = client.Close()
 		return
 	}
-	cut := r.cut
+	cut := r.cut || r.cutFrom[i]
 	r.conns[rc] = cut
 	r.mu.Unlock()
 	defer func() {
@@ -100,26 +110,26 @@ func (r *uplinkRelay) handle(i int, client net.Conn) {
 	}
 	r.mu.Lock()
 	rc.upstream = up
-	if r.conns[rc] || r.cut {
+	if r.conns[rc] || r.cut || r.cutFrom[i] {
 		// Cut while dialling.
 		r.conns[rc] = true
 	}
 	r.mu.Unlock()
 	done := make(chan struct{}, 2)
-	go func() { r.pipe(up, client); done <- struct{}{} }()
-	go func() { r.pipe(client, up); done <- struct{}{} }()
+	go func() { r.pipe(up, client, i); done <- struct{}{} }()
+	go func() { r.pipe(client, up, i); done <- struct{}{} }()
 	<-done
 }
 
-// pipe copies src to dst while the relay is not cut and drops what it
-// reads while it is.
-func (r *uplinkRelay) pipe(dst, src net.Conn) {
+// pipe copies src to dst while the relay (or its path to replica i) is
+// not cut and drops what it reads while it is.
+func (r *uplinkRelay) pipe(dst, src net.Conn, i int) {
 	buf := make([]byte, 32<<10)
 	for {
 		n, err := src.Read(buf)
 		if n > 0 {
 			r.mu.Lock()
-			cut := r.cut
+			cut := r.cut || r.cutFrom[i]
 			r.mu.Unlock()
 			if !cut {
 				if _, werr := dst.Write(buf[:n]); werr != nil {
@@ -145,11 +155,29 @@ func (r *uplinkRelay) Cut() int {
 	return len(r.conns)
 }
 
-// Heal ends the partition: connections that lived through it are closed,
-// new ones pass. It returns how many were closed.
+// CutFrom partitions the node from aggregator i alone; it returns how
+// many open connections to it went dark.
+func (r *uplinkRelay) CutFrom(i int) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.cutFrom[i] = true
+	n := 0
+	for c := range r.conns {
+		if c.replica == i {
+			r.conns[c] = true
+			n++
+		}
+	}
+	return n
+}
+
+// Heal ends every partition, whole or from single replicas: connections
+// that lived through one are closed, new ones pass. It returns how many
+// were closed.
 func (r *uplinkRelay) Heal() int {
 	r.mu.Lock()
 	r.cut = false
+	clear(r.cutFrom)
 	var stale []*relayConn
 	for c, cut := range r.conns {
 		if cut {
@@ -193,4 +221,15 @@ func aggregatorTarget(dir string) func(int) (string, error) {
 		}
 		return s.Aggregators[i].GRPC, nil
 	}
+}
+
+// replicaIndex reads partition-from's argument: a replica's index (0, 1,
+// 2) or its lab name (aggregator-1, as lab.json and the Lease holder name
+// it).
+func replicaIndex(arg string, replicas int) (int, error) {
+	i, err := strconv.Atoi(strings.TrimPrefix(arg, "aggregator-"))
+	if err != nil || i < 0 || i >= replicas {
+		return 0, fmt.Errorf("want a replica index 0..%d or its name aggregator-N, got %q", replicas-1, arg)
+	}
+	return i, nil
 }

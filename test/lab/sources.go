@@ -358,6 +358,16 @@ func (ns *nodeSources) fault(f, arg string) (string, error) {
 			return fmt.Sprintf("resource %s on %s is StandAlone toward every peer, and they toward it (a split brain, until resolved by hand)", arg, ns.name), nil
 		}
 		return fmt.Sprintf("resource %s on %s is connected to its peers again", arg, ns.name), nil
+	case "partition-from":
+		if ns.relay == nil {
+			return "", fmt.Errorf("%s: node %s has no uplink relay (a lab started before uplinks existed)", f, ns.name)
+		}
+		i, err := replicaIndex(arg, len(ns.relay.lns))
+		if err != nil {
+			return "", fmt.Errorf("%s: %w", f, err)
+		}
+		k := ns.relay.CutFrom(i)
+		return fmt.Sprintf("%s is partitioned from aggregator-%d alone: every byte between its agent and that replica is dropped (%d open connections went dark; new ones hang); the other replicas still hear it", ns.name, i, k), nil
 	case "partition", "partition-heal":
 		if ns.relay == nil {
 			return "", fmt.Errorf("%s: node %s has no uplink relay (a lab started before uplinks existed)", f, ns.name)
