@@ -41,6 +41,9 @@ var Faults = map[string]bool{
 	"talos-hang": false, "talos-ok": false,
 	"talos-unpatched": false, "talos-patched": false,
 	"partition": false, "partition-heal": false,
+	// partition-from takes the replica (index or aggregator-N) the node
+	// is cut from alone; partition-heal repairs it too.
+	"partition-from": true,
 }
 
 // labWide are the faults that act on the whole lab and take no node.
