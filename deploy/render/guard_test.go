@@ -67,3 +67,21 @@ func TestGuardEnabled(t *testing.T) {
 	names, _, _ := unstructured.NestedStringSlice(cert.Object, "spec", "dnsNames")
 	assert.Contains(t, names, "cozy-health-aggregator-guard.cozy-health.svc")
 }
+
+// The network policies admit the guard's port from where they admit the
+// drain check's: the kube-apiserver calls the webhook from the nodes.
+func TestGuardPortInNetworkPolicies(t *testing.T) {
+	r, err := Render(Options{Set: []string{"guard.enabled=true", "networkPolicy.nodeCIDRs={10.0.0.0/8}"}})
+	require.NoError(t, err)
+	np, err := r.Object("NetworkPolicy", "cozy-health-aggregator")
+	require.NoError(t, err)
+	ingress, _, _ := unstructured.NestedSlice(np.Object, "spec", "ingress")
+	assert.Contains(t, ingress[1].(map[string]any)["ports"], map[string]any{"port": "guard", "protocol": "TCP"})
+	r, err = Render(Options{Set: []string{"guard.enabled=true"}, APIVersions: []string{"cilium.io/v2"}})
+	require.NoError(t, err)
+	cnp, err := r.Object("CiliumNetworkPolicy", "cozy-health-aggregator")
+	require.NoError(t, err)
+	ingress, _, _ = unstructured.NestedSlice(cnp.Object, "spec", "ingress")
+	ports := ingress[0].(map[string]any)["toPorts"].([]any)[0].(map[string]any)["ports"]
+	assert.Contains(t, ports, map[string]any{"port": "9444", "protocol": "TCP"})
+}
