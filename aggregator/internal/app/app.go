@@ -153,6 +153,9 @@ type App struct {
 	grpcLis, httpLis, metLis net.Listener
 	// guard is the drain guard (nil without --guard-addr).
 	guard *guardServer
+	// budget is every node's drain verdict, computed continuously
+	// (cozy_health_drain_verdict).
+	budget *drain.Budget
 	// ready is set when the warm-up is done (see warmUp); warming says,
 	// until then, how far it is.
 	ready   atomic.Bool
@@ -286,6 +289,9 @@ func New(cfg config.Config, log *zap.Logger, opts Options) (a *App, err error) {
 	}
 	var drainAuth *drain.Authorizer
 	if a.drain, drainAuth, err = a.newDrain(nodes, log); err != nil {
+		return nil, err
+	}
+	if a.budget, err = drain.NewBudget(a.drain, a.reg); err != nil {
 		return nil, err
 	}
 
@@ -552,6 +558,7 @@ func (a *App) Run(ctx context.Context) error {
 	if a.guard != nil {
 		g.Go(func() error { return a.guard.run(ctx) })
 	}
+	g.Go(func() error { a.budget.Run(ctx, budgetPeriod); return nil })
 	g.Go(func() error {
 		if err := a.grpc.Serve(a.grpcLis); err != nil {
 			return fmt.Errorf("serve grpc: %w", err)

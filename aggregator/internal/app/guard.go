@@ -33,6 +33,10 @@ type guardServer struct {
 	sync func(ctx context.Context)
 }
 
+// budgetPeriod is how often every node's drain verdict is computed for
+// cozy_health_drain_verdict (a snapshot is shared with the checks).
+const budgetPeriod = 5 * time.Second
+
 // caSyncPeriod is how often a replica compares the webhook
 // configuration's caBundle with the published CA bundle.
 const caSyncPeriod = 30 * time.Second
