@@ -24,5 +24,8 @@ func RulesFor(intent Intent) []Rule {
 	return Rules
 }
 
-// DecommissionRules are the rules a decommission adds to Rules.
+// DecommissionRules are the rules a decommission adds to Rules. None is
+// written yet (the node's raft members already removed, its LINSTOR
+// resources re-placeable): a decommission is judged as a reboot until
+// they are.
 var DecommissionRules = []Rule{}
