@@ -143,7 +143,7 @@ func TestDrainCheckWait(t *testing.T) {
 
 	// node-3's agent silent: its own data is missing, the answer unknown.
 	fault(t, "node-3", "agent-stop")
-	wait(t, "node-3 HeartbeatMissed", boundHeartbeat, lab.NodeEntryIs("etcd", "node-3", healthv1alpha1.StatusUnknown, "HeartbeatMissed"))
+	wait(t, "node-3 AgentSilent", boundHeartbeat, lab.NodeEntryIs("etcd", "node-3", healthv1alpha1.StatusUnknown, "AgentSilent"))
 	url = writerURL(t)
 	code, out, _ = run("node-3", "--wait", "--timeout", "3s", "--interval", "1s", "--aggregator-url", url)
 	assert.Equal(t, 2, code, "unknown at --timeout: exit 2")

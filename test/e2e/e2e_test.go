@@ -104,7 +104,7 @@ func TestFaultMatrix(t *testing.T) {
 			fault(t, "node-3", "agent-stop", "")
 			defer func() { fault(t, "node-3", "agent-start", "") }()
 			wait(t, "etcd Degraded, QuorumUndetermined", boundHeartbeat, lab.All(
-				lab.NodeEntryIs("etcd", "node-3", healthv1alpha1.StatusUnknown, "HeartbeatMissed"),
+				lab.NodeEntryIs("etcd", "node-3", healthv1alpha1.StatusUnknown, "AgentSilent"),
 				lab.ComponentIs("etcd", healthv1alpha1.StatusDegraded, "node-2"),
 				componentCondition("etcd", "Quorum", healthv1alpha1.ConditionUnknown, "QuorumUndetermined"),
 			))
@@ -117,23 +117,68 @@ func TestFaultMatrix(t *testing.T) {
 		})
 	})
 
-	t.Run("agent stopped: the node reads Unknown within 15s", func(t *testing.T) {
-		fault(t, "node-3", "agent-stop", "")
-		defer func() { fault(t, "node-3", "agent-start", ""); healthy(t) }()
+	// silentEntries: every entry of node reads Unknown with reason, but
+	// linstor's: the aggregator reads linstor's facts from the LINSTOR
+	// controller, not from the agent, so node's satellite and replicas stay
+	// as the controller confirms them.
+	silentEntries := func(node, reason string) lab.Condition {
 		conds := make([]lab.Condition, 0, len(components))
 		for _, c := range components {
 			if c == "linstor" {
-				// The aggregator reads linstor's facts from the LINSTOR
-				// controller, not from the agent: node-3's satellite and
-				// replicas stay as the controller confirms them.
-				conds = append(conds, lab.NodeEntryIs(c, "node-3", healthv1alpha1.StatusHealthy, ""))
+				conds = append(conds, lab.NodeEntryIs(c, node, healthv1alpha1.StatusHealthy, ""))
 				continue
 			}
-			conds = append(conds, lab.NodeEntryIs(c, "node-3", healthv1alpha1.StatusUnknown, "HeartbeatMissed"))
+			conds = append(conds, lab.NodeEntryIs(c, node, healthv1alpha1.StatusUnknown, reason))
 		}
+		return lab.All(conds...)
+	}
+
+	// Silence explained (issue 36): the lab renews every node's kubelet
+	// Lease, so a silent agent says why.
+	t.Run("agent stopped while its kubelet renews: the node reads Unknown (AgentSilent) within 15s", func(t *testing.T) {
+		fault(t, "node-3", "agent-stop", "")
+		defer func() { fault(t, "node-3", "agent-start", ""); healthy(t) }()
 		// The bound counts from the agent's last report, which precedes the
 		// stop by up to one interval; 15 s is measured from the stop.
-		wait(t, "node-3 entries Unknown (HeartbeatMissed)", boundHeartbeat, lab.All(conds...))
+		wait(t, "node-3 entries Unknown (AgentSilent)", boundHeartbeat, silentEntries("node-3", "AgentSilent"))
+	})
+
+	t.Run("node down (agent and kubelet): Unknown (NodeUnreachable) once its kubelet Lease expired too", func(t *testing.T) {
+		fault(t, "node-3", "node-down", "")
+		defer func() { fault(t, "node-3", "node-up", ""); healthy(t) }()
+		// The heartbeat's bound plus the kubelet Lease's duration (the
+		// Lease was renewed up to a quarter of it before the stop).
+		wait(t, "node-3 entries Unknown (NodeUnreachable)", boundHeartbeat+lab.KubeletLeaseDuration, silentEntries("node-3", "NodeUnreachable"))
+	})
+
+	t.Run("cordoned and down, as a Talos reboot does: entries PlannedMaintenance, conditions keep the facts, maintenance metric 1", func(t *testing.T) {
+		fault(t, "node-3", "cordon", "talos")
+		fault(t, "node-3", "node-down", "")
+		defer func() { fault(t, "node-3", "node-up", ""); fault(t, "node-3", "uncordon", ""); healthy(t) }()
+		wait(t, "node-3 entries Unknown (PlannedMaintenance)", boundHeartbeat+lab.KubeletLeaseDuration, lab.All(
+			silentEntries("node-3", "PlannedMaintenance"),
+			nodeCondition("etcd", "Heartbeat", "node-3", healthv1alpha1.ConditionUnknown, "NodeUnreachable"),
+		))
+		metricsURL := "http://" + l.State.Aggregators[0].Metrics + "/metrics"
+		assert.Equal(t, 1.0, scrapeValue(t, ctx, metricsURL, "cozy_health_node_maintenance", map[string]string{"node": "node-3"}), "node-3 in maintenance within its window")
+	})
+
+	t.Run("every node cut from the aggregators at once: one ManyNodesSilent, not three silent nodes", func(t *testing.T) {
+		nodes := []string{"node-1", "node-2", "node-3"}
+		for _, n := range nodes {
+			fault(t, n, "partition", "")
+		}
+		defer func() {
+			for _, n := range nodes {
+				fault(t, n, "partition-heal", "")
+			}
+			healthy(t)
+		}()
+		conds := []lab.Condition{componentCondition("node", "Silence", healthv1alpha1.ConditionUnknown, "ManyNodesSilent")}
+		for _, n := range nodes {
+			conds = append(conds, silentEntries(n, "ManyNodesSilent"))
+		}
+		wait(t, "ManyNodesSilent on the node object and every entry", boundHeartbeat, lab.All(conds...))
 	})
 
 	t.Run("Talos API hangs: that node's etcd entry Unknown, other components keep updating", func(t *testing.T) {
@@ -550,6 +595,13 @@ func ruleVerdict(a drainAnswer, rule string) string {
 // an aggregator's /metrics.
 func lastReport(t *testing.T, ctx context.Context, url, node string) float64 {
 	t.Helper()
+	return scrapeValue(t, ctx, url, "cozy_health_node_last_report_timestamp_seconds", map[string]string{"node": node})
+}
+
+// scrapeValue reads the value of the series of metric name whose labels
+// include labels from an aggregator's /metrics (a gauge, or a counter).
+func scrapeValue(t *testing.T, ctx context.Context, url, name string, labels map[string]string) float64 {
+	t.Helper()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	require.NoError(t, err)
 	resp, err := http.DefaultClient.Do(req)
@@ -558,15 +610,39 @@ func lastReport(t *testing.T, ctx context.Context, url, node string) float64 {
 	parser := expfmt.NewTextParser(model.UTF8Validation)
 	fams, err := parser.TextToMetricFamilies(resp.Body)
 	require.NoError(t, err)
-	mf, ok := fams["cozy_health_node_last_report_timestamp_seconds"]
-	require.True(t, ok, "metric cozy_health_node_last_report_timestamp_seconds")
+	mf, ok := fams[name]
+	require.True(t, ok, "metric %s", name)
 	for _, m := range mf.GetMetric() {
+		match := 0
 		for _, lp := range m.GetLabel() {
-			if lp.GetName() == "node" && lp.GetValue() == node {
-				return m.GetGauge().GetValue()
+			if v, ok := labels[lp.GetName()]; ok && v == lp.GetValue() {
+				match++
 			}
 		}
+		if match == len(labels) {
+			if m.GetCounter() != nil {
+				return m.GetCounter().GetValue()
+			}
+			return m.GetGauge().GetValue()
+		}
 	}
-	t.Fatalf("no last-report timestamp for %s", node)
+	t.Fatalf("no %s series with %v", name, labels)
 	return 0
+}
+
+// nodeCondition holds when component's condition of type ctype on node
+// (resourceRef Node/node) has status and reason.
+func nodeCondition(component, ctype, node string, status healthv1alpha1.ConditionStatus, reason string) lab.Condition {
+	return func(hs map[string]*healthv1alpha1.Health, _ time.Time) (bool, string) {
+		h, ok := hs[component]
+		if !ok {
+			return false, component + " missing"
+		}
+		for _, c := range h.Status.Conditions {
+			if c.Type == ctype && c.ResourceRef != nil && c.ResourceRef.Kind == "Node" && c.ResourceRef.Name == node {
+				return c.Status == status && c.Reason == reason, fmt.Sprintf("%s %s on %s: %s %s", component, ctype, node, c.Status, c.Reason)
+			}
+		}
+		return false, fmt.Sprintf("%s has no %s condition on %s", component, ctype, node)
+	}
 }

@@ -26,6 +26,8 @@ type daemon struct {
 	mu    sync.Mutex // serialises faults
 	nodes map[string]*nodeSources
 	close []func()
+	// kubelets renews the nodes' Leases (kubelet.go).
+	kubelets *kubelets
 }
 
 // Serve runs the lab daemon for the lab in dir until ctx ends. The lab's
@@ -50,6 +52,10 @@ func Serve(ctx context.Context, dir string, listeners []net.Listener) error {
 		return err
 	}
 	defer d.stop()
+	if d.kubelets, err = startKubelets(s); err != nil {
+		return err
+	}
+	defer d.kubelets.close()
 	return d.serveControl(ctx, s.ControlSocket)
 }
 
@@ -116,6 +122,9 @@ func (d *daemon) fault(node, fault, arg string) (string, error) {
 	ns, ok := d.nodes[node]
 	if !ok {
 		return "", fmt.Errorf("lab has no node %q", node)
+	}
+	if fault == "kubelet-stop" || fault == "kubelet-start" {
+		return d.kubelets.fault(node, fault)
 	}
 	return ns.fault(fault, arg)
 }

@@ -274,7 +274,7 @@ func Demo(ctx context.Context, o Options, w io.Writer) (err error) {
 	show("get", "health", "etcd", "-n", PlatformNamespace, "-o",
 		`jsonpath={range .status.conditions[?(@.status!="True")]}{.type}{"\t"}{.status}{"\t"}{.reason}{"\t"}{.resourceRef.kind}/{.resourceRef.name}{"\t"}{.message}{"\n"}{end}`)
 
-	step(3, "stop the agent on %s: after the heartbeat grace every entry its agent feeds must read Unknown (HeartbeatMissed), never stay green", agentNode)
+	step(3, "stop the agent on %s: after the heartbeat grace every entry its agent feeds must read Unknown, never stay green: AgentSilent, as its kubelet still renews the node's Lease", agentNode)
 	msg, err = Fault(ctx, o.Dir, agentNode, "agent-stop", "")
 	if err != nil {
 		return err
@@ -288,7 +288,7 @@ func Demo(ctx context.Context, o Options, w io.Writer) (err error) {
 			// confirms it (the same rule as the e2e's agent-stop case).
 			continue
 		}
-		unknown = append(unknown, NodeEntryIs(c, agentNode, healthv1alpha1.StatusUnknown, "HeartbeatMissed"))
+		unknown = append(unknown, NodeEntryIs(c, agentNode, healthv1alpha1.StatusUnknown, "AgentSilent"))
 	}
 	unknown = append(unknown, NodeEntryIs("linstor", agentNode, healthv1alpha1.StatusHealthy, ""))
 	if _, err := l.WaitFor(ctx, w, agentNode+" Unknown in a first Health object", 60*time.Second, Any(unknown[:len(unknown)-1]...)); err != nil {

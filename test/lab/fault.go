@@ -44,6 +44,12 @@ var Faults = map[string]bool{
 	// partition-from takes the replica (index or aggregator-N) the node
 	// is cut from alone; partition-heal repairs it too.
 	"partition-from": true,
+	// A node's kubelet (its Lease in kube-node-lease), the node as a whole
+	// (agent and kubelet: what a node that is down shows), and planned
+	// maintenance (cordon; with the argument "talos", as Talos cordons).
+	"kubelet-stop": false, "kubelet-start": false,
+	"node-down": false, "node-up": false,
+	"cordon": false, "uncordon": false,
 }
 
 // labWide are the faults that act on the whole lab and take no node.
@@ -89,6 +95,32 @@ func Fault(ctx context.Context, dir, node, fault, arg string) (string, error) {
 		return "", err
 	}
 	switch fault {
+	case "cordon", "uncordon":
+		if arg != "" && arg != "talos" {
+			return "", fmt.Errorf("%s takes no argument or \"talos\", got %q", fault, arg)
+		}
+		return cordon(ctx, s, n.Name, fault == "cordon", arg == "talos")
+	case "node-down":
+		// A node that goes down: its agent and its kubelet both stop.
+		msg, err := Fault(ctx, dir, node, "agent-stop", "")
+		if err != nil {
+			return "", err
+		}
+		k, err := controlFault(ctx, s.ControlSocket, node, "kubelet-stop", "")
+		if err != nil {
+			return "", err
+		}
+		return msg + "; " + k, nil
+	case "node-up":
+		k, err := controlFault(ctx, s.ControlSocket, node, "kubelet-start", "")
+		if err != nil {
+			return "", err
+		}
+		msg, err := Fault(ctx, dir, node, "agent-start", "")
+		if err != nil {
+			return "", err
+		}
+		return k + "; " + msg, nil
 	case "etcd-stop":
 		if err := stopPid(n.EtcdPid, 10*time.Second); err != nil {
 			return "", err

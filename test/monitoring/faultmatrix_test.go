@@ -46,8 +46,10 @@ var faultMatrix = []faultAlert{
 	// silent agent cannot make that loss unproven.
 	{alert: "CozyHealthComponentDown", fault: "node-2,node-3 ovn-nb-stop", repair: "node-2,node-3 ovn-nb-start", labels: map[string]string{"component": "kube-ovn"},
 		sel: sel("cozy_health_component_status", "component", "kube-ovn", "status", "Down"), one: true},
-	{alert: "CozyHealthNodeHeartbeatMissed", fault: "node-3 agent-stop", repair: "node-3 agent-start", labels: map[string]string{"node": "node-3"},
-		sel: sel("cozy_health_issue", "type", "Heartbeat", "reason", "HeartbeatMissed", "node", "node-3")},
+	// The lab renews every node's kubelet Lease: a stopped agent on a live
+	// node is AgentSilent.
+	{alert: "CozyHealthAgentSilent", fault: "node-3 agent-stop", repair: "node-3 agent-start", labels: map[string]string{"node": "node-3"},
+		sel: sel("cozy_health_issue", "type", "Heartbeat", "reason", "AgentSilent", "node", "node-3")},
 	{alert: "CozyHealthComponentUnknown", fault: "node-3 agent-stop", repair: "node-3 agent-start",
 		sel: sel("cozy_health_component_status", "status", "Unknown"), one: true},
 	{alert: "CozyHealthBackupsStale", fault: backupFault, repair: backupRepair, labels: map[string]string{"namespace": staleTenant, "resource": staleCluster},
