@@ -52,10 +52,6 @@ func Serve(ctx context.Context, dir string, listeners []net.Listener) error {
 		return err
 	}
 	defer d.stop()
-	if d.kubelets, err = startKubelets(s); err != nil {
-		return err
-	}
-	defer d.kubelets.close()
 	return d.serveControl(ctx, s.ControlSocket)
 }
 

@@ -195,6 +195,11 @@ func startSources(s *State, bound map[string]net.Listener) (_ *daemon, err error
 		ns.serveMetricsOn(ml)
 		d.close = append(d.close, ns.stopMetrics)
 	}
+	// The nodes' kubelets: their Leases in kube-node-lease (kubelet.go).
+	if d.kubelets, err = startKubelets(s); err != nil {
+		return nil, err
+	}
+	d.close = append(d.close, d.kubelets.close)
 	return d, nil
 }
 
