@@ -276,14 +276,24 @@ func (l *Lab) aggregatorProcess(c *chartRelease, a *Aggregator) ([]string, []str
 	if err := writeFiles(confDir, c.configMaps["cozy-health-aggregator"]); err != nil {
 		return nil, nil, err
 	}
+	// The headless Service's name resolves to every replica; here each has
+	// its own loopback port (the replica skips its own by identity).
+	var peers []string
+	for _, p := range l.State.Aggregators {
+		peers = append(peers, p.GRPC)
+	}
 	s := standIn{
 		volumes: map[string]string{
 			"configMap:cozy-health-aggregator": confDir,
+			// The aggregator's ServiceAccount token (agents' audience),
+			// file "token", for the peer sync.
+			"projected:serviceAccountToken": l.aggregatorTokenDir(),
 		},
 		fields: map[string]string{"metadata.name": a.Name, "metadata.namespace": AgentNamespace},
 		flags: map[string][]string{
 			"--kubeconfig":   {l.State.Kubeconfig}, // not in a pod: no in-cluster config
 			"--listen":       {a.GRPC},
+			"--peers":        {strings.Join(peers, ",")},
 			"--http-addr":    {a.HTTP},
 			"--metrics-addr": {a.Metrics},
 			// One LINSTOR controller for the whole lab.

@@ -22,6 +22,7 @@ import (
 	"strings"
 	"time"
 
+	authenticationv1 "k8s.io/api/authentication/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -42,6 +43,10 @@ const (
 	LeaseName           = "cozy-health-aggregator"
 	Aggregators         = 3
 )
+
+// AggregatorServiceAccount is the aggregators' ServiceAccount (the chart's):
+// their peer sync authenticates with its token.
+const AggregatorServiceAccount = "cozy-health-aggregator"
 
 // Options configure Up.
 type Options struct {
@@ -363,14 +368,24 @@ func Up(ctx context.Context, o Options) (l *Lab, err error) {
 		return nil, err
 	}
 
+	if err := l.aggregatorToken(ctx); err != nil {
+		return nil, err
+	}
 	o.Log("starting %d aggregator replicas (leader election on Lease %s/%s)", Aggregators, PlatformNamespace, LeaseName)
+	// Every replica's addresses first: each one's --peers lists them all.
 	for i := 0; i < Aggregators; i++ {
-		a, err := l.aggregatorSpec(i, chart)
+		a, err := aggregatorAddrs(i)
 		if err != nil {
 			return nil, err
 		}
 		s.Aggregators = append(s.Aggregators, a)
-		if err := l.startAggregator(&s.Aggregators[i]); err != nil {
+	}
+	for i := range s.Aggregators {
+		a := &s.Aggregators[i]
+		if a.Args, a.Env, err = l.aggregatorProcess(chart, a); err != nil {
+			return nil, err
+		}
+		if err := l.startAggregator(a); err != nil {
 			return nil, err
 		}
 	}
@@ -414,7 +429,8 @@ func Up(ctx context.Context, o Options) (l *Lab, err error) {
 	return l, nil
 }
 
-func (l *Lab) aggregatorSpec(i int, chart *chartRelease) (Aggregator, error) {
+// aggregatorAddrs names replica i and picks its loopback addresses.
+func aggregatorAddrs(i int) (Aggregator, error) {
 	a := Aggregator{Name: "aggregator-" + strconv.Itoa(i)}
 	var err error
 	for _, p := range []*string{&a.GRPC, &a.HTTP, &a.Metrics} {
@@ -422,9 +438,37 @@ func (l *Lab) aggregatorSpec(i int, chart *chartRelease) (Aggregator, error) {
 			return a, err
 		}
 	}
-	a.Args, a.Env, err = l.aggregatorProcess(chart, &a)
-	return a, err
+	return a, nil
 }
+
+// aggregatorToken creates the aggregators' ServiceAccount (the chart's)
+// and writes a token of it for the agents' audience where the chart's
+// projected token volume is (aggregatorTokenDir): the replicas' peer sync
+// sends it, and their PeerService reviews it.
+func (l *Lab) aggregatorToken(ctx context.Context) error {
+	if err := l.cp.CreateServiceAccount(ctx, AgentNamespace, AggregatorServiceAccount); err != nil {
+		return err
+	}
+	secs := int64((48 * time.Hour) / time.Second)
+	tr, err := l.cp.Clientset().CoreV1().ServiceAccounts(AgentNamespace).CreateToken(ctx, AggregatorServiceAccount, &authenticationv1.TokenRequest{
+		Spec: authenticationv1.TokenRequestSpec{Audiences: []string{TokenAudience}, ExpirationSeconds: &secs},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		return fmt.Errorf("lab: request a token of %s/%s: %w", AgentNamespace, AggregatorServiceAccount, err)
+	}
+	dir := l.aggregatorTokenDir()
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("lab: %w", err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "token"), []byte(tr.Status.Token), 0o600); err != nil {
+		return fmt.Errorf("lab: write token: %w", err)
+	}
+	return nil
+}
+
+// aggregatorTokenDir stands in for the aggregators' projected token
+// volume (file "token").
+func (l *Lab) aggregatorTokenDir() string { return filepath.Join(l.State.Dir, "aggregator-token") }
 
 func (l *Lab) startAggregator(a *Aggregator) error {
 	p, err := startProcEnv(l.State.Dir, a.Name, a.Args, a.Env, l.opts.Detach)
@@ -442,8 +486,15 @@ func (l *Lab) waitAggregator(ctx context.Context, i int, chart *chartRelease) er
 	return l.waitServing(ctx, a.Name,
 		func() (string, int) { return "http://" + a.HTTP + "/healthz", a.Pid },
 		func() error {
-			var err error
-			if *a, err = l.aggregatorSpec(i, chart); err != nil {
+			// The other replicas' --peers keep its old gRPC address: their
+			// peer calls to it fail (counted, logged); the agents reach it
+			// through their relays (lab.json).
+			fresh, err := aggregatorAddrs(i)
+			if err != nil {
+				return err
+			}
+			*a = fresh
+			if a.Args, a.Env, err = l.aggregatorProcess(chart, a); err != nil {
 				return err
 			}
 			return l.startAggregator(a)
