@@ -47,6 +47,7 @@ var external = map[string]string{
 	"talosctl -n NODE time":                                            "Talos machined",
 	"talosctl -n NODE dmesg":                                           "Talos machined",
 	"talosctl -n NODE etcd defrag":                                     "Talos machined",
+	"talosctl -n NODE etcd leave":                                      "Talos machined",
 	"linstor resource list -r RESOURCE":                                "LINSTOR controller",
 	"drbdsetup status RESOURCE --verbose":                              "DRBD kernel module on a LINSTOR satellite",
 	"linstor storage-pool list -n NODE":                                "LINSTOR controller",

@@ -60,7 +60,12 @@ func (g *GRPCServer) DrainCheck(ctx context.Context, req *pb.DrainCheckRequest) 
 	case err != nil:
 		return nil, status.Error(codes.Unavailable, err.Error())
 	}
-	res, err := g.svc.Check(req.GetNode(), "grpc")
+	intent, err := IntentFromProto(req.GetIntent())
+	if err != nil {
+		g.svc.reject("grpc", "invalid_intent", req.GetNode())
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	res, err := g.svc.CheckIntent(req.GetNode(), "grpc", intent)
 	switch {
 	case errors.Is(err, ErrInvalidNode):
 		return nil, status.Error(codes.InvalidArgument, err.Error())

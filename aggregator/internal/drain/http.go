@@ -10,9 +10,10 @@ import (
 	"github.com/cozystack/cozy-health/pkg/drainapi"
 )
 
-// Handler serves GET /v1/drain-check?node=X as JSON:
+// Handler serves GET /v1/drain-check?node=X[&intent=reboot|decommission]
+// (default reboot) as JSON:
 // {"node","verdict":"safe|blocked|unknown","reasons":[...],"evaluatedAt","snapshotAt"}.
-// 400 on a missing or invalid node, 404 when the node is neither a
+// 400 on a missing or invalid node or an intent that is neither, 404 when the node is neither a
 // Kubernetes Node nor in the state, 405 on other methods, 401/403 when an
 // Authorizer is set and refuses the caller, 429 when its review budget is
 // spent, 503 when it cannot ask.
@@ -62,7 +63,13 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		h.svc.log.Debug("drain check authorized", zap.String("user", user))
 	}
-	res, err := h.svc.Check(r.URL.Query().Get("node"), "http")
+	intent, err := ParseIntent(r.URL.Query().Get("intent"))
+	if err != nil {
+		h.svc.reject("http", "invalid_intent", r.URL.Query().Get("node"))
+		writeJSON(w, http.StatusBadRequest, drainapi.Error{Error: err.Error()})
+		return
+	}
+	res, err := h.svc.CheckIntent(r.URL.Query().Get("node"), "http", intent)
 	switch {
 	case errors.Is(err, ErrInvalidNode):
 		writeJSON(w, http.StatusBadRequest, drainapi.Error{Error: err.Error()})

@@ -24,8 +24,11 @@ func RulesFor(intent Intent) []Rule {
 	return Rules
 }
 
-// DecommissionRules are the rules a decommission adds to Rules. None is
-// written yet (the node's raft members already removed, its LINSTOR
-// resources re-placeable): a decommission is judged as a reboot until
-// they are.
-var DecommissionRules = []Rule{}
+// DecommissionRules are the rules a decommission adds to Rules: the node
+// does not come back, so its raft members must already be removed
+// (raft-member-removed) and every resource it holds data of must be
+// re-placeable on other satellites (linstor-replaceable).
+var DecommissionRules = []Rule{
+	raftMemberRemovedRule{},
+	linstorReplaceableRule{},
+}

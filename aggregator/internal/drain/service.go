@@ -274,7 +274,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		checks: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "cozy_health", Subsystem: "drain", Name: "checks_total",
 			Help: "Drain checks answered, by front end (http, grpc) and verdict."}, []string{"via", "verdict"}),
 		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "cozy_health", Subsystem: "drain", Name: "rejected_total",
-			Help: "Drain checks refused, by front end and reason (invalid_node, not_found, unauthenticated, forbidden, throttled, method)."}, []string{"via", "reason"}),
+			Help: "Drain checks refused, by front end and reason (invalid_node, invalid_intent, not_found, unauthenticated, forbidden, throttled, method)."}, []string{"via", "reason"}),
 		checkSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "cozy_health", Subsystem: "drain", Name: "check_duration_seconds",
 			Help: "Time to answer one drain check.", Buckets: prometheus.ExponentialBuckets(0.00005, 2, 14)}),
 		snapshotSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "cozy_health", Subsystem: "drain", Name: "snapshot_duration_seconds",

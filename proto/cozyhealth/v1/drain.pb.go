@@ -76,10 +76,69 @@ func (Verdict) EnumDescriptor() ([]byte, []int) {
 	return file_cozyhealth_v1_drain_proto_rawDescGZIP(), []int{0}
 }
 
-// DrainCheckRequest names the node to be drained.
+// DrainIntent is why the node is drained: what the rules assume of its
+// return.
+type DrainIntent int32
+
+const (
+	// DRAIN_INTENT_UNSPECIFIED is read as DRAIN_INTENT_REBOOT.
+	DrainIntent_DRAIN_INTENT_UNSPECIFIED DrainIntent = 0
+	// DRAIN_INTENT_REBOOT: the node comes back (a reboot, an upgrade).
+	DrainIntent_DRAIN_INTENT_REBOOT DrainIntent = 1
+	// DRAIN_INTENT_DECOMMISSION: the node does not come back; its raft
+	// members must already be removed and its LINSTOR resources be
+	// re-placeable.
+	DrainIntent_DRAIN_INTENT_DECOMMISSION DrainIntent = 2
+)
+
+// Enum value maps for DrainIntent.
+var (
+	DrainIntent_name = map[int32]string{
+		0: "DRAIN_INTENT_UNSPECIFIED",
+		1: "DRAIN_INTENT_REBOOT",
+		2: "DRAIN_INTENT_DECOMMISSION",
+	}
+	DrainIntent_value = map[string]int32{
+		"DRAIN_INTENT_UNSPECIFIED":  0,
+		"DRAIN_INTENT_REBOOT":       1,
+		"DRAIN_INTENT_DECOMMISSION": 2,
+	}
+)
+
+func (x DrainIntent) Enum() *DrainIntent {
+	p := new(DrainIntent)
+	*p = x
+	return p
+}
+
+func (x DrainIntent) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (DrainIntent) Descriptor() protoreflect.EnumDescriptor {
+	return file_cozyhealth_v1_drain_proto_enumTypes[1].Descriptor()
+}
+
+func (DrainIntent) Type() protoreflect.EnumType {
+	return &file_cozyhealth_v1_drain_proto_enumTypes[1]
+}
+
+func (x DrainIntent) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use DrainIntent.Descriptor instead.
+func (DrainIntent) EnumDescriptor() ([]byte, []int) {
+	return file_cozyhealth_v1_drain_proto_rawDescGZIP(), []int{1}
+}
+
+// DrainCheckRequest names the node to be drained, and why.
 type DrainCheckRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Node          string                 `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Node  string                 `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
+	// intent: unspecified is a reboot; a value this server does not know is
+	// refused (InvalidArgument).
+	Intent        DrainIntent `protobuf:"varint,2,opt,name=intent,proto3,enum=cozyhealth.v1.DrainIntent" json:"intent,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -119,6 +178,13 @@ func (x *DrainCheckRequest) GetNode() string {
 		return x.Node
 	}
 	return ""
+}
+
+func (x *DrainCheckRequest) GetIntent() DrainIntent {
+	if x != nil {
+		return x.Intent
+	}
+	return DrainIntent_DRAIN_INTENT_UNSPECIFIED
 }
 
 // DrainReason is one rule's finding.
@@ -209,11 +275,13 @@ func (x *DrainReason) GetAttributes() map[string]float64 {
 
 // DrainCheckResponse is the verdict and every reason behind it.
 type DrainCheckResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Node          string                 `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
-	Verdict       Verdict                `protobuf:"varint,2,opt,name=verdict,proto3,enum=cozyhealth.v1.Verdict" json:"verdict,omitempty"`
-	Reasons       []*DrainReason         `protobuf:"bytes,3,rep,name=reasons,proto3" json:"reasons,omitempty"`
-	EvaluatedAt   *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=evaluated_at,json=evaluatedAt,proto3" json:"evaluated_at,omitempty"`
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Node        string                 `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
+	Verdict     Verdict                `protobuf:"varint,2,opt,name=verdict,proto3,enum=cozyhealth.v1.Verdict" json:"verdict,omitempty"`
+	Reasons     []*DrainReason         `protobuf:"bytes,3,rep,name=reasons,proto3" json:"reasons,omitempty"`
+	EvaluatedAt *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=evaluated_at,json=evaluatedAt,proto3" json:"evaluated_at,omitempty"`
+	// intent is the intent the rules were asked for.
+	Intent        DrainIntent `protobuf:"varint,5,opt,name=intent,proto3,enum=cozyhealth.v1.DrainIntent" json:"intent,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -276,13 +344,21 @@ func (x *DrainCheckResponse) GetEvaluatedAt() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *DrainCheckResponse) GetIntent() DrainIntent {
+	if x != nil {
+		return x.Intent
+	}
+	return DrainIntent_DRAIN_INTENT_UNSPECIFIED
+}
+
 var File_cozyhealth_v1_drain_proto protoreflect.FileDescriptor
 
 const file_cozyhealth_v1_drain_proto_rawDesc = "" +
 	"\n" +
-	"\x19cozyhealth/v1/drain.proto\x12\rcozyhealth.v1\x1a\x1acozyhealth/v1/report.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"'\n" +
+	"\x19cozyhealth/v1/drain.proto\x12\rcozyhealth.v1\x1a\x1acozyhealth/v1/report.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"[\n" +
 	"\x11DrainCheckRequest\x12\x12\n" +
-	"\x04node\x18\x01 \x01(\tR\x04node\"\xd5\x02\n" +
+	"\x04node\x18\x01 \x01(\tR\x04node\x122\n" +
+	"\x06intent\x18\x02 \x01(\x0e2\x1a.cozyhealth.v1.DrainIntentR\x06intent\"\xd5\x02\n" +
 	"\vDrainReason\x12\x12\n" +
 	"\x04rule\x18\x01 \x01(\tR\x04rule\x12\x1c\n" +
 	"\tcomponent\x18\x02 \x01(\tR\tcomponent\x120\n" +
@@ -294,17 +370,22 @@ const file_cozyhealth_v1_drain_proto_rawDesc = "" +
 	"attributes\x1a=\n" +
 	"\x0fAttributesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x01R\x05value:\x028\x01\"\xcf\x01\n" +
+	"\x05value\x18\x02 \x01(\x01R\x05value:\x028\x01\"\x83\x02\n" +
 	"\x12DrainCheckResponse\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x120\n" +
 	"\averdict\x18\x02 \x01(\x0e2\x16.cozyhealth.v1.VerdictR\averdict\x124\n" +
 	"\areasons\x18\x03 \x03(\v2\x1a.cozyhealth.v1.DrainReasonR\areasons\x12=\n" +
-	"\fevaluated_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\vevaluatedAt*^\n" +
+	"\fevaluated_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\vevaluatedAt\x122\n" +
+	"\x06intent\x18\x05 \x01(\x0e2\x1a.cozyhealth.v1.DrainIntentR\x06intent*^\n" +
 	"\aVerdict\x12\x17\n" +
 	"\x13VERDICT_UNSPECIFIED\x10\x00\x12\x10\n" +
 	"\fVERDICT_SAFE\x10\x01\x12\x13\n" +
 	"\x0fVERDICT_BLOCKED\x10\x02\x12\x13\n" +
-	"\x0fVERDICT_UNKNOWN\x10\x032a\n" +
+	"\x0fVERDICT_UNKNOWN\x10\x03*c\n" +
+	"\vDrainIntent\x12\x1c\n" +
+	"\x18DRAIN_INTENT_UNSPECIFIED\x10\x00\x12\x17\n" +
+	"\x13DRAIN_INTENT_REBOOT\x10\x01\x12\x1d\n" +
+	"\x19DRAIN_INTENT_DECOMMISSION\x10\x022a\n" +
 	"\fDrainService\x12Q\n" +
 	"\n" +
 	"DrainCheck\x12 .cozyhealth.v1.DrainCheckRequest\x1a!.cozyhealth.v1.DrainCheckResponseBCZAgithub.com/cozystack/cozy-health/proto/cozyhealth/v1;cozyhealthv1b\x06proto3"
@@ -321,31 +402,34 @@ func file_cozyhealth_v1_drain_proto_rawDescGZIP() []byte {
 	return file_cozyhealth_v1_drain_proto_rawDescData
 }
 
-var file_cozyhealth_v1_drain_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
+var file_cozyhealth_v1_drain_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
 var file_cozyhealth_v1_drain_proto_msgTypes = make([]protoimpl.MessageInfo, 4)
 var file_cozyhealth_v1_drain_proto_goTypes = []any{
 	(Verdict)(0),                  // 0: cozyhealth.v1.Verdict
-	(*DrainCheckRequest)(nil),     // 1: cozyhealth.v1.DrainCheckRequest
-	(*DrainReason)(nil),           // 2: cozyhealth.v1.DrainReason
-	(*DrainCheckResponse)(nil),    // 3: cozyhealth.v1.DrainCheckResponse
-	nil,                           // 4: cozyhealth.v1.DrainReason.AttributesEntry
-	(*ResourceRef)(nil),           // 5: cozyhealth.v1.ResourceRef
-	(*timestamppb.Timestamp)(nil), // 6: google.protobuf.Timestamp
+	(DrainIntent)(0),              // 1: cozyhealth.v1.DrainIntent
+	(*DrainCheckRequest)(nil),     // 2: cozyhealth.v1.DrainCheckRequest
+	(*DrainReason)(nil),           // 3: cozyhealth.v1.DrainReason
+	(*DrainCheckResponse)(nil),    // 4: cozyhealth.v1.DrainCheckResponse
+	nil,                           // 5: cozyhealth.v1.DrainReason.AttributesEntry
+	(*ResourceRef)(nil),           // 6: cozyhealth.v1.ResourceRef
+	(*timestamppb.Timestamp)(nil), // 7: google.protobuf.Timestamp
 }
 var file_cozyhealth_v1_drain_proto_depIdxs = []int32{
-	0, // 0: cozyhealth.v1.DrainReason.verdict:type_name -> cozyhealth.v1.Verdict
-	5, // 1: cozyhealth.v1.DrainReason.resource_ref:type_name -> cozyhealth.v1.ResourceRef
-	4, // 2: cozyhealth.v1.DrainReason.attributes:type_name -> cozyhealth.v1.DrainReason.AttributesEntry
-	0, // 3: cozyhealth.v1.DrainCheckResponse.verdict:type_name -> cozyhealth.v1.Verdict
-	2, // 4: cozyhealth.v1.DrainCheckResponse.reasons:type_name -> cozyhealth.v1.DrainReason
-	6, // 5: cozyhealth.v1.DrainCheckResponse.evaluated_at:type_name -> google.protobuf.Timestamp
-	1, // 6: cozyhealth.v1.DrainService.DrainCheck:input_type -> cozyhealth.v1.DrainCheckRequest
-	3, // 7: cozyhealth.v1.DrainService.DrainCheck:output_type -> cozyhealth.v1.DrainCheckResponse
-	7, // [7:8] is the sub-list for method output_type
-	6, // [6:7] is the sub-list for method input_type
-	6, // [6:6] is the sub-list for extension type_name
-	6, // [6:6] is the sub-list for extension extendee
-	0, // [0:6] is the sub-list for field type_name
+	1, // 0: cozyhealth.v1.DrainCheckRequest.intent:type_name -> cozyhealth.v1.DrainIntent
+	0, // 1: cozyhealth.v1.DrainReason.verdict:type_name -> cozyhealth.v1.Verdict
+	6, // 2: cozyhealth.v1.DrainReason.resource_ref:type_name -> cozyhealth.v1.ResourceRef
+	5, // 3: cozyhealth.v1.DrainReason.attributes:type_name -> cozyhealth.v1.DrainReason.AttributesEntry
+	0, // 4: cozyhealth.v1.DrainCheckResponse.verdict:type_name -> cozyhealth.v1.Verdict
+	3, // 5: cozyhealth.v1.DrainCheckResponse.reasons:type_name -> cozyhealth.v1.DrainReason
+	7, // 6: cozyhealth.v1.DrainCheckResponse.evaluated_at:type_name -> google.protobuf.Timestamp
+	1, // 7: cozyhealth.v1.DrainCheckResponse.intent:type_name -> cozyhealth.v1.DrainIntent
+	2, // 8: cozyhealth.v1.DrainService.DrainCheck:input_type -> cozyhealth.v1.DrainCheckRequest
+	4, // 9: cozyhealth.v1.DrainService.DrainCheck:output_type -> cozyhealth.v1.DrainCheckResponse
+	9, // [9:10] is the sub-list for method output_type
+	8, // [8:9] is the sub-list for method input_type
+	8, // [8:8] is the sub-list for extension type_name
+	8, // [8:8] is the sub-list for extension extendee
+	0, // [0:8] is the sub-list for field type_name
 }
 
 func init() { file_cozyhealth_v1_drain_proto_init() }
@@ -359,7 +443,7 @@ func file_cozyhealth_v1_drain_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_cozyhealth_v1_drain_proto_rawDesc), len(file_cozyhealth_v1_drain_proto_rawDesc)),
-			NumEnums:      1,
+			NumEnums:      2,
 			NumMessages:   4,
 			NumExtensions: 0,
 			NumServices:   1,

@@ -32,6 +32,9 @@ type drainOptions struct {
 	timeoutSet bool
 	wait       bool
 	interval   time.Duration
+	// intent is --intent, parsed (drainapi.IntentReboot by default).
+	intentFlag string
+	intent     drainapi.Intent
 }
 
 const (
@@ -44,10 +47,15 @@ const (
 func newDrainCheckCmd(o *options) *cobra.Command {
 	d := &drainOptions{}
 	cmd := &cobra.Command{
-		Use:   "drain-check NODE [--wait [--timeout 10m]]",
+		Use:   "drain-check NODE [--intent reboot|decommission] [--wait [--timeout 10m]]",
 		Short: "Can NODE be drained now? Exit 0 safe, 1 blocked, 2 unknown or error; --wait blocks until safe",
 		Long: `drain-check asks the cozy-health aggregator whether NODE can be drained now and prints the
 verdict with every reason. Exit code: 0 safe, 1 blocked, 2 unknown or any error.
+
+--intent says why NODE is drained (default reboot): a reboot returns the node (its replicas resync,
+its etcd and OVN members return); a decommission does not, so it also needs the node's etcd and
+ovn-central members already removed and every LINSTOR resource it holds re-placeable on other
+satellites.
 
 By default the request goes through the Kubernetes API service proxy with your kubeconfig
 (GET /api/v1/namespaces/NS/services/SVC:PORT/proxy/v1/drain-check?node=NODE), which needs
@@ -74,6 +82,7 @@ came (the aggregator or the API unreachable the whole time). A rolling reboot ga
 	f.DurationVar(&d.requestTimeout, "timeout", 30*time.Second, "how long to wait for the answer; with --wait, for a safe answer (default 10m then)")
 	f.BoolVar(&d.wait, "wait", false, "ask again until NODE is safe (exit 0) or --timeout passes (exit 1 blocked, 2 unknown)")
 	f.DurationVar(&d.interval, "interval", 5*time.Second, "with --wait, time between questions")
+	f.StringVar(&d.intentFlag, "intent", string(drainapi.IntentReboot), "why NODE is drained: reboot (it comes back) or decommission (it does not)")
 	return cmd
 }
 
@@ -81,6 +90,11 @@ func (o *options) drainCheck(ctx context.Context, d *drainOptions, node string) 
 	if d.output != "" && d.output != "json" {
 		return fmt.Errorf("--output: want json or nothing, got %q", d.output)
 	}
+	intent, err := drainapi.ParseIntent(d.intentFlag)
+	if err != nil {
+		return fmt.Errorf("--intent: %w", err)
+	}
+	d.intent = intent
 	if d.wait {
 		return o.drainWait(ctx, d, node)
 	}
@@ -201,6 +215,11 @@ func (o *options) askDrain(ctx context.Context, d *drainOptions, node string, ti
 	if err := json.Unmarshal(body, &res); err != nil {
 		return nil, nil, fmt.Errorf("decode drain check answer: %w", err)
 	}
+	if d.intent != drainapi.IntentReboot && res.Intent != d.intent {
+		// An aggregator that predates intents ignores the parameter and
+		// judges a reboot: never pass that off as the answer asked for.
+		return nil, nil, permanentError{fmt.Errorf("drain check of %s via %s: asked for intent %s, answered for %q: the aggregator does not judge intents (upgrade it)", node, via, d.intent, res.Intent)}
+	}
 	switch res.Verdict {
 	case drainapi.Safe, drainapi.Blocked, drainapi.Unknown:
 	default:
@@ -238,7 +257,11 @@ func getDirect(ctx context.Context, d *drainOptions, node string) ([]byte, int, 
 		return nil, 0, fmt.Errorf("--aggregator-url: want http(s)://host[:port], got %q", d.aggregatorURL)
 	}
 	u.Path = strings.TrimSuffix(u.Path, "/") + "/v1/drain-check"
-	u.RawQuery = url.Values{"node": {node}}.Encode()
+	q := url.Values{"node": {node}}
+	if d.intent != "" && d.intent != drainapi.IntentReboot {
+		q.Set("intent", string(d.intent))
+	}
+	u.RawQuery = q.Encode()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
 	if err != nil {
 		return nil, 0, fmt.Errorf("build drain check request: %w", err)
@@ -265,10 +288,13 @@ func (o *options) getProxied(ctx context.Context, d *drainOptions, node string) 
 		return nil, 0, err
 	}
 	var code int
-	body, err := cs.CoreV1().RESTClient().Get().
+	req := cs.CoreV1().RESTClient().Get().
 		Namespace(d.namespace).Resource("services").Name(net.JoinHostPort(d.service, d.port)).
-		SubResource("proxy").Suffix("v1", "drain-check").Param("node", node).
-		Do(ctx).StatusCode(&code).Raw()
+		SubResource("proxy").Suffix("v1", "drain-check").Param("node", node)
+	if d.intent != "" && d.intent != drainapi.IntentReboot {
+		req = req.Param("intent", string(d.intent))
+	}
+	body, err := req.Do(ctx).StatusCode(&code).Raw()
 	if err != nil && code == 0 {
 		return nil, 0, fmt.Errorf("ask aggregator through the Kubernetes API: %w", err)
 	}
@@ -297,7 +323,11 @@ func errorText(body []byte) string {
 }
 
 func printDrain(w io.Writer, r *drainapi.Result) error {
-	fmt.Fprintf(w, "Node %s: %s\n", r.Node, strings.ToUpper(string(r.Verdict)))
+	head := fmt.Sprintf("Node %s: %s", r.Node, strings.ToUpper(string(r.Verdict)))
+	if r.Intent != "" && r.Intent != drainapi.IntentReboot {
+		head += " (" + string(r.Intent) + ")"
+	}
+	fmt.Fprintln(w, head)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "VERDICT\tRULE\tREASON")
 	for _, rs := range r.Reasons {
