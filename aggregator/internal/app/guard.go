@@ -57,7 +57,9 @@ func (a *App) newGuard(rc *rest.Config, nodes coreinformers.NodeInformer) (*guar
 	}
 	svc := a.drain
 	g, err := guard.New(guard.Config{ExemptNamespaces: a.cfg.GuardExemptNamespaces, UnknownFor: a.cfg.GuardUnknownFor},
-		func(node string, intent drain.Intent) (drain.Result, error) { return svc.CheckIntent(node, "guard", intent) },
+		func(node string, intent drain.Intent) (drain.Result, error) {
+			return svc.CheckIntent(node, "guard", intent)
+		},
 		a.clock, log, a.reg)
 	if err != nil {
 		return nil, err

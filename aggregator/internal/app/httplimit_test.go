@@ -220,12 +220,11 @@ func metricValue(t *testing.T, g prometheus.Gatherer, name string, labels ...str
 	return 0
 }
 
-// TestMetricsOverTLS: with --metrics-tls the metrics listener serves
-// /metrics over TLS with the serving certificate, verified with its CA;
-// plain HTTP gets no answer. The probes stay plain HTTP on --http-addr.
-// Before, /metrics (and the scraper's token) went over plain HTTP only.
-func TestMetricsOverTLS(t *testing.T) {
-	cfg := testConfig(t, "metrics-tls")
+// startMetricsTLS runs a replica with --metrics-tls and no apiserver
+// (nothing it serves on the metrics port needs one) until the test ends.
+func startMetricsTLS(t *testing.T, identity string) (*App, config.Config) {
+	t.Helper()
+	cfg := testConfig(t, identity)
 	cfg.Adapters = false
 	cfg.MetricsTLS = true
 	require.NoError(t, cfg.Validate())
@@ -235,7 +234,15 @@ func TestMetricsOverTLS(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- a.Run(ctx) }()
 	t.Cleanup(func() { cancel(); <-done })
+	return a, cfg
+}
 
+// TestMetricsOverTLS: with --metrics-tls the metrics listener serves
+// /metrics over TLS with the serving certificate, verified with its CA;
+// plain HTTP gets no answer. The probes stay plain HTTP on --http-addr.
+// Before, /metrics (and the scraper's token) went over plain HTTP only.
+func TestMetricsOverTLS(t *testing.T) {
+	a, cfg := startMetricsTLS(t, "metrics-tls")
 	tc, err := tlsutil.ClientConfig(filepath.Join(filepath.Dir(cfg.TLSCert), "ca.crt"), "localhost")
 	require.NoError(t, err)
 	client := &http.Client{Transport: &http.Transport{TLSClientConfig: tc}, Timeout: 10 * time.Second}

@@ -31,7 +31,9 @@ func (a *App) runMaintenance(ctx context.Context) {
 	defer t.Stop()
 	for {
 		var in map[string]bool
-		a.state.Read(func(nodes map[string]state.Entry) { in = maintenanceWindows(nodes, a.cfg.MaintenanceWindow, a.clock.Now()) })
+		a.state.Read(func(nodes map[string]state.Entry) {
+			in = maintenanceWindows(nodes, a.cfg.MaintenanceWindow, a.clock.Now())
+		})
 		a.metrics.SetMaintenance(in)
 		select {
 		case <-ctx.Done():

@@ -14,8 +14,6 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-	"go.uber.org/zap"
-	"k8s.io/client-go/rest"
 
 	"github.com/cozystack/cozy-health/pkg/tlsutil"
 	"github.com/cozystack/cozy-health/test/harness"
@@ -34,16 +32,9 @@ func TestRealPrometheusScrapesOverTLS(t *testing.T) {
 	prom, err := exec.LookPath("prometheus")
 	require.NoError(t, err, "Debian's prometheus (hack/testdeps.sh installs it)")
 
-	cfg := testConfig(t, "prom-tls")
-	cfg.Adapters = false
-	cfg.MetricsTLS = true
-	require.NoError(t, cfg.Validate())
-	a, err := New(cfg, zap.NewNop(), Options{RestConfig: &rest.Config{Host: "http://127.0.0.1:1"}})
-	require.NoError(t, err)
+	a, cfg := startMetricsTLS(t, "prom-tls")
 	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- a.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
+	t.Cleanup(cancel)
 
 	dir := t.TempDir()
 	ca := filepath.Join(filepath.Dir(cfg.TLSCert), "ca.crt")
