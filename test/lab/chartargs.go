@@ -73,6 +73,10 @@ func labValues(o Options) map[string]any {
 			"metricsAuth": "none",
 			"metricsTLS":  false,
 		},
+		// The drain guard is on in the lab (off by default in the chart):
+		// kubectl drain against the lab is refused while cozy-health
+		// answers blocked (guard.go, docs/guard.md).
+		"guard":             map[string]any{"enabled": true},
 		"platformNamespace": PlatformNamespace,
 	}
 }
@@ -296,9 +300,13 @@ func (l *Lab) aggregatorProcess(c *chartRelease, a *Aggregator) ([]string, []str
 			"--peers":        {strings.Join(peers, ",")},
 			"--http-addr":    {a.HTTP},
 			"--metrics-addr": {a.Metrics},
+			"--guard-addr":   {a.Guard},
 			// One LINSTOR controller for the whole lab.
 			"--linstor-url": {l.State.Nodes[0].LinstorURL},
 		},
+	}
+	if l.opts.MaintenanceWindow > 0 {
+		s.flags["--maintenance-window"] = []string{l.opts.MaintenanceWindow.String()}
 	}
 	return s.process(c.aggregator, filepath.Join(l.opts.BinDir, "cozy-health-aggregator"))
 }

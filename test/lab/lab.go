@@ -74,6 +74,10 @@ type Options struct {
 	// real writes in seconds. The agents read it from etcd's own metrics;
 	// the chart's 2 GiB is only their fallback.
 	EtcdQuotaBytes int64
+	// MaintenanceWindow, when set, is the aggregators'
+	// --maintenance-window (the chart leaves it at the aggregator's 15m):
+	// the soak's rolling maintenance scales it with the alerts' `for`.
+	MaintenanceWindow time.Duration
 	// Log receives progress lines.
 	Log func(format string, args ...any)
 }
@@ -122,13 +126,16 @@ type Node struct {
 
 // Aggregator is one replica as lab.json records it.
 type Aggregator struct {
-	Name    string   `json:"name"`
-	GRPC    string   `json:"grpc"`
-	HTTP    string   `json:"http"`
-	Metrics string   `json:"metrics"`
-	Pid     int      `json:"pid"`
-	Args    []string `json:"args"`
-	Env     []string `json:"env"`
+	Name    string `json:"name"`
+	GRPC    string `json:"grpc"`
+	HTTP    string `json:"http"`
+	Metrics string `json:"metrics"`
+	// Guard is the drain guard's TLS listener (--guard-addr), which the
+	// lab's webhook configuration calls (guard.go).
+	Guard string   `json:"guard"`
+	Pid   int      `json:"pid"`
+	Args  []string `json:"args"`
+	Env   []string `json:"env"`
 }
 
 // State is lab.json: where everything is.
@@ -401,6 +408,10 @@ func Up(ctx context.Context, o Options) (l *Lab, err error) {
 	if err := l.syncCA(ctx); err != nil {
 		return nil, err
 	}
+	o.Log("installing the drain guard: webhook %s on pods/eviction calling %s", GuardWebhook, l.guardURLs())
+	if err := l.installGuard(ctx); err != nil {
+		return nil, err
+	}
 	o.Log("starting %d agents (the real binary, one per node)", len(s.Nodes))
 	for i := range s.Nodes {
 		n := &s.Nodes[i]
@@ -433,7 +444,7 @@ func Up(ctx context.Context, o Options) (l *Lab, err error) {
 func aggregatorAddrs(i int) (Aggregator, error) {
 	a := Aggregator{Name: "aggregator-" + strconv.Itoa(i)}
 	var err error
-	for _, p := range []*string{&a.GRPC, &a.HTTP, &a.Metrics} {
+	for _, p := range []*string{&a.GRPC, &a.HTTP, &a.Metrics, &a.Guard} {
 		if *p, err = harness.FreeAddr(); err != nil {
 			return a, err
 		}

@@ -2,13 +2,8 @@ package monitoring
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"net/http"
-	"os"
-	"os/exec"
 	"path/filepath"
-	"reflect"
 	"strings"
 	"syscall"
 	"testing"
@@ -19,15 +14,10 @@ import (
 	"github.com/stretchr/testify/require"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/dynamic"
-	"sigs.k8s.io/yaml"
 
-	"github.com/cozystack/cozy-health/deploy/render"
 	"github.com/cozystack/cozy-health/test/harness"
 	"github.com/cozystack/cozy-health/test/lab"
 )
-
-// debianInstall is the one command that provides the real evaluators.
-const debianInstall = "apt-get update; apt-get install -y --no-install-recommends prometheus prometheus-alertmanager"
 
 // evalConfig says how Prometheus evaluates the shipped rules.
 type evalConfig struct {
@@ -47,20 +37,11 @@ type evalConfig struct {
 	vmDelay time.Duration
 }
 
-// evaluator is one rule evaluator on the lab, with its own Alertmanager:
-// Prometheus, or vmalert over victoria-metrics single.
-type evaluator struct {
-	name string
-	// alerts serves /api/v1/alerts; query serves /api/v1/query; am is
-	// the evaluator's Alertmanager.
-	alerts, query, am string
-}
-
 // alertWatch is one alert of the fault matrix: the fault that makes it
 // fire, the repair that resolves it, the labels that pick it out, and
 // what was observed.
 type alertWatch struct {
-	ev                   *evaluator
+	ev                   *Evaluator
 	alert, fault, repair string
 	labels               map[string]string
 	forDur               time.Duration
@@ -100,163 +81,6 @@ func TestAlertEvaluation(t *testing.T) {
 	logAlertTable(t, res)
 }
 
-// evaluators returns the paths of Debian's prometheus and alertmanager;
-// the test fails with the install command when they are absent.
-func evaluators(t *testing.T) (prom, am string) {
-	t.Helper()
-	prom, err := exec.LookPath("prometheus")
-	require.NoError(t, err, "Debian's prometheus is not installed: %s", debianInstall)
-	am, err = exec.LookPath("prometheus-alertmanager")
-	require.NoError(t, err, "Debian's prometheus-alertmanager is not installed: %s", debianInstall)
-	return prom, am
-}
-
-// renderedRules renders the chart for a cluster serving
-// monitoring.coreos.com/v1 and returns its PrometheusRule's spec; it
-// checks that the VMRule rendered for VictoriaMetrics carries the same.
-func renderedRules(t *testing.T) map[string]any {
-	t.Helper()
-	spec := func(api, kind string) map[string]any {
-		rel, err := render.Render(render.Options{APIVersions: []string{api}})
-		require.NoError(t, err)
-		for _, m := range rel.Manifests {
-			if m.Kind != kind {
-				continue
-			}
-			var obj map[string]any
-			require.NoError(t, yaml.Unmarshal([]byte(m.Content), &obj))
-			s, ok := obj["spec"].(map[string]any)
-			require.True(t, ok, "%s without spec", kind)
-			return s
-		}
-		t.Fatalf("the chart rendered no %s for a cluster serving %s", kind, api)
-		return nil
-	}
-	prom := spec("monitoring.coreos.com/v1", "PrometheusRule")
-	vm := spec("operator.victoriametrics.com/v1beta1", "VMRule")
-	require.True(t, reflect.DeepEqual(prom, vm), "the PrometheusRule and the VMRule carry different rules")
-	return prom
-}
-
-// evalRules writes the rendered rules, with `for` divided and the group
-// interval replaced as c says; it returns the file and each alert's `for`.
-func evalRules(t *testing.T, dir string, c evalConfig) (string, map[string]time.Duration, time.Duration) {
-	t.Helper()
-	spec := renderedRules(t)
-	forOf := map[string]time.Duration{}
-	var eval time.Duration
-	groups, _ := spec["groups"].([]any)
-	require.NotEmpty(t, groups)
-	for _, g := range groups {
-		gm := g.(map[string]any)
-		if c.interval > 0 {
-			gm["interval"] = model.Duration(c.interval).String()
-		}
-		iv, err := model.ParseDuration(fmt.Sprint(gm["interval"]))
-		require.NoError(t, err, "group interval")
-		eval = time.Duration(iv)
-		rules, _ := gm["rules"].([]any)
-		for _, r := range rules {
-			rm := r.(map[string]any)
-			name, _ := rm["alert"].(string)
-			if f, ok := rm["for"].(string); ok {
-				d, err := model.ParseDuration(f)
-				require.NoError(t, err)
-				scaled := time.Duration(d) / time.Duration(c.forDivisor)
-				rm["for"] = model.Duration(scaled).String()
-				forOf[name] = scaled
-			}
-		}
-	}
-	b, err := yaml.Marshal(spec)
-	require.NoError(t, err)
-	f := filepath.Join(dir, "rules.yaml")
-	require.NoError(t, os.WriteFile(f, b, 0o644))
-	return f, forOf, eval
-}
-
-// startEvaluator starts a process with its output in dir/name.log; it is
-// stopped (by its pid) when the test ends.
-func startEvaluator(t *testing.T, dir, name, bin string, args ...string) {
-	t.Helper()
-	logf, err := os.Create(filepath.Join(dir, name+".log"))
-	require.NoError(t, err)
-	cmd := exec.Command(bin, args...)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	// It dies with the test even when the test is killed.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	require.NoError(t, cmd.Start(), "start %s", name)
-	t.Logf("started %s (pid %d): %s %s", name, cmd.Process.Pid, bin, strings.Join(args, " "))
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		done := make(chan struct{})
-		go func() { _ = cmd.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(10 * time.Second):
-			_ = cmd.Process.Kill()
-			<-done
-		}
-		_ = logf.Close()
-		if t.Failed() {
-			b, _ := os.ReadFile(logf.Name())
-			if len(b) > 4000 {
-				b = b[len(b)-4000:]
-			}
-			t.Logf("%s log (tail):\n%s", name, b)
-		}
-	})
-}
-
-// promAlerts is Prometheus's /api/v1/alerts.
-func promAlerts(ctx context.Context, addr string) ([]struct {
-	Labels map[string]string `json:"labels"`
-	State  string            `json:"state"`
-}, error) {
-	body, code, err := get(ctx, "http://"+addr+"/api/v1/alerts")
-	if err != nil {
-		return nil, err
-	}
-	if code != http.StatusOK {
-		return nil, fmt.Errorf("/api/v1/alerts: %d %s", code, body)
-	}
-	var r struct {
-		Data struct {
-			Alerts []struct {
-				Labels map[string]string `json:"labels"`
-				State  string            `json:"state"`
-			} `json:"alerts"`
-		} `json:"data"`
-	}
-	if err := json.Unmarshal([]byte(body), &r); err != nil {
-		return nil, fmt.Errorf("prometheus /api/v1/alerts: %w", err)
-	}
-	return r.Data.Alerts, nil
-}
-
-// amAlerts is Alertmanager's /api/v2/alerts (the active ones: a resolved
-// alert leaves it).
-func amAlerts(ctx context.Context, addr string) ([]map[string]string, error) {
-	body, code, err := get(ctx, "http://"+addr+"/api/v2/alerts")
-	if err != nil {
-		return nil, err
-	}
-	if code != http.StatusOK {
-		return nil, fmt.Errorf("alertmanager /api/v2/alerts: %d %s", code, body)
-	}
-	var r []struct {
-		Labels map[string]string `json:"labels"`
-	}
-	if err := json.Unmarshal([]byte(body), &r); err != nil {
-		return nil, fmt.Errorf("alertmanager /api/v2/alerts: %w", err)
-	}
-	out := make([]map[string]string, 0, len(r))
-	for _, a := range r {
-		out = append(out, a.Labels)
-	}
-	return out, nil
-}
-
 func (w *alertWatch) matches(ls map[string]string) bool {
 	if ls["alertname"] != w.alert {
 		return false
@@ -275,25 +99,22 @@ func observe(ctx context.Context, t *testing.T, ws []*alertWatch, resolved bool,
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	type seen struct {
-		pa []struct {
-			Labels map[string]string `json:"labels"`
-			State  string            `json:"state"`
-		}
+		pa []Alert
 		aa []map[string]string
 	}
 	for {
 		now := time.Now()
-		views := map[*evaluator]*seen{}
+		views := map[*Evaluator]*seen{}
 		for _, w := range ws {
 			if views[w.ev] != nil {
 				continue
 			}
 			v := &seen{}
 			var err error
-			v.pa, err = promAlerts(ctx, w.ev.alerts)
-			require.NoError(t, err, w.ev.name)
-			v.aa, err = amAlerts(ctx, w.ev.am)
-			require.NoError(t, err, w.ev.name)
+			v.pa, err = PromAlerts(ctx, w.ev.Alerts)
+			require.NoError(t, err, w.ev.Name)
+			v.aa, err = AMAlerts(ctx, w.ev.AM)
+			require.NoError(t, err, w.ev.Name)
 			views[w.ev] = v
 		}
 		done := true
@@ -333,7 +154,7 @@ func observe(ctx context.Context, t *testing.T, ws []*alertWatch, resolved bool,
 		if now.After(deadline) {
 			for _, w := range ws {
 				t.Errorf("%s: %s (%s / %s): firing after %v (Alertmanager %v), resolved after %v (Alertmanager %v); its alerts %v; Alertmanager's %v",
-					w.ev.name, w.alert, w.fault, w.repair, w.promFiring, w.amFiring, w.promResolved, w.amResolved, views[w.ev].pa, views[w.ev].aa)
+					w.ev.Name, w.alert, w.fault, w.repair, w.promFiring, w.amFiring, w.promResolved, w.amResolved, views[w.ev].pa, views[w.ev].aa)
 			}
 			t.FailNow()
 		}
@@ -345,12 +166,11 @@ func observe(ctx context.Context, t *testing.T, ws []*alertWatch, resolved bool,
 // victoria-metrics single, each with its own Alertmanager, and measures
 // every alert of the fault matrix on both as c says.
 func runAlertEval(t *testing.T, c evalConfig) []alertResult {
-	promBin, amBin := evaluators(t)
-	vmDir := vmalertDir(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute+4*c.fireTimeout)
 	defer cancel()
 	dir := t.TempDir()
-	rulesFile, forOf, eval := evalRules(t, dir, c)
+	_, _, _, err := Binaries()
+	require.NoError(t, err)
 
 	l, err := lab.Up(ctx, lab.Options{
 		Dir: filepath.Join(dir, "lab"), Nodes: 3, BinDir: binDir(t), LeaseDuration: 6 * time.Second, Interval: c.report,
@@ -362,60 +182,18 @@ func runAlertEval(t *testing.T, c evalConfig) []alertResult {
 	_, err = l.WaitFor(ctx, nil, "all Healthy", 2*time.Minute, lab.AllHealthy([]string{"etcd", "disk", "cilium", "kube-ovn", "linstor", "node"}))
 	require.NoError(t, err)
 
-	addr := func() string {
-		a, err := harness.FreeAddr()
-		require.NoError(t, err)
-		return a
-	}
-	amConf := filepath.Join(dir, "alertmanager.yml")
-	require.NoError(t, os.WriteFile(amConf, []byte("route:\n  receiver: none\n  group_wait: 0s\n  group_interval: 1s\nreceivers:\n  - name: none\n"), 0o644))
-	startAM := func(name string) string {
-		a := addr()
-		startEvaluator(t, dir, name, amBin, "--config.file="+amConf, "--storage.path="+filepath.Join(dir, name+"-data"),
-			"--web.listen-address="+a, "--cluster.listen-address=")
-		return a
-	}
-	// The scrape config both Prometheus and victoria-metrics read: the
-	// aggregator replicas with honor_labels, as the chart's ServiceMonitor
-	// and VMServiceScrape.
-	var targets []string
-	for _, a := range st.Aggregators {
-		targets = append(targets, fmt.Sprintf("%q", a.Metrics))
-	}
-	sc := model.Duration(c.scrape).String()
-	scrapeConf := fmt.Sprintf(`global:
-  scrape_interval: %[1]s
-  scrape_timeout: %[1]s
-scrape_configs:
-  - job_name: cozy-health-aggregator
-    honor_labels: true
-    static_configs: [{targets: [%[2]s]}]
-`, sc, strings.Join(targets, ", "))
-
-	prom := &evaluator{name: "prometheus", am: startAM("alertmanager-prometheus")}
-	prom.alerts = addr()
-	prom.query = prom.alerts
-	promConf := filepath.Join(dir, "prometheus.yml")
-	require.NoError(t, os.WriteFile(promConf, []byte(scrapeConf+fmt.Sprintf("rule_files: [%q]\nalerting:\n  alertmanagers:\n    - static_configs: [{targets: [%q]}]\n", rulesFile, prom.am)), 0o644))
-	startEvaluator(t, dir, "prometheus", promBin, "--config.file="+promConf, "--storage.tsdb.path="+filepath.Join(dir, "prom-data"),
-		"--web.listen-address="+prom.alerts, "--rules.alert.resend-delay=1s")
-
-	// vmalert over victoria-metrics single, with their default delays
-	// (-search.latencyOffset and -rule.evalDelay, 30 s each) as
-	// Cozystack's VictoriaMetrics runs them, unless c.vmDelay says.
-	vm := &evaluator{name: "vmalert", am: startAM("alertmanager-vmalert"), alerts: addr(), query: addr()}
-	vmConf := filepath.Join(dir, "vm-scrape.yml")
-	require.NoError(t, os.WriteFile(vmConf, []byte(scrapeConf), 0o644))
-	vmArgs := []string{"-storageDataPath=" + filepath.Join(dir, "vm-data"), "-httpListenAddr=" + vm.query, "-promscrape.config=" + vmConf, "-retentionPeriod=1d"}
-	vmalertArgs := []string{"-rule=" + rulesFile, "-datasource.url=http://" + vm.query, "-notifier.url=http://" + vm.am,
-		"-httpListenAddr=" + vm.alerts, "-evaluationInterval=" + model.Duration(eval).String()}
-	if c.vmDelay > 0 {
-		vmArgs = append(vmArgs, "-search.latencyOffset="+c.vmDelay.String())
-		vmalertArgs = append(vmalertArgs, "-rule.evalDelay="+c.vmDelay.String())
-	}
-	startEvaluator(t, dir, "victoria-metrics", filepath.Join(vmDir, "victoria-metrics"), vmArgs...)
-	startEvaluator(t, dir, "vmalert", filepath.Join(vmDir, "vmalert"), vmalertArgs...)
-	evs := []*evaluator{prom, vm}
+	stack, err := StartStack(dir, st, EvalConfig{ForDivisor: c.forDivisor, Interval: c.interval, Scrape: c.scrape, VMDelay: c.vmDelay},
+		func(f string, a ...any) { t.Logf(f, a...) })
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		stack.Close()
+		if t.Failed() {
+			for _, n := range stack.Names() {
+				t.Logf("%s log (tail):\n%s", n, stack.LogTail(n, 4000))
+			}
+		}
+	})
+	evs, forOf, eval := stack.Evaluators, stack.For, stack.Eval
 
 	var matrix []alertWatch
 	for _, f := range faultMatrix {
@@ -429,11 +207,10 @@ scrape_configs:
 	for _, ev := range evs {
 		var others []string
 		require.Eventually(t, func() bool {
-			body, code, err := get(ctx, "http://"+ev.query+"/api/v1/query?query=count(up%3D%3D1)")
-			if err != nil || code != http.StatusOK || !strings.Contains(body, fmt.Sprintf(`"%d"]`, len(st.Aggregators))) {
+			if !ev.Ready(ctx, len(st.Aggregators)) {
 				return false
 			}
-			pa, err := promAlerts(ctx, ev.alerts)
+			pa, err := PromAlerts(ctx, ev.Alerts)
 			if err != nil {
 				return false
 			}
@@ -447,9 +224,9 @@ scrape_configs:
 				others = append(others, fmt.Sprintf("%s %v", a.State, a.Labels))
 			}
 			return true
-		}, 3*time.Minute+4*eval, 250*time.Millisecond, "%s: every aggregator scraped with none of the measured alerts pending or firing (%v)", ev.name, others)
+		}, 3*time.Minute+4*eval, 250*time.Millisecond, "%s: every aggregator scraped with none of the measured alerts pending or firing (%v)", ev.Name, others)
 		if len(others) > 0 {
-			t.Logf("%s: before the faults, alerts outside the measured ones: %v", ev.name, others)
+			t.Logf("%s: before the faults, alerts outside the measured ones: %v", ev.Name, others)
 		}
 	}
 	t.Logf("Prometheus and victoria-metrics scrape %d aggregators every %s; Prometheus and vmalert evaluate the chart's rules every %s (for divided by %d); no measured alert pending",
@@ -535,19 +312,11 @@ scrape_configs:
 	for _, w := range ws {
 		// An alert cannot fire before its expression has held for `for`,
 		// and its expression cannot hold before the fault.
-		assert.GreaterOrEqual(t, w.promFiring, w.forDur, "%s: %s fired %v after %s, before its for %v", w.ev.name, w.alert, w.promFiring, w.fault, w.forDur)
-		out = append(out, alertResult{Evaluator: w.ev.name, Alert: w.alert, Fault: w.fault, Repair: w.repair, For: w.forDur, Eval: eval, Scrape: c.scrape,
+		assert.GreaterOrEqual(t, w.promFiring, w.forDur, "%s: %s fired %v after %s, before its for %v", w.ev.Name, w.alert, w.promFiring, w.fault, w.forDur)
+		out = append(out, alertResult{Evaluator: w.ev.Name, Alert: w.alert, Fault: w.fault, Repair: w.repair, For: w.forDur, Eval: eval, Scrape: c.scrape,
 			PromFiring: w.promFiring, AMFiring: w.amFiring, PromResolved: w.promResolved, AMResolved: w.amResolved})
 	}
 	return out
-}
-
-// vmalertDir is the VMAlert tool directory: vmalert and victoria-metrics.
-func vmalertDir(t *testing.T) string {
-	t.Helper()
-	d, err := harness.VMAlert.Dir()
-	require.NoError(t, err)
-	return d
 }
 
 // freshenBackup moves the stale Cluster's lastSuccessfulBackup to now, as

@@ -119,7 +119,34 @@ func drainOf(all []string, sets map[string]Set) map[string]Set {
 	return out
 }
 
-// silentTruth is the truth while the agents of nodes are silent: their
+// silentBecause is silentEntries with the reason each silent node's
+// entries must carry (issue 36): reason(node), or not judged when reason
+// is nil.
+func silentBecause(reason func(node string) string) func(all, nodes []string) Truth {
+	return func(all, nodes []string) Truth {
+		t := silentEntries(all, nodes)
+		if reason != nil {
+			t.Reasons = map[string]string{}
+			for _, n := range nodes {
+				t.Reasons[n] = reason(n)
+			}
+		}
+		return t
+	}
+}
+
+// because is a reason for every node.
+func because(r string) func(string) string { return func(string) string { return r } }
+
+// The reasons a silent node's entries carry (rollup/silence.go).
+const (
+	ReasonAgentSilent        = "AgentSilent"
+	ReasonNodeUnreachable    = "NodeUnreachable"
+	ReasonManyNodesSilent    = "ManyNodesSilent"
+	ReasonPlannedMaintenance = "PlannedMaintenance"
+)
+
+// silentEntries is the truth while the agents of nodes are silent: their
 // entries go Unknown (HeartbeatMissed). etcd and ovn-central: with one of
 // three members unknown and two known healthy a quorum holds (Degraded);
 // with more unknown it hinges on them (Unknown, or Degraded). A
@@ -127,7 +154,7 @@ func drainOf(all []string, sets map[string]Set) map[string]Set {
 // Draining a silent node is unknown (its own data is missing); draining
 // another may be blocked or unknown (quorum hinges on the silent ones),
 // never safe.
-func silentTruth(all, nodes []string) Truth {
+func silentEntries(all, nodes []string) Truth {
 	t := Truth{Components: map[string]Set{}, Drain: map[string]Set{}}
 	for _, c := range Components {
 		if c == "linstor" {
@@ -390,17 +417,18 @@ var Catalog = []Fault{
 	{
 		Name: "agent-stop", Targets: 1, Class: ClassSilent,
 		Apply: labFault("agent-stop", ""), Repair: labFault("agent-start", ""),
-		Truth: silentTruth,
+		// The lab's kubelet keeps renewing the node's Lease.
+		Truth: silentBecause(because(ReasonAgentSilent)),
 	},
 	{
 		Name: "agent-kill", Targets: 1, Class: ClassSilent, Short: true,
 		Apply: signalAgents(syscall.SIGKILL), Repair: labFault("agent-start", ""),
-		Truth: silentTruth,
+		Truth: silentBecause(because(ReasonAgentSilent)),
 	},
 	{
 		Name: "node-silent", Targets: 1, Class: ClassSilent, Short: true,
 		Apply: signalAgents(syscall.SIGSTOP), Repair: signalAgents(syscall.SIGCONT),
-		Truth: silentTruth,
+		Truth: silentBecause(because(ReasonAgentSilent)),
 	},
 	{
 		// A third of the nodes partitioned from the aggregators at once:
@@ -411,7 +439,26 @@ var Catalog = []Fault{
 		// into the wall.
 		Name: "third-partitioned", Targets: 0, Class: ClassSilent, Short: true,
 		Apply: labFault("partition", ""), Repair: labFault("partition-heal", ""),
-		Truth: silentTruth,
+		// Only the agents' uplinks are cut: their kubelets renew their
+		// Leases, and a third of the nodes is not many.
+		Truth: silentBecause(because(ReasonAgentSilent)),
+	},
+	{
+		// Every node partitioned from the aggregators at once: more than
+		// 2 nodes and at least 55 % fell silent within one heartbeat
+		// grace, one event on the observer's path (ManyNodesSilent), not
+		// three dead nodes.
+		Name: "all-partitioned", Targets: Nodes, Class: ClassSilent,
+		Apply: labFault("partition", ""), Repair: labFault("partition-heal", ""),
+		Truth: silentBecause(because(ReasonManyNodesSilent)),
+	},
+	{
+		// A node that goes down: its agent stops and its kubelet stops
+		// renewing its Lease (10 s in the lab): AgentSilent until the
+		// Lease expires, then NodeUnreachable.
+		Name: "node-down", Targets: 1, Class: ClassSilent,
+		Apply: labFault("node-down", ""), Repair: labFault("node-up", ""),
+		Truth: silentBecause(because(ReasonNodeUnreachable)),
 	},
 	{
 		// Not in the short variant: in 2 of about 6 short runs the sampler

@@ -37,6 +37,9 @@ type Sample struct {
 	// Health object says them: component -> node -> status, Unknown past
 	// freshUntil.
 	Entries map[string]map[string]string
+	// Reasons is each component's node entries' reason as the Health
+	// object says it: component -> node -> reason ("" past freshUntil).
+	Reasons map[string]map[string]string
 	// DrainFrom is the replica each verdict came from.
 	DrainFrom map[string]string
 	// Leader is the aggregator whose metrics say it leads ("" if none).
@@ -72,7 +75,7 @@ func newSampler(dir string, nodes []string) (*sampler, error) {
 // sample takes one reading.
 func (s *sampler) sample(ctx context.Context) Sample {
 	now := time.Now()
-	out := Sample{At: now, Health: map[string]string{}, Metric: map[string]string{}, Drain: map[string]string{}, DrainFrom: map[string]string{}, Entries: map[string]map[string]string{}}
+	out := Sample{At: now, Health: map[string]string{}, Metric: map[string]string{}, Drain: map[string]string{}, DrainFrom: map[string]string{}, Entries: map[string]map[string]string{}, Reasons: map[string]map[string]string{}}
 	for _, c := range Components {
 		out.Health[c], out.Metric[c] = NoAnswer, NoAnswer
 	}
@@ -90,14 +93,14 @@ func (s *sampler) sample(ctx context.Context) Sample {
 				st = Unknown
 			}
 			out.Health[h.Name] = st
-			ent := map[string]string{}
+			ent, why := map[string]string{}, map[string]string{}
 			for n, ns := range h.Status.Nodes {
-				ent[n] = string(ns.Status)
-				if st == Unknown {
-					ent[n] = Unknown
+				ent[n], why[n] = string(ns.Status), ns.Reason
+				if st == Unknown && (h.Status.FreshUntil == nil || time.Now().After(h.Status.FreshUntil.Time)) {
+					ent[n], why[n] = Unknown, ""
 				}
 			}
-			out.Entries[h.Name] = ent
+			out.Entries[h.Name], out.Reasons[h.Name] = ent, why
 		}
 	}
 	state, err := lab.LoadState(s.dir)

@@ -92,6 +92,11 @@ func judge(p *phase, s Sample) judgement {
 			if !want.Has(obs) {
 				j.atTruth = false
 				j.off = append(j.off, fmt.Sprintf("%s nodes[%s]=%s (truth %s)", c, n, obs, want))
+			} else if why, ok := p.truth.Reasons[n]; ok && s.Reasons[c][n] != why {
+				// The right state for the wrong reason: off the truth,
+				// neither green nor red.
+				j.atTruth = false
+				j.off = append(j.off, fmt.Sprintf("%s nodes[%s] reason %q (truth %s)", c, n, s.Reasons[c][n], why))
 			}
 		}
 	}

@@ -157,7 +157,7 @@ func TestJudgeNodeEntries(t *testing.T) {
 	judged := len(Components) - 1
 	at := func(sec int, node2 string) Sample {
 		s := sampleAt(t0.Add(time.Duration(sec)*time.Second), unknownAll, drains)
-		s.Entries = map[string]map[string]string{}
+		s.Entries, s.Reasons = map[string]map[string]string{}, map[string]map[string]string{}
 		for _, c := range Components {
 			if c == "linstor" {
 				s.Entries[c] = map[string]string{"node-1": Healthy, "node-2": Healthy, "node-3": Healthy}
@@ -166,6 +166,8 @@ func TestJudgeNodeEntries(t *testing.T) {
 			s.Entries[c] = map[string]string{"node-1": Healthy, "node-3": Healthy}
 			if node2 != "" {
 				s.Entries[c]["node-2"] = node2
+				// Only its uplink is cut: the kubelet renews its Lease.
+				s.Reasons[c] = map[string]string{"node-2": ReasonAgentSilent}
 			}
 		}
 		return s
@@ -182,4 +184,49 @@ func TestJudgeNodeEntries(t *testing.T) {
 	assert.False(t, j.atTruth, "a missing entry is not the truth")
 	j = p.record(at(53, Unknown))
 	assert.True(t, j.atTruth, "node-2 Unknown everywhere, node-1 and node-3 not judged: %v", j.off)
+}
+
+// A silent node's entries in the right state for the wrong reason keep
+// the sample off the truth, neither green nor red; the right reason
+// reaches it (issue 36).
+func TestJudgeEntryReason(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	truth := maintenanceTruth(labNodes, []string{"node-2"}, nil)
+	require.Equal(t, ReasonPlannedMaintenance, truth.Reasons["node-2"])
+	p := newPhase(truth, Baseline, t0, 45*time.Second)
+	silent := func(reason string) Sample {
+		s := sampleAt(t0.Add(50*time.Second), map[string]string{"etcd": Degraded, "disk": Unknown, "cilium": Unknown, "kube-ovn": Unknown, "node": Unknown},
+			map[string]string{"node-1": Blocked, "node-2": Undecide, "node-3": Blocked})
+		s.Entries, s.Reasons = map[string]map[string]string{}, map[string]map[string]string{}
+		for _, c := range Components {
+			s.Entries[c] = map[string]string{"node-2": Unknown}
+			s.Reasons[c] = map[string]string{"node-2": reason}
+		}
+		return s
+	}
+	j := p.record(silent(ReasonAgentSilent))
+	assert.Empty(t, j.greens)
+	assert.Empty(t, j.reds)
+	assert.False(t, j.atTruth, "AgentSilent where the truth is PlannedMaintenance")
+	assert.Contains(t, p.lastOff, `reason "AgentSilent" (truth PlannedMaintenance)`)
+
+	j = p.record(silent(ReasonPlannedMaintenance))
+	assert.True(t, j.atTruth)
+}
+
+// The silent faults name the reason their nodes' entries carry.
+func TestSilentFaultReasons(t *testing.T) {
+	want := map[string]string{"agent-stop": ReasonAgentSilent, "agent-kill": ReasonAgentSilent, "node-silent": ReasonAgentSilent,
+		"third-partitioned": ReasonAgentSilent, "all-partitioned": ReasonManyNodesSilent, "node-down": ReasonNodeUnreachable}
+	for _, f := range Catalog {
+		if f.Class != ClassSilent {
+			continue
+		}
+		r, ok := want[f.Name]
+		require.True(t, ok, "silent fault %s names no reason here", f.Name)
+		tr := f.Truth(labNodes, labNodes[:1])
+		assert.Equal(t, r, tr.Reasons["node-1"], f.Name)
+		delete(want, f.Name)
+	}
+	assert.Empty(t, want, "faults missing from the catalog")
 }

@@ -136,9 +136,23 @@ type Report struct {
 	Samples  int
 }
 
-// Run starts no lab: it drives the lab in dir (started by lab.Up) under
-// the schedule for o.Duration and returns the report.
-func Run(ctx context.Context, dir string, o Options) (*Report, error) {
+// driver samples the lab once a second and scores every sample against
+// the current phase.
+type driver struct {
+	o     Options
+	e     *env
+	nodes []string
+	rep   *Report
+
+	mu  sync.Mutex
+	cur *phase // guarded by mu, as the phases' results are
+
+	stop func()
+	done chan struct{}
+}
+
+// newDriver loads the lab in dir and starts sampling it; close stops.
+func newDriver(ctx context.Context, dir string, o *Options) (*driver, error) {
 	if o.Log == nil {
 		o.Log = func(string, ...any) {}
 	}
@@ -157,15 +171,11 @@ func Run(ctx context.Context, dir string, o Options) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	rep := &Report{Seed: o.Seed, Started: time.Now()}
-	e := &env{dir: dir, logf: o.Log}
-
-	var mu sync.Mutex
-	var cur *phase
+	d := &driver{o: *o, e: &env{dir: dir, logf: o.Log}, nodes: nodes, rep: &Report{Seed: o.Seed, Started: time.Now()}, done: make(chan struct{})}
 	sctx, stop := context.WithCancel(ctx)
-	done := make(chan struct{})
+	d.stop = stop
 	go func() {
-		defer close(done)
+		defer close(d.done)
 		tick := time.NewTicker(time.Second)
 		defer tick.Stop()
 		for {
@@ -178,105 +188,156 @@ func Run(ctx context.Context, dir string, o Options) (*Report, error) {
 			if sctx.Err() != nil {
 				return
 			}
-			mu.Lock()
-			if cur != nil {
-				j := cur.record(s)
+			d.mu.Lock()
+			if d.cur != nil {
+				j := d.cur.record(s)
 				for _, g := range j.greens {
-					o.Log("FALSE GREEN: %s", g)
+					d.o.Log("FALSE GREEN: %s", g)
 				}
 			}
-			rep.Samples++
-			mu.Unlock()
+			d.rep.Samples++
+			d.mu.Unlock()
 		}
 	}()
-	defer func() { stop(); <-done }()
+	return d, nil
+}
 
-	set := func(p *phase) {
-		mu.Lock()
-		cur = p
-		mu.Unlock()
+// close stops sampling and sets the report's duration.
+func (d *driver) close() {
+	d.stop()
+	<-d.done
+	d.rep.Duration = time.Since(d.rep.Started)
+}
+
+// enter starts a phase of truth (prev before it) with bound, runs action,
+// and starts the detection window when action returns; an action's error
+// is returned (the phase stays).
+func (d *driver) enter(ctx context.Context, truth, prev Truth, bound time.Duration, action func(context.Context, *env) error) (*phase, error) {
+	p := newPhase(truth, prev, time.Now(), bound)
+	d.mu.Lock()
+	d.cur = p
+	d.mu.Unlock()
+	var err error
+	if action != nil {
+		err = action(ctx, d.e)
 	}
-	// hold waits until p's truth was read and dwell passed, or its bound
-	// plus dwell passed.
-	hold := func(p *phase, dwell time.Duration) error {
-		for {
-			mu.Lock()
-			reached := p.reachedAt
-			mu.Unlock()
-			now := time.Now()
-			if (!reached.IsZero() && now.Sub(reached) >= dwell) || now.After(p.windowEnd.Add(dwell)) {
-				return nil
-			}
-			select {
-			case <-ctx.Done():
-				return ctx.Err()
-			case <-time.After(200 * time.Millisecond):
-			}
+	d.mu.Lock()
+	p.windowEnd = time.Now().Add(p.bound)
+	d.mu.Unlock()
+	return p, err
+}
+
+// hold waits until p's truth was read and dwell passed, or its bound
+// plus dwell passed.
+func (d *driver) hold(ctx context.Context, p *phase, dwell time.Duration) error {
+	for {
+		d.mu.Lock()
+		reached, end := p.reachedAt, p.windowEnd
+		d.mu.Unlock()
+		now := time.Now()
+		if (!reached.IsZero() && now.Sub(reached) >= dwell) || now.After(end.Add(dwell)) {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(200 * time.Millisecond):
 		}
 	}
+}
 
-	o.Log("warm-up: waiting for the baseline (every object Healthy, every node safe to drain)")
-	rep.Warmup = newPhase(Baseline, Baseline, time.Now(), Bounds[ClassRecover]*2)
-	set(rep.Warmup)
-	if err := hold(rep.Warmup, 3*time.Second); err != nil {
-		return rep, err
+// reached tells whether p's truth was read (and when).
+func (d *driver) reached(p *phase) (time.Time, bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return p.reachedAt, !p.reachedAt.IsZero()
+}
+
+// warmUp waits for the baseline.
+func (d *driver) warmUp(ctx context.Context) error {
+	d.o.Log("warm-up: waiting for the baseline (every object Healthy, every node safe to drain)")
+	p, _ := d.enter(ctx, Baseline, Baseline, Bounds[ClassRecover]*2, nil)
+	d.rep.Warmup = p
+	if err := d.hold(ctx, p, 3*time.Second); err != nil {
+		return err
 	}
-	if !rep.Warmup.met() {
-		return rep, fmt.Errorf("soak: the lab did not reach its baseline within %s (last read off it: %s)", rep.Warmup.bound, rep.Warmup.lastOff)
+	if !p.met() {
+		return fmt.Errorf("soak: the lab did not reach its baseline within %s (last read off it: %s)", p.bound, p.lastOff)
+	}
+	return nil
+}
+
+// step applies a fault of class with truth, holds it dwell past its
+// truth, repairs it and holds the baseline 5 s; the row is added to the
+// report.
+func (d *driver) step(ctx context.Context, name, class string, truth Truth, apply, repair func(context.Context, *env) error, dwell time.Duration) (Row, error) {
+	row := Row{Step: name, Class: class}
+	d.o.Log("fault %s (bound %s, dwell %s)", name, Bounds[class], dwell)
+	fp, err := d.enter(ctx, truth, Baseline, Bounds[class], apply)
+	row.Fault = fp
+	if err != nil {
+		row.ApplyErr = err
+		d.o.Log("apply %s: %v", name, err)
+	}
+	if err := d.hold(ctx, fp, dwell); err != nil {
+		return row, err
+	}
+	rp, err := d.enter(ctx, Baseline, truth, Bounds[ClassRecover], repair)
+	row.Recovery = rp
+	if err != nil {
+		row.RepairEr = err
+		d.o.Log("repair %s: %v", name, err)
+	}
+	if err := d.hold(ctx, rp, 5*time.Second); err != nil {
+		return row, err
+	}
+	d.addRow(row)
+	return row, nil
+}
+
+// addRow adds row to the report and logs its figures.
+func (d *driver) addRow(row Row) {
+	d.mu.Lock()
+	d.rep.Rows = append(d.rep.Rows, row)
+	fp, rp := row.Fault, row.Recovery
+	d.o.Log("%s: truth after %s, baseline again after %s, false green %.0fs, false red %.0fs",
+		row.Step, fmtTTT(fp), fmtTTT(rp), fp.falseGreen+rp.falseGreen, fp.falseRed+rp.falseRed)
+	for _, p := range []*phase{fp, rp} {
+		if !p.met() {
+			d.o.Log("  bound %s missed; last read off the truth: %s", p.bound, p.lastOff)
+		} else if t := p.timeToTruth(); t > 15*time.Second {
+			// Slow but inside the bound: say what held it, for the
+			// table's reader.
+			d.o.Log("  truth read after %s; the last reading off it: %s", t.Round(100*time.Millisecond), p.lastOff)
+		}
+	}
+	d.mu.Unlock()
+}
+
+// Run starts no lab: it drives the lab in dir (started by lab.Up) under
+// the schedule for o.Duration and returns the report.
+func Run(ctx context.Context, dir string, o Options) (*Report, error) {
+	d, err := newDriver(ctx, dir, &o)
+	if err != nil {
+		return nil, err
+	}
+	defer d.close()
+	if err := d.warmUp(ctx); err != nil {
+		return d.rep, err
 	}
 	deadline := time.Now().Add(o.Duration)
-	for _, step := range Schedule(o.Seed, nodes, 10000, o) {
+	for _, step := range Schedule(o.Seed, d.nodes, 10000, d.o) {
 		if time.Now().After(deadline) {
 			break
 		}
-		row := Row{Step: step.Name(), Class: step.Fault.Class}
-		truth := step.Fault.Truth(nodes, step.Nodes)
-		o.Log("fault %s (bound %s, dwell %s)", row.Step, Bounds[step.Fault.Class], step.Dwell)
-		fp := newPhase(truth, Baseline, time.Now(), Bounds[step.Fault.Class])
-		set(fp)
-		row.Fault = fp
-		if err := step.Fault.Apply(ctx, e, step.Nodes); err != nil {
-			row.ApplyErr = err
-			o.Log("apply %s: %v", row.Step, err)
-		}
-		mu.Lock()
-		fp.windowEnd = time.Now().Add(fp.bound)
-		mu.Unlock()
-		if err := hold(fp, step.Dwell); err != nil {
-			return rep, err
-		}
-		rp := newPhase(Baseline, truth, time.Now(), Bounds[ClassRecover])
-		set(rp)
-		row.Recovery = rp
-		if err := step.Fault.Repair(ctx, e, step.Nodes); err != nil {
-			row.RepairEr = err
-			o.Log("repair %s: %v", row.Step, err)
-		}
-		mu.Lock()
-		rp.windowEnd = time.Now().Add(rp.bound)
-		mu.Unlock()
-		if err := hold(rp, 5*time.Second); err != nil {
-			return rep, err
-		}
-		mu.Lock()
-		rep.Rows = append(rep.Rows, row)
-		mu.Unlock()
-		o.Log("%s: truth after %s, baseline again after %s, false green %.0fs, false red %.0fs",
-			row.Step, fmtTTT(fp), fmtTTT(rp), fp.falseGreen+rp.falseGreen, fp.falseRed+rp.falseRed)
-		for _, p := range []*phase{fp, rp} {
-			if !p.met() {
-				o.Log("  bound %s missed; last read off the truth: %s", p.bound, p.lastOff)
-			} else if t := p.timeToTruth(); t > 15*time.Second {
-				// Slow but inside the bound: say what held it, for the
-				// table's reader.
-				o.Log("  truth read after %s; the last reading off it: %s", t.Round(100*time.Millisecond), p.lastOff)
-			}
+		f, targets := step.Fault, step.Nodes
+		apply := func(ctx context.Context, e *env) error { return f.Apply(ctx, e, targets) }
+		repair := func(ctx context.Context, e *env) error { return f.Repair(ctx, e, targets) }
+		if _, err := d.step(ctx, step.Name(), f.Class, f.Truth(d.nodes, targets), apply, repair, step.Dwell); err != nil {
+			return d.rep, err
 		}
 	}
-	stop()
-	<-done
-	rep.Duration = time.Since(rep.Started)
-	return rep, nil
+	return d.rep, nil
 }
 
 func fmtTTT(p *phase) string {

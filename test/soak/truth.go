@@ -80,6 +80,12 @@ type Truth struct {
 	// (status.nodes[node]) of a component may read: component -> node ->
 	// set. Entries not listed are not judged.
 	Entries map[string]map[string]Set
+	// Reasons, where set, is the reason every judged entry of a node
+	// (Entries) must carry once the truth is read: node -> reason (a
+	// silent node's AgentSilent, NodeUnreachable, ManyNodesSilent,
+	// PlannedMaintenance). A wrong reason is neither green nor red: it
+	// keeps the sample off the truth.
+	Reasons map[string]string
 }
 
 // Entry returns the accepted states of node's entry in component c, nil
@@ -128,6 +134,10 @@ const (
 	// changes; the bound is how long the objects may go unwritten before a
 	// new leader writes (lease 6 s + retry + write), as e2e asserts.
 	ClassLeader = "leader"
+	// ClassMaintenance: a node taken down for planned maintenance
+	// (cordoned, agent and kubelet stopped, etcd stopped, relay cut): as
+	// ClassSilent, the node's entries then read PlannedMaintenance.
+	ClassMaintenance = "maintenance"
 	// ClassRecover: a fault repaired until every object reads the baseline
 	// again (real etcd and ovsdb members rejoin, agents reconnect).
 	// e2e boundRecover.
@@ -140,4 +150,7 @@ var Bounds = map[string]time.Duration{
 	ClassSilent:  45 * time.Second,
 	ClassLeader:  30 * time.Second,
 	ClassRecover: 60 * time.Second,
+	// The same bound as a silent node's: the reason comes with the
+	// heartbeat grace's Unknown.
+	ClassMaintenance: 45 * time.Second,
 }
