@@ -93,3 +93,30 @@ type Reason struct {
 type Error struct {
 	Error string `json:"error"`
 }
+
+// BudgetPath is the disruption budget's HTTP path (GET, no parameters).
+const BudgetPath = "/v1/drain-budget"
+
+// Budget is the disruption budget: every node's reboot verdict as the
+// aggregator last computed it (every few seconds, for
+// cozy_health_drain_verdict), and for each what losing it next would
+// break.
+type Budget struct {
+	// EvaluatedAt is when the verdicts were computed.
+	EvaluatedAt time.Time `json:"evaluatedAt"`
+	// Intent is the intent the verdicts are for (reboot).
+	Intent Intent `json:"intent"`
+	// Nodes are every known node, sorted by name.
+	Nodes []BudgetNode `json:"nodes"`
+}
+
+// BudgetNode is one node of the budget.
+type BudgetNode struct {
+	Node    string  `json:"node"`
+	Verdict Verdict `json:"verdict"`
+	// Breaks are the blocked reasons: the quorums and resources that would
+	// lose their majority or last copy if the node were lost next.
+	Breaks []Reason `json:"breaks,omitempty"`
+	// Undetermined are the unknown reasons: what could not be decided.
+	Undetermined []Reason `json:"undetermined,omitempty"`
+}

@@ -372,6 +372,7 @@ func New(cfg config.Config, log *zap.Logger, opts Options) (a *App, err error) {
 		_, _ = w.Write([]byte("ok\n"))
 	})
 	drain.NewHandler(a.drain, drainAuth).Mount(mux)
+	drain.NewBudgetHandler(a.budget, drainAuth).Mount(mux)
 	httpLog := logging.Component(a.base, "http")
 	a.httpSrv = newHTTPServer(mux, cfg.HTTPLimits, httpLog)
 	metMux := http.NewServeMux()

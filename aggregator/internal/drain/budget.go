@@ -3,11 +3,14 @@ package drain
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"sort"
 	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/cozystack/cozy-health/pkg/drainapi"
 )
 
 // Nodes lists the nodes a snapshot knows (Known), sorted.
@@ -32,9 +35,66 @@ type Budget struct {
 	gauge *prometheus.GaugeVec
 
 	// mu guards last: the verdict last exported per node, so a node gone
-	// from the state loses its series.
+	// from the state loses its series; and latest.
 	mu   sync.Mutex
 	last map[string]Result
+	// latest is the last evaluation, served by BudgetHandler and read by
+	// the rollup (Latest); nil before the first.
+	latest *BudgetSnapshot
+	gen    uint64
+}
+
+// BudgetSnapshot is one evaluation of the budget. Immutable.
+type BudgetSnapshot struct {
+	// Gen changes whenever some node's verdict changed (or a node came or
+	// went) since the previous evaluation.
+	Gen uint64
+	// At is when the verdicts were computed.
+	At time.Time
+	// Results are every known node's reboot verdict, by node.
+	Results map[string]Result
+}
+
+// Count is how many nodes have each verdict.
+func (b *BudgetSnapshot) Count() (safe, blocked, unknown int) {
+	for _, r := range b.Results {
+		switch r.Verdict {
+		case Safe:
+			safe++
+		case Blocked:
+			blocked++
+		default:
+			unknown++
+		}
+	}
+	return safe, blocked, unknown
+}
+
+// API is the budget as GET /v1/drain-budget encodes it.
+func (b *BudgetSnapshot) API() drainapi.Budget {
+	out := drainapi.Budget{EvaluatedAt: b.At, Intent: IntentReboot, Nodes: make([]drainapi.BudgetNode, 0, len(b.Results))}
+	for _, r := range b.Results {
+		api := r.API()
+		n := drainapi.BudgetNode{Node: r.Node, Verdict: r.Verdict}
+		for _, x := range api.Reasons {
+			switch x.Verdict {
+			case Blocked:
+				n.Breaks = append(n.Breaks, x)
+			case Unknown:
+				n.Undetermined = append(n.Undetermined, x)
+			}
+		}
+		out.Nodes = append(out.Nodes, n)
+	}
+	sort.Slice(out.Nodes, func(i, j int) bool { return out.Nodes[i].Node < out.Nodes[j].Node })
+	return out
+}
+
+// Latest is the last evaluation; nil before the first.
+func (b *Budget) Latest() *BudgetSnapshot {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.latest
 }
 
 // NewBudget returns the budget of svc; reg may be nil.
@@ -69,14 +129,22 @@ func (b *Budget) Update() map[string]Result {
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	for node := range b.last {
-		if _, ok := out[node]; !ok {
+	changed := len(b.last) != len(out)
+	for node, prev := range b.last {
+		if res, ok := out[node]; !ok {
+			changed = true
 			for _, v := range []Verdict{Safe, Blocked, Unknown} {
 				b.gauge.DeleteLabelValues(node, string(v))
 			}
+		} else if res.Verdict != prev.Verdict {
+			changed = true
 		}
 	}
+	if changed || b.latest == nil {
+		b.gen++
+	}
 	b.last = out
+	b.latest = &BudgetSnapshot{Gen: b.gen, At: now, Results: out}
 	return out
 }
 
@@ -92,4 +160,48 @@ func (b *Budget) Run(ctx context.Context, period time.Duration) {
 		case <-t.C:
 		}
 	}
+}
+
+// BudgetPath is the budget's HTTP path.
+const BudgetPath = drainapi.BudgetPath
+
+// BudgetHandler serves GET /v1/drain-budget: the budget's last evaluation
+// as JSON (drainapi.Budget), computed every few seconds by Budget.Run, so
+// an answer costs an encoding and no evaluation. The caller is authorized
+// as for the drain check (the same Authorizer: get on /v1/drain-check),
+// whose answers for every node it reveals. 503 before the first
+// evaluation.
+type BudgetHandler struct {
+	b    *Budget
+	auth *Authorizer
+}
+
+// NewBudgetHandler returns the HTTP front end of b; auth may be nil (see
+// NewHandler).
+func NewBudgetHandler(b *Budget, auth *Authorizer) *BudgetHandler {
+	return &BudgetHandler{b: b, auth: auth}
+}
+
+// Mount registers the handler on mux at BudgetPath.
+func (h *BudgetHandler) Mount(mux *http.ServeMux) { mux.Handle(BudgetPath, h) }
+
+// ServeHTTP implements http.Handler.
+func (h *BudgetHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	svc := h.b.svc
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		svc.reject("budget", "method", "")
+		w.Header().Set("Allow", "GET, HEAD")
+		writeJSON(w, http.StatusMethodNotAllowed, drainapi.Error{Error: "method " + r.Method + " not allowed"})
+		return
+	}
+	if !authorizeHTTP(svc, h.auth, w, r, "budget") {
+		return
+	}
+	snap := h.b.Latest()
+	if snap == nil {
+		w.Header().Set("Retry-After", "5")
+		writeJSON(w, http.StatusServiceUnavailable, drainapi.Error{Error: "the disruption budget has not been evaluated yet"})
+		return
+	}
+	writeJSON(w, http.StatusOK, snap.API())
 }

@@ -39,29 +39,8 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusMethodNotAllowed, drainapi.Error{Error: "method " + r.Method + " not allowed"})
 		return
 	}
-	if h.auth != nil {
-		user, err := h.auth.Authorize(r.Context(), BearerToken(r.Header.Get("Authorization")), r.RemoteAddr)
-		switch {
-		case errors.Is(err, ErrUnauthenticated):
-			h.svc.reject("http", "unauthenticated", r.URL.Query().Get("node"))
-			w.Header().Set("WWW-Authenticate", `Bearer realm="cozy-health"`)
-			writeJSON(w, http.StatusUnauthorized, drainapi.Error{Error: err.Error()})
-			return
-		case errors.Is(err, ErrForbidden):
-			h.svc.reject("http", "forbidden", r.URL.Query().Get("node"))
-			writeJSON(w, http.StatusForbidden, drainapi.Error{Error: err.Error()})
-			return
-		case errors.Is(err, ErrThrottled):
-			h.svc.reject("http", "throttled", r.URL.Query().Get("node"))
-			w.Header().Set("Retry-After", "1")
-			writeJSON(w, http.StatusTooManyRequests, drainapi.Error{Error: err.Error()})
-			return
-		case err != nil:
-			h.svc.log.Error("drain check authorization failed", zap.Error(err))
-			writeJSON(w, http.StatusServiceUnavailable, drainapi.Error{Error: "cannot authorize: " + err.Error()})
-			return
-		}
-		h.svc.log.Debug("drain check authorized", zap.String("user", user))
+	if !authorizeHTTP(h.svc, h.auth, w, r, "http") {
+		return
 	}
 	intent, err := ParseIntent(r.URL.Query().Get("intent"))
 	if err != nil {
@@ -80,6 +59,37 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	default:
 		writeJSON(w, http.StatusOK, res.API())
 	}
+}
+
+// authorizeHTTP checks the caller with auth (nil: no check) and answers
+// 401/403/429/503 itself when it refuses; via labels the rejections.
+func authorizeHTTP(svc *Service, auth *Authorizer, w http.ResponseWriter, r *http.Request, via string) bool {
+	if auth == nil {
+		return true
+	}
+	user, err := auth.Authorize(r.Context(), BearerToken(r.Header.Get("Authorization")), r.RemoteAddr)
+	switch {
+	case errors.Is(err, ErrUnauthenticated):
+		svc.reject(via, "unauthenticated", r.URL.Query().Get("node"))
+		w.Header().Set("WWW-Authenticate", `Bearer realm="cozy-health"`)
+		writeJSON(w, http.StatusUnauthorized, drainapi.Error{Error: err.Error()})
+		return false
+	case errors.Is(err, ErrForbidden):
+		svc.reject(via, "forbidden", r.URL.Query().Get("node"))
+		writeJSON(w, http.StatusForbidden, drainapi.Error{Error: err.Error()})
+		return false
+	case errors.Is(err, ErrThrottled):
+		svc.reject(via, "throttled", r.URL.Query().Get("node"))
+		w.Header().Set("Retry-After", "1")
+		writeJSON(w, http.StatusTooManyRequests, drainapi.Error{Error: err.Error()})
+		return false
+	case err != nil:
+		svc.log.Error("drain check authorization failed", zap.Error(err))
+		writeJSON(w, http.StatusServiceUnavailable, drainapi.Error{Error: "cannot authorize: " + err.Error()})
+		return false
+	}
+	svc.log.Debug("drain check authorized", zap.String("user", user), zap.String("via", via))
+	return true
 }
 
 func writeJSON(w http.ResponseWriter, code int, v any) {

@@ -85,7 +85,8 @@ Commands:
   kubectl health nodes            one line per node across components
   kubectl health node NAME        one node across components, with its conditions
   kubectl health drain-check NODE can NODE be drained now? exit 0 safe, 1 blocked, 2 unknown or error
-                                  (--wait: ask again until safe or --timeout)`,
+                                  (--wait: ask again until safe or --timeout; --intent decommission)
+  kubectl health budget           every node's drain verdict and what losing it next would break`,
 		Version:       version.Version,
 		SilenceUsage:  true,
 		SilenceErrors: true,
@@ -105,7 +106,7 @@ Commands:
 	o.kube.AddFlags(root.PersistentFlags())
 	root.PersistentFlags().BoolVarP(&o.allNamespaces, "all-namespaces", "A", false, "Health objects of every namespace (the default when -n is not given)")
 	root.Flags().BoolVarP(&o.watch, "watch", "w", false, "keep watching and print the tree again whenever it changes")
-	root.AddCommand(newNodesCmd(o), newNodeCmd(o), newDrainCheckCmd(o))
+	root.AddCommand(newNodesCmd(o), newNodeCmd(o), newDrainCheckCmd(o), newBudgetCmd(o))
 	return root
 }
 

@@ -250,21 +250,31 @@ func (o *options) printVerdict(d *drainOptions, res *drainapi.Result, body []byt
 	return printDrain(o.io.Out, res)
 }
 
-// getDirect asks the aggregator at --aggregator-url.
-func getDirect(ctx context.Context, d *drainOptions, node string) ([]byte, int, error) {
-	u, err := url.Parse(d.aggregatorURL)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, 0, fmt.Errorf("--aggregator-url: want http(s)://host[:port], got %q", d.aggregatorURL)
-	}
-	u.Path = strings.TrimSuffix(u.Path, "/") + "/v1/drain-check"
+// drainQuery is the drain check's query for node.
+func drainQuery(d *drainOptions, node string) url.Values {
 	q := url.Values{"node": {node}}
 	if d.intent != "" && d.intent != drainapi.IntentReboot {
 		q.Set("intent", string(d.intent))
 	}
+	return q
+}
+
+// getDirect asks the aggregator at --aggregator-url.
+func getDirect(ctx context.Context, d *drainOptions, node string) ([]byte, int, error) {
+	return getDirectPath(ctx, d, drainapi.Path, drainQuery(d, node))
+}
+
+// getDirectPath GETs path?q of the aggregator at --aggregator-url.
+func getDirectPath(ctx context.Context, d *drainOptions, path string, q url.Values) ([]byte, int, error) {
+	u, err := url.Parse(d.aggregatorURL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, 0, fmt.Errorf("--aggregator-url: want http(s)://host[:port], got %q", d.aggregatorURL)
+	}
+	u.Path = strings.TrimSuffix(u.Path, "/") + path
 	u.RawQuery = q.Encode()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
 	if err != nil {
-		return nil, 0, fmt.Errorf("build drain check request: %w", err)
+		return nil, 0, fmt.Errorf("build request: %w", err)
 	}
 	if d.aggregatorTok != "" {
 		req.Header.Set("Authorization", "Bearer "+d.aggregatorTok)
@@ -274,15 +284,21 @@ func getDirect(ctx context.Context, d *drainOptions, node string) ([]byte, int, 
 		return nil, 0, fmt.Errorf("ask aggregator: %w", err)
 	}
 	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
 	if err != nil {
-		return nil, 0, fmt.Errorf("read drain check answer: %w", err)
+		return nil, 0, fmt.Errorf("read aggregator answer: %w", err)
 	}
 	return body, resp.StatusCode, nil
 }
 
 // getProxied asks the aggregator through the Kubernetes API service proxy.
 func (o *options) getProxied(ctx context.Context, d *drainOptions, node string) ([]byte, int, error) {
+	return o.getProxiedPath(ctx, d, drainapi.Path, drainQuery(d, node))
+}
+
+// getProxiedPath GETs path?q of the aggregator through the Kubernetes API
+// service proxy.
+func (o *options) getProxiedPath(ctx context.Context, d *drainOptions, path string, q url.Values) ([]byte, int, error) {
 	cs, err := o.kubeClient()
 	if err != nil {
 		return nil, 0, err
@@ -290,9 +306,11 @@ func (o *options) getProxied(ctx context.Context, d *drainOptions, node string) 
 	var code int
 	req := cs.CoreV1().RESTClient().Get().
 		Namespace(d.namespace).Resource("services").Name(net.JoinHostPort(d.service, d.port)).
-		SubResource("proxy").Suffix("v1", "drain-check").Param("node", node)
-	if d.intent != "" && d.intent != drainapi.IntentReboot {
-		req = req.Param("intent", string(d.intent))
+		SubResource("proxy").Suffix(strings.Split(strings.TrimPrefix(path, "/"), "/")...)
+	for k, vs := range q {
+		for _, v := range vs {
+			req = req.Param(k, v)
+		}
 	}
 	body, err := req.Do(ctx).StatusCode(&code).Raw()
 	if err != nil && code == 0 {
