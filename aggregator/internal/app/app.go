@@ -294,6 +294,7 @@ func New(cfg config.Config, log *zap.Logger, opts Options) (a *App, err error) {
 	if a.budget, err = drain.NewBudget(a.drain, a.reg); err != nil {
 		return nil, err
 	}
+	a.engine.SetBudget(budgetFacts(a.budget, budgetPeriod))
 
 	icfg := ingest.Config{
 		TokenAudience: cfg.TokenAudience, AgentServiceAccount: cfg.AgentServiceAccount,

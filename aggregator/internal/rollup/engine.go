@@ -52,6 +52,12 @@ type Engine struct {
 	cluster      func(now time.Time) *ClusterFacts
 	clusterGen   uint64
 	clusterFresh bool
+	// budget, when set, returns the drain budget's last evaluation, worded
+	// as the node component's DisruptionBudget condition; budgetGen and
+	// budgetFresh are what the last evaluation worded.
+	budget      func() *BudgetFacts
+	budgetGen   uint64
+	budgetFresh bool
 
 	// mu guards latest.
 	mu     sync.RWMutex
@@ -61,6 +67,11 @@ type Engine struct {
 // SetCluster makes every evaluation merge the facts f returns
 // (MergeCluster). Call before Run.
 func (e *Engine) SetCluster(f func(now time.Time) *ClusterFacts) { e.cluster = f }
+
+// SetBudget makes every evaluation add the DisruptionBudget condition
+// (BudgetCondition) of the facts f returns to the node component. Call
+// before Run.
+func (e *Engine) SetBudget(f func() *BudgetFacts) { e.budget = f }
 
 // NewEngine wires an Engine that publishes into namespace. m and pub may be
 // nil (no rollup metrics, no publisher).
@@ -125,13 +136,21 @@ func (e *Engine) Evaluate() map[string]*status.Component {
 		cf = e.cluster(now)
 	}
 	sameCluster := cf == nil || (cf.Gen == e.clusterGen && cf.Fresh(now) == e.clusterFresh)
-	if e.latest != nil && !e.alwaysRecompute && !e.damper.Holding() && sameCluster {
+	var bf *BudgetFacts
+	if e.budget != nil {
+		bf = e.budget()
+	}
+	sameBudget := e.budget == nil || (bf.gen() == e.budgetGen && bf.Fresh(now) == e.budgetFresh)
+	if e.latest != nil && !e.alwaysRecompute && !e.damper.Holding() && sameCluster && sameBudget {
 		e.state.ReadChanged(e.changes, func(nodes map[string]state.Entry, changed map[string]struct{}) {
 			observed, unchanged = e.cache.UnchangedSince(nodes, changed, now, e.cfg)
 		})
 	}
 	if cf != nil {
 		e.clusterGen, e.clusterFresh = cf.Gen, cf.Fresh(now)
+	}
+	if e.budget != nil {
+		e.budgetGen, e.budgetFresh = bf.gen(), bf.Fresh(now)
 	}
 	if unchanged {
 		out = Retime(e.latest, observed, now, e.cfg)
@@ -146,7 +165,7 @@ func (e *Engine) Evaluate() map[string]*status.Component {
 			e.metrics.ObserveRollup(metrics.RollupRetimed, time.Since(start))
 		}
 	} else {
-		out = e.recompute(e.state.Snapshot(), now, cf)
+		out = e.recompute(e.state.Snapshot(), now, cf, bf)
 		if e.metrics != nil {
 			e.metrics.ObserveRollup(metrics.RollupFull, time.Since(start))
 		}
@@ -159,10 +178,13 @@ func (e *Engine) Evaluate() map[string]*status.Component {
 
 // recompute is the full rollup: Compute, then damping, compaction and
 // stamping, published.
-func (e *Engine) recompute(snap state.Snapshot, now time.Time, cf *ClusterFacts) map[string]*status.Component {
+func (e *Engine) recompute(snap state.Snapshot, now time.Time, cf *ClusterFacts, bf *BudgetFacts) map[string]*status.Component {
 	out := ComputeCached(snap, now, e.cfg, e.cache)
 	if cf != nil {
 		MergeCluster(out[cf.Component], cf, now, e.cfg)
+	}
+	if cs := out[report.ComponentNode]; e.budget != nil && cs != nil {
+		cs.Conditions = append(cs.Conditions, BudgetCondition(bf, now))
 	}
 	for _, comp := range report.NodeComponents {
 		cs := out[comp]
