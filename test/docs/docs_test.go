@@ -185,6 +185,7 @@ var expected = map[string]string{
 	"kubectl get chz -A": "cozy-system",
 	"kubectl -n cozy-system get lease cozy-health-aggregator -o yaml": "holderIdentity: cozy-health-aggregator-",
 	"kubectl health node NODE":                                        "node-1",
+	"kubectl health budget":                                           `NODE\s+VERDICT\s+LOSING IT NEXT WOULD BREAK\n(.|\n)*node-1\s`,
 	// Run after the runbook's resume of the suspended ScheduledBackup (the
 	// same section, above it): the schedule counts again and no backup has
 	// run yet (the lab has no CNPG operator).
