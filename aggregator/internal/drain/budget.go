@@ -2,6 +2,7 @@ package drain
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"sort"
@@ -53,6 +54,18 @@ type BudgetSnapshot struct {
 	At time.Time
 	// Results are every known node's reboot verdict, by node.
 	Results map[string]Result
+
+	// encoded is API() as JSON, encoded once for every request that reads
+	// this evaluation (megabytes at thousands of nodes).
+	encodeOnce sync.Once
+	encoded    []byte
+	encodeErr  error
+}
+
+// JSON is API() encoded, once per evaluation.
+func (b *BudgetSnapshot) JSON() ([]byte, error) {
+	b.encodeOnce.Do(func() { b.encoded, b.encodeErr = json.Marshal(b.API()) })
+	return b.encoded, b.encodeErr
 }
 
 // Count is how many nodes have each verdict.
@@ -203,5 +216,13 @@ func (h *BudgetHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusServiceUnavailable, drainapi.Error{Error: "the disruption budget has not been evaluated yet"})
 		return
 	}
-	writeJSON(w, http.StatusOK, snap.API())
+	body, err := snap.JSON()
+	if err != nil {
+		writeJSON(w, http.StatusInternalServerError, drainapi.Error{Error: "encode the disruption budget: " + err.Error()})
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(body)
 }

@@ -97,7 +97,7 @@ func TestBudgetOverHTTPAndPlugin(t *testing.T) {
 }
 
 // serveMux serves mux on a loopback listener and returns its base URL.
-func serveMux(t *testing.T, mux *http.ServeMux) string {
+func serveMux(t testing.TB, mux *http.ServeMux) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
