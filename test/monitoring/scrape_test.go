@@ -241,6 +241,7 @@ func binDir(t *testing.T) string {
 // against the shipped rules. Last, every aggregator is killed and it logs
 // when the Health objects pass freshUntil (the watchdog).
 func TestScrapeCrossCheck(t *testing.T) {
+	harness.SkipShort(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
 	l, err := lab.Up(ctx, lab.Options{
