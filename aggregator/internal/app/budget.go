@@ -26,7 +26,8 @@ func budgetFacts(b *drain.Budget, period time.Duration) func() *rollup.BudgetFac
 }
 
 func budgetFactsOf(snap *drain.BudgetSnapshot, period time.Duration) *rollup.BudgetFacts {
-	bf := &rollup.BudgetFacts{Gen: snap.Gen, At: snap.At, FreshUntil: snap.At.Add(budgetStaleAfter * period)}
+	// The loop waits longer where an evaluation is slow (drain.NextBudgetWait).
+	bf := &rollup.BudgetFacts{Gen: snap.Gen, At: snap.At, FreshUntil: snap.At.Add(budgetStaleAfter * max(period, snap.Period))}
 	for node, r := range snap.Results {
 		switch r.Verdict {
 		case drain.Safe:

@@ -52,6 +52,10 @@ type BudgetSnapshot struct {
 	Gen uint64
 	// At is when the verdicts were computed.
 	At time.Time
+	// Took is how long the evaluation took, and Period the wait until the
+	// next one (Run's period, stretched so the loop stays under
+	// MaxBudgetDutyCycle of a core).
+	Took, Period time.Duration
 	// Results are every known node's reboot verdict, by node.
 	Results map[string]Result
 
@@ -161,16 +165,36 @@ func (b *Budget) Update() map[string]Result {
 	return out
 }
 
-// Run updates the budget every period until ctx ends.
+// MaxBudgetDutyCycle bounds the share of one core the budget loop takes:
+// every node's verdict costs more with more nodes (each judges the
+// cluster's quorums and replicas), so the wait after an evaluation is at
+// least its duration over this share (1.5 s at 5,000 nodes: 30 s), and
+// never shorter than Run's period.
+const MaxBudgetDutyCycle = 0.05
+
+// NextBudgetWait is the wait after an evaluation that took took, with
+// period the shortest.
+func NextBudgetWait(period, took time.Duration) time.Duration {
+	return max(period, time.Duration(float64(took)/MaxBudgetDutyCycle))
+}
+
+// Run updates the budget every period (NextBudgetWait: longer where an
+// evaluation is slow) until ctx ends.
 func (b *Budget) Run(ctx context.Context, period time.Duration) {
-	t := time.NewTicker(period)
-	defer t.Stop()
 	for {
+		start := time.Now()
 		b.Update()
+		took := time.Since(start)
+		wait := NextBudgetWait(period, took)
+		b.mu.Lock()
+		if l := b.latest; l != nil {
+			b.latest = &BudgetSnapshot{Gen: l.Gen, At: l.At, Results: l.Results, Took: took, Period: wait}
+		}
+		b.mu.Unlock()
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C:
+		case <-time.After(wait):
 		}
 	}
 }

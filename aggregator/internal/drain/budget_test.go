@@ -3,6 +3,7 @@ package drain
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -48,4 +49,24 @@ cozy_health_drain_verdict{node="node-3",verdict="unknown"} 0
 	assert.Equal(t, Blocked, got["node-3"].Verdict)
 	assert.Equal(t, 1.0, testutil.ToFloat64(b.gauge.WithLabelValues("node-2", "blocked")))
 	assert.Equal(t, 0.0, testutil.ToFloat64(b.gauge.WithLabelValues("node-2", "safe")))
+}
+
+// TestNextBudgetWait: the budget loop never takes more than
+// MaxBudgetDutyCycle of a core: a slow evaluation stretches the wait, a
+// fast one keeps the period.
+func TestNextBudgetWait(t *testing.T) {
+	for _, tc := range []struct{ period, took, want time.Duration }{
+		{5 * time.Second, 10 * time.Millisecond, 5 * time.Second},
+		{5 * time.Second, 250 * time.Millisecond, 5 * time.Second},
+		{5 * time.Second, 1500 * time.Millisecond, 30 * time.Second},
+		{5 * time.Second, 2 * time.Second, 40 * time.Second},
+	} {
+		got := NextBudgetWait(tc.period, tc.took)
+		if got != tc.want {
+			t.Errorf("NextBudgetWait(%s, %s) = %s, want %s", tc.period, tc.took, got, tc.want)
+		}
+		if duty := float64(tc.took) / float64(got+tc.took); duty > MaxBudgetDutyCycle {
+			t.Errorf("took %s, wait %s: duty %.3f over %.2f", tc.took, got, duty, MaxBudgetDutyCycle)
+		}
+	}
 }
