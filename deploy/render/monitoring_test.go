@@ -3,6 +3,7 @@ package render
 import (
 	"encoding/json"
 	"io/fs"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -119,6 +120,41 @@ func TestMonitoringObjects(t *testing.T) {
 			assert.Equal(t, "grafana", nested(t, gd, "spec", "instanceSelector", "matchLabels", "dashboards"))
 		})
 	}
+}
+
+// TestRunbookBaseURL: monitoring.rules.runbookBaseURL moves every alert's
+// runbook_url (the section anchor kept), and changes nothing else of the
+// rules; by default they are files/alerts.yaml as written.
+func TestRunbookBaseURL(t *testing.T) {
+	const base = "https://wiki.example.internal/cozy-health/runbook"
+	r, err := Render(Options{APIVersions: []string{vmAPI}, Set: []string{"monitoring.rules.runbookBaseURL=" + base}})
+	require.NoError(t, err)
+	rule, err := r.Object("VMRule", "cozy-health")
+	require.NoError(t, err)
+	def, err := Render(Options{APIVersions: []string{vmAPI}})
+	require.NoError(t, err)
+	defRule, err := def.Object("VMRule", "cozy-health")
+	require.NoError(t, err)
+	groups := nested(t, rule, "spec", "groups").([]any)
+	defGroups := nested(t, defRule, "spec", "groups").([]any)
+	n := 0
+	for gi, g := range groups {
+		for ri, r := range g.(map[string]any)["rules"].([]any) {
+			rm := r.(map[string]any)
+			dm := defGroups[gi].(map[string]any)["rules"].([]any)[ri].(map[string]any)
+			ann, ok := rm["annotations"].(map[string]any)
+			if !ok {
+				continue
+			}
+			url := ann["runbook_url"].(string)
+			anchor := "#" + strings.ToLower(rm["alert"].(string))
+			assert.Equal(t, base+anchor, url, "%s", rm["alert"])
+			assert.Equal(t, "https://github.com/cozystack/cozy-health/blob/main/docs/runbook.md"+anchor, dm["annotations"].(map[string]any)["runbook_url"], "the default")
+			assert.Equal(t, dm["expr"], rm["expr"], "only the URL moves")
+			n++
+		}
+	}
+	assert.Positive(t, n)
 }
 
 // TestDashboardConfigMapAndKubeStateMetrics: the optional sidecar
