@@ -231,7 +231,8 @@ func New(cfg config.Config, log *zap.Logger, opts Options) (a *App, err error) {
 	if a.metrics, err = metrics.New(a.reg); err != nil {
 		return nil, fmt.Errorf("register metrics: %w", err)
 	}
-	a.state = state.New(a.metrics)
+	obs := &stateObservers{a.metrics}
+	a.state = state.New(obs)
 	a.writer, err = writer.New(writer.Config{
 		Namespace: cfg.Namespace, FreshFor: cfg.FreshFor(), RefreshPeriod: cfg.RefreshPeriod,
 		WritesPerSecond: cfg.WritesPerSecond, WriteBurst: cfg.WriteBurst,
@@ -294,6 +295,9 @@ func New(cfg config.Config, log *zap.Logger, opts Options) (a *App, err error) {
 	if a.budget, err = drain.NewBudget(a.drain, a.reg); err != nil {
 		return nil, err
 	}
+	// A node that leaves the state loses its drain-verdict series at once,
+	// as its other series do, not at the budget's next evaluation.
+	*obs = append(*obs, a.budget)
 	a.engine.SetBudget(budgetFacts(a.budget, budgetPeriod))
 
 	icfg := ingest.Config{

@@ -42,3 +42,21 @@ func (a *App) runMaintenance(ctx context.Context) {
 		}
 	}
 }
+
+// stateObservers hands every state change to each observer in turn (the
+// metrics, the drain budget). It is complete before the state is used.
+type stateObservers []state.Observer
+
+// Accepted implements state.Observer.
+func (o *stateObservers) Accepted(node string, at time.Time) {
+	for _, x := range *o {
+		x.Accepted(node, at)
+	}
+}
+
+// Removed implements state.Observer.
+func (o *stateObservers) Removed(node string) {
+	for _, x := range *o {
+		x.Removed(node)
+	}
+}

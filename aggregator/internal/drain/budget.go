@@ -107,6 +107,22 @@ func (b *BudgetSnapshot) API() drainapi.Budget {
 	return out
 }
 
+// Accepted implements state.Observer: a report changes no verdict until
+// the next evaluation.
+func (b *Budget) Accepted(string, time.Time) {}
+
+// Removed implements state.Observer: a node gone from the state (deleted
+// from Kubernetes, or no longer expected) loses its series at once, as its
+// other series do.
+func (b *Budget) Removed(node string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, v := range []Verdict{Safe, Blocked, Unknown} {
+		b.gauge.DeleteLabelValues(node, string(v))
+	}
+	delete(b.last, node)
+}
+
 // Latest is the last evaluation; nil before the first.
 func (b *Budget) Latest() *BudgetSnapshot {
 	b.mu.Lock()
