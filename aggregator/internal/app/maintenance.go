@@ -31,10 +31,15 @@ func (a *App) runMaintenance(ctx context.Context) {
 	defer t.Stop()
 	for {
 		var in map[string]bool
+		var all []string
 		a.state.Read(func(nodes map[string]state.Entry) {
 			in = maintenanceWindows(nodes, a.cfg.MaintenanceWindow, a.clock.Now())
+			all = make([]string, 0, len(nodes))
+			for n := range nodes {
+				all = append(all, n)
+			}
 		})
-		a.metrics.SetMaintenance(in)
+		a.metrics.SetMaintenance(all, in)
 		select {
 		case <-ctx.Done():
 			return

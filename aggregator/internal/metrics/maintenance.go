@@ -15,13 +15,17 @@ import (
 // such nodes. Facts are never changed by them: the Health objects and
 // every other series say what is true; only the pages wait.
 type maintenance struct {
-	node *prometheus.GaugeVec
-	held *prometheus.GaugeVec
+	node    *prometheus.GaugeVec
+	overdue *prometheus.GaugeVec
+	held    *prometheus.GaugeVec
 
 	mu sync.Mutex
 	// inWindow: node -> whether its maintenance is still within its
 	// window; a node absent is not in maintenance.
 	inWindow map[string]bool
+	// nodes seen: every node of the state has both series (0 when not in
+	// maintenance), so the rules' selectors always match a series.
+	known map[string]bool
 	// nodes and overall are the last published node states and overall
 	// status of each node-local component (namespace/component).
 	nodes   map[[2]string]map[string]report.Status
@@ -32,33 +36,53 @@ func newMaintenance() *maintenance {
 	return &maintenance{
 		node: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "cozy_health_node_maintenance",
-			Help: "Present while the node is in planned maintenance (cordoned: a drain, or Talos shutting down, upgrading or resetting it): 1 within the maintenance window (--maintenance-window), while its node-level alerts hold; 0 once the maintenance outlasted it.",
+			Help: "1 while the node is in planned maintenance (cordoned: a drain, or Talos shutting down, upgrading or resetting it) within the maintenance window (--maintenance-window): its node-level alerts hold. 0 otherwise, a maintenance that outlasted its window included.",
+		}, []string{"node"}),
+		overdue: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "cozy_health_node_maintenance_overdue",
+			Help: "1 while the node is still in planned maintenance (cordoned) past the maintenance window (--maintenance-window); 0 otherwise.",
 		}, []string{"node"}),
 		held: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "cozy_health_component_maintenance",
 			Help: "1 while the node-local component is Degraded or Unknown only because of nodes in maintenance within their window (every node entry that is not Healthy is such a node's): its Degraded and Unknown alerts hold. Down is never held.",
 		}, []string{"namespace", "component"}),
 		inWindow: map[string]bool{},
+		known:    map[string]bool{},
 		nodes:    map[[2]string]map[string]report.Status{},
 		overall:  map[[2]string]report.Status{},
 	}
 }
 
 // SetMaintenance replaces the set of nodes in maintenance: node -> whether
-// it is still within its window. Components are judged held again.
-func (m *Metrics) SetMaintenance(nodes map[string]bool) {
+// it is still within its window; all lists every node of the state (each
+// exports both series, 0 when not in maintenance). Components are judged
+// held again.
+func (m *Metrics) SetMaintenance(all []string, nodes map[string]bool) {
 	mt := m.maintenance
 	mt.mu.Lock()
 	defer mt.mu.Unlock()
-	for n := range mt.inWindow {
-		if _, ok := nodes[n]; !ok {
+	next := make(map[string]bool, len(all))
+	for _, n := range all {
+		next[n] = true
+	}
+	for n := range nodes {
+		next[n] = true
+	}
+	for n := range mt.known {
+		if !next[n] {
 			mt.node.DeleteLabelValues(n)
+			mt.overdue.DeleteLabelValues(n)
 		}
 	}
+	mt.known = next
 	mt.inWindow = make(map[string]bool, len(nodes))
-	for n, in := range nodes {
-		mt.inWindow[n] = in
-		mt.node.WithLabelValues(n).Set(boolValue(in))
+	for n := range next {
+		in, cordoned := nodes[n]
+		if cordoned {
+			mt.inWindow[n] = in
+		}
+		mt.node.WithLabelValues(n).Set(boolValue(cordoned && in))
+		mt.overdue.WithLabelValues(n).Set(boolValue(cordoned && !in))
 	}
 	for k := range mt.overall {
 		mt.judge(k)

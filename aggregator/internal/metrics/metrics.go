@@ -124,7 +124,7 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 		adapters:    newAdapterMetrics(),
 		maintenance: newMaintenance(),
 	}
-	for _, c := range append([]prometheus.Collector{m.componentStatus, m.nodes, m.issues, m.freshUntil, m.writes, m.leader, m.rollupSeconds, m.rollups, m.writeSeconds, m.bounded, m.boundedNodes, m.maintenance.node, m.maintenance.held}, m.adapters.collectors()...) {
+	for _, c := range append([]prometheus.Collector{m.componentStatus, m.nodes, m.issues, m.freshUntil, m.writes, m.leader, m.rollupSeconds, m.rollups, m.writeSeconds, m.bounded, m.boundedNodes, m.maintenance.node, m.maintenance.overdue, m.maintenance.held}, m.adapters.collectors()...) {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
