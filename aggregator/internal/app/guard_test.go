@@ -182,7 +182,10 @@ func TestGuardRefusesDrainWhileBlocked(t *testing.T) {
 	ca, err := os.ReadFile(filepath.Join(filepath.Dir(cfg.TLSCert), "ca.crt"))
 	require.NoError(t, err)
 	_, err = cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().Create(ctx,
-		guardWebhook("https://"+a.GuardAddr()+guard.Path, ca, 2), metav1.CreateOptions{})
+		// 10 s: on a loaded machine a slow answer must not fail open (and
+		// evict the pod the test waits to see refused); the fail-open
+		// phase below sets the shipped kind of timeout, 2 s.
+		guardWebhook("https://"+a.GuardAddr()+guard.Path, ca, 10), metav1.CreateOptions{})
 	require.NoError(t, err)
 	for _, p := range []*corev1.Pod{guardPod("apps", "web-0", "node-2"), guardPod("apps", "web-1", "node-2"),
 		guardPod("cozy-health", "cozy-health-aggregator-0", "node-2"), guardPod("apps", "db-0", "node-3")} {
@@ -336,6 +339,7 @@ func TestGuardRefusesDrainWhileBlocked(t *testing.T) {
 		vwc, err := cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, "cozy-health-drain-guard", metav1.GetOptions{})
 		require.NoError(t, err)
 		vwc.Webhooks[0].ClientConfig.URL = ptr.To("https://" + target.addr + guard.Path)
+		vwc.Webhooks[0].TimeoutSeconds = ptr.To[int32](2)
 		_, err = cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().Update(ctx, vwc, metav1.UpdateOptions{})
 		require.NoError(t, err)
 		var took time.Duration

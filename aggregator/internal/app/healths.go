@@ -10,6 +10,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/cozystack/cozy-health/aggregator/internal/metrics"
+	"github.com/cozystack/cozy-health/aggregator/internal/watch"
 	"github.com/cozystack/cozy-health/aggregator/internal/writer"
 	healthv1alpha1 "github.com/cozystack/cozy-health/pkg/apis/health/v1alpha1"
 	"github.com/cozystack/cozy-health/pkg/client/clientset/versioned"
@@ -43,29 +44,16 @@ func trackHealths(hc versioned.Interface, namespace string, allNamespaces bool, 
 	written := func(h *healthv1alpha1.Health) bool {
 		return h.Namespace == namespace || h.Labels[writer.SourceLabel] == writer.SourceAdapters
 	}
-	seen := func(obj any) {
-		h, ok := obj.(*healthv1alpha1.Health)
-		if !ok {
-			return
-		}
+	seen := func(h *healthv1alpha1.Health) {
 		if h.Status.FreshUntil == nil || !written(h) {
 			m.HealthGone(h.Namespace, h.Name)
 			return
 		}
 		m.HealthFreshUntil(h.Namespace, h.Name, h.Status.FreshUntil.Time)
 	}
-	_, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    seen,
-		UpdateFunc: func(_, obj any) { seen(obj) },
-		DeleteFunc: func(obj any) {
-			if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-				obj = d.Obj
-			}
-			if h, ok := obj.(*healthv1alpha1.Health); ok {
-				log.Debug("Health object deleted", zap.String("namespace", h.Namespace), zap.String("name", h.Name))
-				m.HealthGone(h.Namespace, h.Name)
-			}
-		},
+	err := watch.Handle(inf, seen, func(h *healthv1alpha1.Health) {
+		log.Debug("Health object deleted", zap.String("namespace", h.Namespace), zap.String("name", h.Name))
+		m.HealthGone(h.Namespace, h.Name)
 	})
 	if err != nil {
 		return nil, err

@@ -12,6 +12,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/cozystack/cozy-health/aggregator/internal/state"
+	"github.com/cozystack/cozy-health/aggregator/internal/watch"
 )
 
 // NodeLeaseNamespace is where every kubelet renews its node's Lease
@@ -28,9 +29,8 @@ const NodeLeaseNamespace = corev1.NamespaceNodeLease
 func kubeletLeases(kube kubernetes.Interface, st *state.State, now func() time.Time, log *zap.Logger) (informers.SharedInformerFactory, cache.InformerSynced, error) {
 	f := informers.NewSharedInformerFactoryWithOptions(kube, 10*time.Minute, informers.WithNamespace(NodeLeaseNamespace))
 	inf := f.Coordination().V1().Leases().Informer()
-	seen := func(obj any) {
-		l, ok := obj.(*coordinationv1.Lease)
-		if !ok || l.Spec.RenewTime == nil {
+	seen := func(l *coordinationv1.Lease) {
+		if l.Spec.RenewTime == nil {
 			return
 		}
 		var d time.Duration
@@ -39,21 +39,12 @@ func kubeletLeases(kube kubernetes.Interface, st *state.State, now func() time.T
 		}
 		st.SetKubeletLease(l.Name, l.Spec.RenewTime.Time, d, now())
 	}
-	_, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    seen,
-		UpdateFunc: func(_, obj any) { seen(obj) },
-		DeleteFunc: func(obj any) {
-			if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-				obj = d.Obj
-			}
-			if l, ok := obj.(*coordinationv1.Lease); ok {
-				log.Debug("kubelet Lease deleted", zap.String("node", l.Name))
-				st.ForgetKubeletLease(l.Name, now())
-			}
-		},
+	err := watch.Handle(inf, seen, func(l *coordinationv1.Lease) {
+		log.Debug("kubelet Lease deleted", zap.String("node", l.Name))
+		st.ForgetKubeletLease(l.Name, now())
 	})
 	if err != nil {
-		return nil, nil, fmt.Errorf("kubelet Lease informer handler: %w", err)
+		return nil, nil, fmt.Errorf("kubelet Lease informer: %w", err)
 	}
 	return f, inf.HasSynced, nil
 }

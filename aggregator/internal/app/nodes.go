@@ -13,6 +13,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/cozystack/cozy-health/aggregator/internal/state"
+	"github.com/cozystack/cozy-health/aggregator/internal/watch"
 )
 
 // trackNodes keeps the state's node set in step with Kubernetes through
@@ -37,29 +38,12 @@ func trackNodes(inf cache.SharedIndexInformer, st *state.State, selector labels.
 			st.Unexpect(n.Name)
 		}
 	}
-	_, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc: func(obj any) {
-			if n, ok := obj.(*corev1.Node); ok {
-				seen(n)
-			}
-		},
-		UpdateFunc: func(_, obj any) {
-			if n, ok := obj.(*corev1.Node); ok {
-				seen(n)
-			}
-		},
-		DeleteFunc: func(obj any) {
-			if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-				obj = d.Obj
-			}
-			if n, ok := obj.(*corev1.Node); ok {
-				log.Info("node deleted, pruning it", zap.String("node", n.Name))
-				st.DeleteNode(n.Name)
-			}
-		},
+	err := watch.Handle(inf, seen, func(n *corev1.Node) {
+		log.Info("node deleted, pruning it", zap.String("node", n.Name))
+		st.DeleteNode(n.Name)
 	})
 	if err != nil {
-		return fmt.Errorf("node informer handler: %w", err)
+		return fmt.Errorf("node informer: %w", err)
 	}
 	return nil
 }

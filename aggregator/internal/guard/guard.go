@@ -43,6 +43,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/cozystack/cozy-health/aggregator/internal/drain"
+	"github.com/cozystack/cozy-health/aggregator/internal/watch"
 )
 
 // Node annotations an operator sets.
@@ -117,11 +118,7 @@ func New(cfg Config, verdicts Verdicts, clk clock.PassiveClock, log *zap.Logger,
 // each Node was first seen cordoned. It only registers: the informer runs
 // where it is started.
 func (g *Guard) TrackCordons(inf cache.SharedIndexInformer) error {
-	seen := func(obj any) {
-		n, ok := obj.(*corev1.Node)
-		if !ok {
-			return
-		}
+	seen := func(n *corev1.Node) {
 		g.mu.Lock()
 		defer g.mu.Unlock()
 		_, had := g.cordonedSince[n.Name]
@@ -132,22 +129,13 @@ func (g *Guard) TrackCordons(inf cache.SharedIndexInformer) error {
 			delete(g.cordonedSince, n.Name)
 		}
 	}
-	_, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    seen,
-		UpdateFunc: func(_, obj any) { seen(obj) },
-		DeleteFunc: func(obj any) {
-			if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-				obj = d.Obj
-			}
-			if n, ok := obj.(*corev1.Node); ok {
-				g.mu.Lock()
-				delete(g.cordonedSince, n.Name)
-				g.mu.Unlock()
-			}
-		},
+	err := watch.Handle(inf, seen, func(n *corev1.Node) {
+		g.mu.Lock()
+		delete(g.cordonedSince, n.Name)
+		g.mu.Unlock()
 	})
 	if err != nil {
-		return fmt.Errorf("guard node handler: %w", err)
+		return fmt.Errorf("guard node informer: %w", err)
 	}
 	return nil
 }

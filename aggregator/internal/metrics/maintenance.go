@@ -102,8 +102,19 @@ func (mt *maintenance) published(namespace string, cs *status.Component) {
 	mt.judge(k)
 }
 
-// removed forgets a component.
-func (mt *maintenance) removed(namespace, component string) {
+// removed drops a node's series at once (it left the state), before the
+// next SetMaintenance would.
+func (mt *maintenance) removed(node string) {
+	mt.mu.Lock()
+	defer mt.mu.Unlock()
+	delete(mt.known, node)
+	delete(mt.inWindow, node)
+	mt.node.DeleteLabelValues(node)
+	mt.overdue.DeleteLabelValues(node)
+}
+
+// removedComponent forgets a component.
+func (mt *maintenance) removedComponent(namespace, component string) {
 	k := [2]string{namespace, component}
 	mt.mu.Lock()
 	defer mt.mu.Unlock()

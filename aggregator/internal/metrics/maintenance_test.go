@@ -35,7 +35,9 @@ func TestMaintenanceSeries(t *testing.T) {
 	assert.Equal(t, 0.0, testutil.ToFloat64(m.maintenance.overdue.WithLabelValues("a")))
 	assert.Equal(t, 0.0, testutil.ToFloat64(m.maintenance.overdue.WithLabelValues("c")))
 
-	held := func() float64 { return testutil.ToFloat64(m.maintenance.held.WithLabelValues("cozy-system", report.ComponentEtcd)) }
+	held := func() float64 {
+		return testutil.ToFloat64(m.maintenance.held.WithLabelValues("cozy-system", report.ComponentEtcd))
+	}
 	m.Publish("cozy-system", etcd(report.StatusDegraded, map[string]report.Status{"a": report.StatusUnknown, "b": report.StatusHealthy, "c": report.StatusHealthy}))
 	assert.Equal(t, 1.0, held(), "only a, within its window, is not Healthy")
 	m.Publish("cozy-system", etcd(report.StatusDegraded, map[string]report.Status{"a": report.StatusUnknown, "b": report.StatusUnknown, "c": report.StatusHealthy}))

@@ -150,7 +150,10 @@ func (m *Metrics) Accepted(node string, receivedAt time.Time) {
 }
 
 // Removed deletes every label set of a node that left the cluster.
-func (m *Metrics) Removed(node string) { m.nodes.remove(node) }
+func (m *Metrics) Removed(node string) {
+	m.nodes.remove(node)
+	m.maintenance.removed(node)
+}
 
 var _ status.Publisher = (*Metrics)(nil)
 
@@ -179,7 +182,7 @@ func (m *Metrics) Retime(string, *status.Component) {}
 func (m *Metrics) Remove(namespace, component string) {
 	m.componentStatus.DeletePartialMatch(prometheus.Labels{"namespace": namespace, "component": component})
 	m.issues.publish(namespace, component, nil)
-	m.maintenance.removed(namespace, component)
+	m.maintenance.removedComponent(namespace, component)
 }
 
 func (m *Metrics) publishOverall(namespace, component string, overall report.Status) {
