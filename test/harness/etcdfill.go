@@ -29,9 +29,9 @@ func etcdClient(endpoints []string) (*clientv3.Client, error) {
 }
 
 // EtcdFill writes real keys under EtcdFillPrefix through endpoints until
-// the database of the member at endpoints[0] is at least target bytes (as
-// etcd's Status reports dbSize; it is replicated, so every member grows
-// alike). It returns the member's dbSize reached. A write etcd refuses
+// the database of every member at endpoints is at least target bytes (as
+// etcd's Status reports dbSize; replicated, but a follower's backend may
+// trail or differ by pages). It returns the smallest dbSize reached. A write etcd refuses
 // (NOSPACE: the quota is reached) is returned as an error.
 func EtcdFill(ctx context.Context, endpoints []string, target int64) (int64, error) {
 	c, err := etcdClient(endpoints)
@@ -41,9 +41,19 @@ func EtcdFill(ctx context.Context, endpoints []string, target int64) (int64, err
 	defer c.Close()
 	val := string(bytes.Repeat([]byte("x"), etcdFillValue))
 	for i := 0; ; {
-		st, err := c.Status(ctx, endpoints[0])
-		if err != nil {
-			return 0, fmt.Errorf("etcd status of %s: %w", endpoints[0], err)
+		// Every member's database must reach the target: the agents judge
+		// each member's own size, and a follower's backend can be smaller
+		// than the member the writes went to (it was measured on the first
+		// endpoint alone, and one member read Healthy in a CI run).
+		var st struct{ DbSize int64 }
+		for k, ep := range endpoints {
+			s, err := c.Status(ctx, ep)
+			if err != nil {
+				return 0, fmt.Errorf("etcd status of %s: %w", ep, err)
+			}
+			if k == 0 || s.DbSize < st.DbSize {
+				st.DbSize = s.DbSize
+			}
 		}
 		if st.DbSize >= target {
 			return st.DbSize, nil
