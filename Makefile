@@ -52,6 +52,12 @@ push: image ## Push both images (whole amd64+arm64 index, digests kept) to REGIS
 	go run ./hack/image push -in $(BIN)/images -registry $(REGISTRY) $(if $(IMAGE_TAG),-tag $(IMAGE_TAG)) $(foreach v,$(PUSH_VALUES),-values $(v)) $(if $(filter 0,$(PUSH)),-dry-run)
 	go run ./hack/manifests
 
+.PHONY: release
+release: image ## One release into REGISTRY at VERSION: images, chart (OCI), Cozystack package (Flux OCI artifact), the Flux objects a user applies, signatures, SBOMs and the krew manifest, in bin/release/VERSION.
+	go run ./hack/release -in $(BIN)/images -registry $(REGISTRY) -version $(VERSION) -out $(BIN)/release/$(VERSION)
+	go run ./hack/sign -release $(BIN)/release/$(VERSION)/release.json $(if $(COSIGN_KEY),-key $(COSIGN_KEY))
+	go run ./hack/krew -version $(VERSION) -out $(BIN)/release/$(VERSION)
+
 .PHONY: testbin
 testbin: ## Build (once, cached outside the repo) kube-apiserver, kubectl and etcd v1.37.2 for tests.
 	@bash hack/tooldir.sh testbin
