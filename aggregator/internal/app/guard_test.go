@@ -95,6 +95,13 @@ func evict(ctx context.Context, cs kubernetes.Interface, ns, name string) error 
 	return cs.PolicyV1().Evictions(ns).Evict(ctx, &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}})
 }
 
+// evictDryRun asks for pod's eviction as a dry run: what the guard would
+// answer a drain, with nothing changed.
+func evictDryRun(ctx context.Context, cs kubernetes.Interface, ns, name string) error {
+	return cs.PolicyV1().Evictions(ns).Evict(ctx, &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		DeleteOptions: &metav1.DeleteOptions{DryRun: []string{metav1.DryRunAll}}})
+}
+
 func cordon(ctx context.Context, t *testing.T, cs kubernetes.Interface, node string, on bool) {
 	t.Helper()
 	n, err := cs.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
@@ -193,8 +200,37 @@ func TestGuardRefusesDrainWhileBlocked(t *testing.T) {
 		require.NoError(t, err)
 	}
 
-	// Not cordoned: no drain, evictions are not the guard's business
-	// (db-0 on node-3 stays to be drained later; web-0 is recreated).
+	// A preview while node-2 is schedulable: a dry-run eviction is judged
+	// as a drain would be (the webhook configuration reaches the
+	// apiserver's admission within a second or so: wait for the first
+	// refusal), and kubectl drain --dry-run=server (its cordon a dry run
+	// too) prints the refusal and changes nothing.
+	var preview error
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		preview = evictDryRun(ctx, cs, "apps", "web-0")
+		assert.Error(c, preview)
+	}, 30*time.Second, 200*time.Millisecond)
+	assert.True(t, apierrors.IsTooManyRequests(preview), "%v", preview)
+	assert.Contains(t, preview.Error(), "cozy-health: draining node-2 (reboot) is blocked: etcd-quorum:")
+	previewOut, err := exec.CommandContext(ctx, cp.Binary("kubectl"), "--kubeconfig", cp.Kubeconfig, "drain", "node-2", "--dry-run=server",
+		"--ignore-daemonsets", "--delete-emptydir-data", "--force", "--timeout=4s").CombinedOutput()
+	require.Error(t, err, "a dry-run drain of a blocked node reports the refusal: %s", previewOut)
+	assert.Contains(t, string(previewOut), `denied the request: cozy-health: draining node-2 (reboot) is blocked`)
+	t.Logf("kubectl drain --dry-run=server while blocked:\n%s", previewOut)
+	n, err := cs.CoreV1().Nodes().Get(ctx, "node-2", metav1.GetOptions{})
+	require.NoError(t, err)
+	assert.False(t, n.Spec.Unschedulable, "the dry run cordoned nothing")
+	for _, p := range []string{"web-0", "web-1"} {
+		_, err = cs.CoreV1().Pods("apps").Get(ctx, p, metav1.GetOptions{})
+		require.NoError(t, err, "the dry run evicted %s", p)
+	}
+	// The same eviction for real on a schedulable node is not a drain.
+	_, err = cs.CoreV1().Pods("apps").Create(ctx, guardPod("apps", "web-x", "node-2"), metav1.CreateOptions{})
+	require.NoError(t, err)
+	require.NoError(t, evict(ctx, cs, "apps", "web-x"))
+
+	// Cordoned: the drain is judged (db-0 on node-3 stays to be drained
+	// later; web-0 is recreated).
 	cordon(ctx, t, cs, "node-2", true)
 	// The webhook configuration reaches the apiserver's admission within a
 	// second or so: wait for the first refusal.

@@ -9,7 +9,10 @@
 //     (cozy-health's own): allowed;
 //   - its Node is gone or not cordoned (spec.unschedulable): allowed. Every
 //     drain cordons first; an eviction from a schedulable node is not a
-//     drain (the descheduler, a person) and not this guard's business;
+//     drain (the descheduler, a person) and not this guard's business.
+//     A dry-run eviction (`kubectl drain --dry-run=server`, whose cordon is
+//     a dry run too, or any client asking "would this be let through?") is
+//     judged as if the Node were cordoned: a preview that changes nothing;
 //   - the Node carries health.cozystack.io/drain-guard=disabled (an
 //     operator's override): allowed, with a warning;
 //   - the drain verdict for the Node (the intent the Node names in
@@ -179,6 +182,9 @@ type Input struct {
 	Pod *corev1.Pod
 	// Node is the pod's Node, nil when it does not exist.
 	Node *corev1.Node
+	// DryRun is a dry-run eviction (the AdmissionRequest's dryRun): judged
+	// on a Node that is not cordoned as on a cordoned one, as a preview.
+	DryRun bool
 }
 
 // Decide answers one eviction as the package comment says.
@@ -212,7 +218,7 @@ func (g *Guard) decide(in Input) Decision {
 	switch {
 	case in.Node == nil:
 		return Decision{Allowed: true, Why: "node_gone", Node: node}
-	case !in.Node.Spec.Unschedulable:
+	case !in.Node.Spec.Unschedulable && !in.DryRun:
 		return Decision{Allowed: true, Why: "not_cordoned", Node: node}
 	case in.Node.Annotations[AnnotationGuard] == GuardDisabled:
 		return Decision{Allowed: true, Why: "override", Node: node,
@@ -232,7 +238,7 @@ func (g *Guard) decide(in Input) Decision {
 	if err != nil {
 		// The node is a Kubernetes Node (the caller read it): the check can
 		// only fail on input it would refuse; no verdict is no permission.
-		return g.unknown(node, intent, now, fmt.Sprintf("no drain verdict: %v", err), "no_verdict")
+		return g.unknown(in.Node, intent, now, fmt.Sprintf("no drain verdict: %v", err), "no_verdict")
 	}
 	switch res.Verdict {
 	case drain.Safe:
@@ -241,16 +247,23 @@ func (g *Guard) decide(in Input) Decision {
 		return Decision{Why: "blocked", Node: node, Verdict: res.Verdict,
 			Message: fmt.Sprintf("cozy-health: draining %s (%s) is blocked: %s", node, intent, reasons(res, drain.Blocked))}
 	default:
-		d := g.unknown(node, intent, now, reasons(res, drain.Unknown), "unknown")
+		d := g.unknown(in.Node, intent, now, reasons(res, drain.Unknown), "unknown")
 		d.Verdict = res.Verdict
 		return d
 	}
 }
 
 // unknown refuses while UnknownFor has not passed since the node was seen
-// cordoned, and allows with a warning after.
-func (g *Guard) unknown(node string, intent drain.Intent, now time.Time, why, label string) Decision {
-	until := g.cordoned(node, now).Add(g.cfg.UnknownFor)
+// cordoned, and allows with a warning after. A Node that is not cordoned
+// (a dry-run preview) is answered as a drain that cordons now would be,
+// and leaves no cordon time behind.
+func (g *Guard) unknown(n *corev1.Node, intent drain.Intent, now time.Time, why, label string) Decision {
+	node := n.Name
+	since := now
+	if n.Spec.Unschedulable {
+		since = g.cordoned(node, now)
+	}
+	until := since.Add(g.cfg.UnknownFor)
 	if now.Before(until) {
 		return Decision{Why: label, Node: node, Verdict: drain.Unknown,
 			Message: fmt.Sprintf("cozy-health: draining %s (%s) is unknown: %s; refused until %s (%s after the cordon), or set the annotation %s=%s on the Node",

@@ -14,9 +14,12 @@ import (
 	"github.com/stretchr/testify/require"
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	clocktesting "k8s.io/utils/clock/testing"
+	"k8s.io/utils/ptr"
 
 	"github.com/cozystack/cozy-health/aggregator/internal/drain"
 )
@@ -101,6 +104,45 @@ func TestDecide(t *testing.T) {
 	assert.False(t, g.Decide(Input{Namespace: "a", Pod: pod("a", "n2"), Node: node("n2", true, nil)}).Allowed)
 }
 
+// A dry-run eviction from a Node that is not cordoned (kubectl drain
+// --dry-run=server cordons in a dry run too) is judged as a drain that
+// cordons now, and leaves no cordon time behind.
+func TestDecideDryRunPreviews(t *testing.T) {
+	verdict := drain.Blocked
+	clk := clocktesting.NewFakePassiveClock(time.Unix(1000, 0))
+	g, err := New(Config{UnknownFor: time.Minute}, func(string, drain.Intent) (drain.Result, error) { return result(verdict), nil }, clk, nil, nil)
+	require.NoError(t, err)
+	preview := func() Decision {
+		return g.Decide(Input{Namespace: "a", Pod: pod("a", "n3"), Node: node("n3", false, nil), DryRun: true})
+	}
+
+	d := preview()
+	assert.False(t, d.Allowed)
+	assert.Equal(t, "blocked", d.Why)
+	assert.Equal(t, "cozy-health: draining n3 (reboot) is blocked: etcd-quorum: etcd says blocked", d.Message)
+	assert.True(t, g.Decide(Input{Namespace: "a", Pod: pod("a", "n3"), Node: node("n3", false, nil)}).Allowed, "the same eviction for real on a schedulable node is not a drain")
+
+	verdict = drain.Safe
+	d = preview()
+	assert.True(t, d.Allowed)
+	assert.Equal(t, "safe", d.Why)
+
+	verdict = drain.Unknown
+	d = preview()
+	assert.False(t, d.Allowed)
+	assert.Equal(t, "unknown", d.Why)
+	assert.Contains(t, d.Message, "refused until 1970-01-01T00:17:40Z (1m0s after the cordon)")
+	// Later previews count from their own now: no cordon time was kept.
+	clk.SetTime(clk.Now().Add(2 * time.Minute))
+	d = preview()
+	assert.False(t, d.Allowed, "a preview of an unknown drain is refused as the drain would be right after its cordon")
+	assert.Contains(t, d.Message, "refused until 1970-01-01T00:19:40Z")
+	// The real cordon, seen now, starts its own bound.
+	d = g.Decide(Input{Namespace: "a", Pod: pod("a", "n3"), Node: node("n3", true, nil)})
+	assert.False(t, d.Allowed)
+	assert.Contains(t, d.Message, "refused until 1970-01-01T00:19:40Z")
+}
+
 func TestWebhookAnswers429(t *testing.T) {
 	g, err := New(Config{}, func(string, drain.Intent) (drain.Result, error) { return result(drain.Blocked), nil }, nil, nil, nil)
 	require.NoError(t, err)
@@ -123,6 +165,42 @@ func TestWebhookAnswers429(t *testing.T) {
 	assert.Equal(t, int32(http.StatusTooManyRequests), got.Response.Result.Code)
 	assert.Equal(t, metav1.StatusReasonTooManyRequests, got.Response.Result.Reason)
 	assert.Equal(t, "cozy-health: draining n1 (reboot) is blocked: etcd-quorum: etcd says blocked", got.Response.Result.Message)
+
+	// A dry-run eviction from a schedulable Node is judged (a preview); the
+	// same request for real is not a drain.
+	h = NewHandler(g, func(context.Context, string, string) (*corev1.Pod, *corev1.Node, error) {
+		return pod("a", "n1"), node("n1", false, nil), nil
+	}, nil)
+	// The dry run arrives either as the request's dryRun (?dryRun=All) or
+	// in the Eviction's deleteOptions (kubectl drain --dry-run=server,
+	// client-go's Evict), which the apiserver does not copy to the request.
+	evictionOf := func(dryRun []string) runtime.RawExtension {
+		raw, err := json.Marshal(policyv1.Eviction{TypeMeta: metav1.TypeMeta{APIVersion: "policy/v1", Kind: "Eviction"},
+			ObjectMeta: metav1.ObjectMeta{Namespace: "a", Name: "p"}, DeleteOptions: &metav1.DeleteOptions{DryRun: dryRun}})
+		require.NoError(t, err)
+		return runtime.RawExtension{Raw: raw}
+	}
+	for _, c := range []struct {
+		name    string
+		request *bool
+		object  runtime.RawExtension
+		dry     bool
+	}{
+		{name: "request dryRun", request: ptr.To(true), dry: true},
+		{name: "deleteOptions dryRun", request: ptr.To(false), object: evictionOf([]string{metav1.DryRunAll}), dry: true},
+		{name: "for real", request: ptr.To(false), object: evictionOf(nil)},
+		{name: "no object"},
+	} {
+		review.Request.DryRun, review.Request.Object = c.request, c.object
+		body, err := json.Marshal(review)
+		require.NoError(t, err)
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, Path, bytes.NewReader(body)))
+		var got admissionv1.AdmissionReview
+		require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &got))
+		assert.Equal(t, !c.dry, got.Response.Allowed, c.name)
+	}
+	review.Request.DryRun, review.Request.Object = nil, runtime.RawExtension{}
 
 	// Not ready: refused as unavailable, never judged on a partial state.
 	h = NewHandler(g, func(context.Context, string, string) (*corev1.Pod, *corev1.Node, error) {

@@ -5,10 +5,12 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"slices"
 	"time"
 
 	"go.uber.org/zap"
 	admissionv1 "k8s.io/api/admission/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -77,7 +79,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *Handler) answer(ctx context.Context, req *admissionv1.AdmissionRequest, resp *admissionv1.AdmissionResponse) {
-	in := Input{Namespace: req.Namespace, Name: req.Name}
+	in := Input{Namespace: req.Namespace, Name: req.Name, DryRun: dryRun(req)}
 	var d Decision
 	if exempt := h.g.decide(in); exempt.Why == "exempt" {
 		d = h.g.Decide(in)
@@ -107,4 +109,21 @@ func (h *Handler) answer(ctx context.Context, req *admissionv1.AdmissionRequest,
 	// 429, as a PodDisruptionBudget refusal: every drain tool retries it.
 	resp.Result = &metav1.Status{Status: metav1.StatusFailure, Code: http.StatusTooManyRequests,
 		Reason: metav1.StatusReasonTooManyRequests, Message: d.Message}
+}
+
+// dryRun tells whether the eviction is a dry run. The apiserver sets the
+// request's dryRun from the query (?dryRun=All) only; kubectl drain
+// --dry-run=server and client-go's Evict put it in the Eviction's
+// deleteOptions instead, which the eviction REST (v1.37
+// pkg/registry/core/pod/storage/eviction.go, propagateDryRun) honours
+// after admission was asked: both are read.
+func dryRun(req *admissionv1.AdmissionRequest) bool {
+	if req.DryRun != nil && *req.DryRun {
+		return true
+	}
+	var ev policyv1.Eviction
+	if len(req.Object.Raw) == 0 || json.Unmarshal(req.Object.Raw, &ev) != nil || ev.DeleteOptions == nil {
+		return false
+	}
+	return slices.Contains(ev.DeleteOptions.DryRun, metav1.DryRunAll)
 }
