@@ -33,14 +33,18 @@ const (
 
 // ManifestsOptions are the render options of the plain manifests: the
 // chart's defaults plus the release Namespace.
-var ManifestsOptions = Options{Set: []string{"namespace.create=true"}}
+var ManifestsOptions = Options{Set: []string{"namespace.create=true", "platformNamespaceCreate=false"}}
 
 const manifestsHeader = `# cozy-health plain manifests, rendered from the Helm chart
-# (deploy/charts/cozy-health) with its default values and namespace.create=true
-# by 'make manifests'. DO NOT EDIT: change the chart and run 'make manifests'.
+# (deploy/charts/cozy-health) with its default values, namespace.create=true
+# and platformNamespaceCreate=false by 'make manifests'. DO NOT EDIT: change the
+# chart and run 'make manifests'.
 #
+#   kubectl create namespace cozy-system   # only where Cozystack is not installed
 #   kubectl apply --server-side -f deploy/manifests/cozy-health.yaml
 #
+# cozy-system (platformNamespace) is not created here, so that deleting these
+# manifests never deletes Cozystack's namespace.
 # The Talos ServiceAccount is not here (Talos refuses it until the patch in
 # talos/manifests is applied): apply deploy/manifests/talos-serviceaccount.yaml
 # after the patch. Nor is the Role on LINSTOR's client Secret (its namespace,

@@ -113,7 +113,21 @@ func TestDefaultsRender(t *testing.T) {
 	for _, m := range r.Manifests {
 		kinds[m.Kind]++
 	}
-	assert.Zero(t, kinds["Namespace"], "Helm installs never own the namespace by default")
+	// The release namespace is never the release's by default; the platform
+	// namespace is rendered where a lookup does not find it (helm template
+	// finds nothing), kept on uninstall.
+	ns, err := r.Object("Namespace", "cozy-system")
+	require.NoError(t, err)
+	assert.Equal(t, "keep", ns.GetAnnotations()["helm.sh/resource-policy"])
+	assert.Equal(t, 1, kinds["Namespace"], "Helm installs never own the release namespace by default")
+	r2, err := Render(Options{Set: []string{"platformNamespaceCreate=false"}})
+	require.NoError(t, err)
+	_, err = r2.Object("Namespace", "cozy-system")
+	assert.ErrorIs(t, err, ErrNotFound)
+	r2, err = Render(Options{Set: []string{"platformNamespace=cozy-health"}})
+	require.NoError(t, err)
+	_, err = r2.Object("Namespace", "cozy-health")
+	assert.ErrorIs(t, err, ErrNotFound, "the release namespace is not created twice")
 	for _, k := range []string{"DaemonSet", "Deployment", "PodDisruptionBudget", "NetworkPolicy", "ConfigMap"} {
 		assert.Equal(t, 1, kinds[k], k)
 	}
