@@ -233,8 +233,10 @@ func run(ctx context.Context, o options, stdout io.Writer) (*Release, error) {
 		return nil, err
 	}
 	rel := &Release{Version: o.Version, Registry: o.Registry}
+	imageKeys := map[string]string{}
 	for _, p := range pushed {
 		rel.Images = append(rel.Images, Image{Name: p.Name, Ref: p.Ref, Digest: p.Digest})
+		imageKeys[push.Keys[p.Name]] = p.Ref
 		fmt.Fprintf(stdout, "image   %s\n", p.Ref)
 	}
 
@@ -281,7 +283,7 @@ func run(ctx context.Context, o options, stdout io.Writer) (*Release, error) {
 
 	// What the user applies, and release.json.
 	objs := objects{
-		Registry: o.Registry, Insecure: plain, PullSecret: o.PullSecret,
+		Registry: o.Registry, Insecure: plain, PullSecret: o.PullSecret, Images: imageKeys,
 		Chart:   artifactRef{Repo: o.Registry + "/" + chartName, Tag: chartTag, Digest: chartDigest},
 		Package: artifactRef{Repo: o.Registry + "/" + packageRepo, Tag: tag, Digest: pkgDigest.String()},
 	}

@@ -35,8 +35,10 @@ type objects struct {
 	Registry   string
 	Insecure   bool
 	PullSecret string
-	Chart      artifactRef
-	Package    artifactRef
+	// Images are the pinned references by values key (agent.image...).
+	Images  map[string]string
+	Chart   artifactRef
+	Package artifactRef
 }
 
 // artifactRef is an OCI artifact: its repository (no scheme), tag and
@@ -91,9 +93,19 @@ func (o objects) helmFile() (string, error) {
 			"kind": "ConfigMap", "name": valuesConfigMap, "valuesKey": "values.yaml", "optional": true,
 		}},
 	}
-	if o.PullSecret != "" {
-		hrSpec["values"] = o.pullSecretValues()
+	// The HelmRelease names the images it runs (as the chart's values do):
+	// every release changes its spec, so its generation moves and
+	// `kubectl wait --for=condition=Ready` waits for this release, not the
+	// Ready of the one before.
+	values := map[string]any{}
+	for key, ref := range o.Images {
+		component, field, _ := strings.Cut(key, ".")
+		values[component] = map[string]any{field: ref}
 	}
+	if o.PullSecret != "" {
+		values["image"] = o.pullSecretValues()["image"]
+	}
+	hrSpec["values"] = values
 	docs := []doc{
 		{
 			comment: "The release namespace. The agent DaemonSet uses hostNetwork and hostPath,\nwhich Talos' default PodSecurity (baseline) refuses.",
@@ -107,7 +119,7 @@ func (o objects) helmFile() (string, error) {
 			obj:     o.ociRepository(chartSource, namespace, o.Chart, helmChartLayer),
 		},
 		{
-			comment: "The release. Values of your own go into the ConfigMap " + valuesConfigMap + " (key values.yaml)\nin this namespace, read when it exists.",
+			comment: "The release. Values of your own go into the ConfigMap " + valuesConfigMap + " (key values.yaml)\nin this namespace, read when it exists; spec.values names this release's images.",
 			obj: map[string]any{
 				"apiVersion": "helm.toolkit.fluxcd.io/v2", "kind": "HelmRelease",
 				"metadata": map[string]any{"name": releaseName, "namespace": namespace},

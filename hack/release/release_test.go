@@ -212,6 +212,10 @@ func TestRelease(t *testing.T) {
 	hr := objs[2]
 	assert.Equal(t, "HelmRelease", hr["kind"])
 	assert.Equal(t, map[string]any{"kind": "OCIRepository", "name": "cozy-health"}, hr["spec"].(map[string]any)["chartRef"])
+	assert.Equal(t, map[string]any{
+		"agent":      map[string]any{"image": refs["cozy-health-agent"]},
+		"aggregator": map[string]any{"image": refs["cozy-health-aggregator"]},
+	}, hr["spec"].(map[string]any)["values"], "the HelmRelease names the release's images")
 	pobjs := readObjects(t, filepath.Join(out, "flux", "cozystack-package.yaml"))
 	require.Len(t, pobjs, 3)
 	pspec := pobjs[0]["spec"].(map[string]any)
@@ -255,7 +259,7 @@ func readObjects(t *testing.T, path string) []map[string]any {
 // files; a registry off loopback is not insecure.
 func TestPullSecret(t *testing.T) {
 	o := objects{
-		Registry: "registry.example.com/cozy", PullSecret: "regcred",
+		Registry: "registry.example.com/cozy", PullSecret: "regcred", Images: map[string]string{"agent.image": "a@sha256:cc"},
 		Chart:   artifactRef{Repo: "registry.example.com/cozy/cozy-health", Tag: "1.0.0", Digest: "sha256:aa"},
 		Package: artifactRef{Repo: "registry.example.com/cozy/cozy-health-package", Tag: "v1.0.0", Digest: "sha256:bb"},
 	}
@@ -270,7 +274,7 @@ func TestPullSecret(t *testing.T) {
 	secretValues := map[string]any{"image": map[string]any{"pullSecrets": []any{map[string]any{"name": "regcred"}}}}
 	assert.Equal(t, map[string]any{"name": "regcred"}, h[1]["spec"].(map[string]any)["secretRef"])
 	assert.NotContains(t, h[1]["spec"], "insecure")
-	assert.Equal(t, secretValues, h[2]["spec"].(map[string]any)["values"])
+	assert.Equal(t, map[string]any{"image": secretValues["image"], "agent": map[string]any{"image": "a@sha256:cc"}}, h[2]["spec"].(map[string]any)["values"])
 	assert.Equal(t, map[string]any{"name": "regcred"}, p[0]["spec"].(map[string]any)["secretRef"])
 	assert.Equal(t, map[string]any{"cozy-health": map[string]any{"values": map[string]any{"cozy-health": secretValues}}}, p[2]["spec"].(map[string]any)["components"])
 }
