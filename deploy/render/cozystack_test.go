@@ -36,7 +36,7 @@ func TestCozystackPackageSource(t *testing.T) {
 	v := ps.Spec.Variants[0]
 	assert.Equal(t, "default", v.Name)
 	assert.Equal(t, []string{"cozystack.networking", "cozystack.cert-manager", "cozystack.victoria-metrics-operator"}, v.DependsOn)
-	require.Len(t, v.Components, 1)
+	require.Len(t, v.Components, 3)
 	c := v.Components[0]
 	assert.Equal(t, "system/cozy-health", c.Path)
 	require.NotNil(t, c.Install)
@@ -44,6 +44,16 @@ func TestCozystackPackageSource(t *testing.T) {
 	assert.Equal(t, "cozy-health", c.Install.ReleaseName)
 	assert.True(t, c.Install.Privileged)
 	assert.Equal(t, "CreateReplace", c.Install.UpgradeCRDs)
+	// The API-gated objects, each its own release beside it.
+	for i, name := range []string{"cozy-health-talos", "cozy-health-linstor"} {
+		g := v.Components[i+1]
+		assert.Equal(t, name, g.Name)
+		assert.Equal(t, "system/"+name, g.Path)
+		assert.Empty(t, g.Libraries)
+		require.NotNil(t, g.Install)
+		assert.Equal(t, "cozy-health", g.Install.Namespace)
+		assert.Equal(t, name, g.Install.ReleaseName)
+	}
 
 	// Nothing in the package is a symlink (Flux drops them from artifacts).
 	require.NoError(t, filepath.WalkDir(filepath.Join(repoRoot(t), deploy.CozystackDir), func(p string, d fs.DirEntry, err error) error {
@@ -99,7 +109,9 @@ func TestCozystackWrapperChart(t *testing.T) {
 	_, err = r.Object("ConfigMap", "cozy-health-kube-state-metrics")
 	assert.ErrorIs(t, err, ErrNotFound, "monitoring-agents' kube-state-metrics takes the entry")
 	_, err = r.Object("ServiceAccount", "cozy-health-agent-talos-secrets")
-	assert.NoError(t, err)
+	assert.ErrorIs(t, err, ErrNotFound, "the component cozy-health-talos has it")
+	_, err = r.Object("Role", "cozy-health-aggregator-linstor-client")
+	assert.ErrorIs(t, err, ErrNotFound, "the component cozy-health-linstor has it")
 	assert.NotEmpty(t, r.CRDs, "the library's CRD comes along")
 	crb, err := r.Object("ClusterRoleBinding", "cozy-health-drain-check")
 	require.NoError(t, err)
@@ -225,4 +237,45 @@ func TestCozystackGeneratedCopies(t *testing.T) {
 	}
 	require.NoError(t, yaml.Unmarshal([]byte(nested(t, cm, "data", "config.yaml").(string)), &cfg))
 	assert.Equal(t, cfg.Spec.Resources, ksm.KSM.CRS.Config.Spec.Resources, "one entry, two carriers")
+}
+
+// TestCozystackGatedComponents: the components cozy-health-talos and
+// cozy-health-linstor render, on a cluster serving none of the optional
+// APIs, exactly the objects the chart renders where those APIs are served
+// (the Talos ServiceAccount the agent mounts the Secret of, the Role and
+// RoleBinding on LINSTOR's client Secret for the aggregator).
+func TestCozystackGatedComponents(t *testing.T) {
+	ps, err := LoadPackageSource()
+	require.NoError(t, err)
+	for comp, want := range map[string]struct {
+		api, source string
+	}{
+		"cozy-health-talos":   {"talos.dev/v1alpha1", "templates/talos-serviceaccount.yaml"},
+		"cozy-health-linstor": {"piraeus.io/v1", "templates/linstor-rbac.yaml"},
+	} {
+		c, err := LoadCozystackComponent(ps, "default", comp)
+		require.NoError(t, err)
+		assert.Equal(t, "cozy-"+comp, c.Name())
+		assert.Equal(t, "0.0.0", c.Metadata.Version)
+		got, err := RenderChart(c, Options{Release: comp, Namespace: "cozy-health"})
+		require.NoError(t, err, comp)
+		main, err := Render(Options{APIVersions: []string{want.api}})
+		require.NoError(t, err)
+		var wantObjs []map[string]any
+		for _, m := range main.Manifests {
+			if m.Source == want.source {
+				var o map[string]any
+				require.NoError(t, yaml.Unmarshal([]byte(m.Content), &o))
+				wantObjs = append(wantObjs, o)
+			}
+		}
+		require.NotEmpty(t, wantObjs)
+		objs, err := got.Objects()
+		require.NoError(t, err)
+		var gotObjs []map[string]any
+		for _, o := range objs {
+			gotObjs = append(gotObjs, o.Object)
+		}
+		assert.Equal(t, wantObjs, gotObjs, "%s renders the chart's own objects, ungated", comp)
+	}
 }

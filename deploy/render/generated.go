@@ -1,6 +1,7 @@
 package render
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io/fs"
@@ -22,6 +23,13 @@ const (
 	// LINSTOR (the plain manifests leave them out: the namespace may not
 	// exist).
 	LinstorRBACFile = "deploy/manifests/linstor-rbac.yaml"
+	// CozystackTalosComponentFile and CozystackLinstorComponentFile are the
+	// templates of the Cozystack package's components cozy-health-talos and
+	// cozy-health-linstor: the chart's API-gated objects rendered with their
+	// API served, each its own release that Cozystack's operator retries
+	// until the API arrives (deploy/cozystack/README.md).
+	CozystackTalosComponentFile   = "deploy/cozystack/packages/system/cozy-health-talos/templates/serviceaccount.yaml"
+	CozystackLinstorComponentFile = "deploy/cozystack/packages/system/cozy-health-linstor/templates/rbac.yaml"
 	// CozystackDashboardFile is files/dashboard.json where Cozystack keeps
 	// its infra dashboards (dashboards/<group>/<name>.json).
 	CozystackDashboardFile = "deploy/cozystack/dashboards/cozy-health/cozy-health.json"
@@ -66,6 +74,12 @@ const talosHeader = `# cozy-health's talos.dev/v1alpha1 ServiceAccount, rendered
 #   kubectl apply --server-side -f deploy/manifests/talos-serviceaccount.yaml
 `
 
+const componentHeader = `# Rendered from cozy-health's chart (deploy/charts/cozy-health, release
+# cozy-health in cozy-health) with its API served, by 'make manifests'. DO NOT
+# EDIT. Not gated: until the cluster serves what it needs the install fails,
+# and Cozystack's operator retries it (install strategy RetryOnFailure).
+`
+
 const ksmHeader = `# cozy-health's entry for Cozystack's monitoring-agents values
 # (packages/system/monitoring-agents/values.yaml): append the rule to
 # kube-state-metrics.rbac.extraRules and the resource to
@@ -98,6 +112,7 @@ func GeneratedFiles() (map[string][]byte, error) {
 		return nil, fmt.Errorf("the chart rendered no talos.dev ServiceAccount with talos.dev/v1alpha1 served")
 	}
 	out[TalosServiceAccountFile] = fmt.Appendf([]byte(talosHeader), "---\n%s\n", sa.Content)
+	out[CozystackTalosComponentFile] = fmt.Appendf([]byte(componentHeader), "%s\n", sa.Content)
 
 	l, err := Render(Options{APIVersions: []string{"piraeus.io/v1"}})
 	if err != nil {
@@ -113,6 +128,8 @@ func GeneratedFiles() (map[string][]byte, error) {
 		return nil, fmt.Errorf("the chart rendered no LINSTOR client Role with piraeus.io/v1 served")
 	}
 	out[LinstorRBACFile] = linstor
+	// No document before the first object: a comment-only one has no kind.
+	out[CozystackLinstorComponentFile] = append([]byte(componentHeader), bytes.TrimPrefix(linstor[len(linstorHeader):], []byte("---\n"))...)
 
 	dash, err := fs.ReadFile(deploy.Chart(), "files/dashboard.json")
 	if err != nil {
