@@ -6,12 +6,19 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"slices"
+	"strings"
+	"sync"
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/cozystack/cozy-health/pkg/client/clientset/versioned"
@@ -42,20 +49,34 @@ type Sample struct {
 	Reasons map[string]map[string]string
 	// DrainFrom is the replica each verdict came from.
 	DrainFrom map[string]string
+	// Gate is each node's drain-guard answer, read as `kubectl drain
+	// --dry-run=server` reads it: a dry-run eviction of the node's
+	// workload pod through the apiserver, which asks every replica's
+	// webhook (docs/guard.md). Let through: Safe; refused as blocked:
+	// Blocked; refused as unknown, or let through past --guard-unknown-for
+	// with the unknown warning, or refused while a replica warms up:
+	// Undecide; any other failure: NoAnswer.
+	Gate map[string]string
 	// Leader is the aggregator whose metrics say it leads ("" if none).
 	Leader string
 }
 
 // sampler reads the lab.
 type sampler struct {
-	dir   string
-	cs    versioned.Interface
-	http  *http.Client
-	nodes []string
-	turn  int
+	dir  string
+	cs   versioned.Interface
+	kube kubernetes.Interface
+	// warnings collects the apiserver's warnings of the gate's request in
+	// flight (the guard's allowed-with-a-warning answers).
+	warnings *warningLog
+	// gateOn asks the drain guard every sample.
+	gateOn bool
+	http     *http.Client
+	nodes    []string
+	turn     int
 }
 
-func newSampler(dir string, nodes []string) (*sampler, error) {
+func newSampler(dir string, nodes []string, gate bool) (*sampler, error) {
 	s, err := lab.LoadState(dir)
 	if err != nil {
 		return nil, err
@@ -69,13 +90,22 @@ func newSampler(dir string, nodes []string) (*sampler, error) {
 	if err != nil {
 		return nil, fmt.Errorf("soak: health client: %w", err)
 	}
-	return &sampler{dir: dir, cs: cs, nodes: nodes, http: &http.Client{Timeout: 800 * time.Millisecond}}, nil
+	warnings := &warningLog{}
+	kcfg := rest.CopyConfig(cfg)
+	// The webhook's timeout is 3 s; a replica that was killed refuses the
+	// connection at once.
+	kcfg.Timeout, kcfg.WarningHandler = 5*time.Second, warnings
+	kube, err := kubernetes.NewForConfig(kcfg)
+	if err != nil {
+		return nil, fmt.Errorf("soak: kube client: %w", err)
+	}
+	return &sampler{dir: dir, cs: cs, kube: kube, warnings: warnings, gateOn: gate, nodes: nodes, http: &http.Client{Timeout: 800 * time.Millisecond}}, nil
 }
 
 // sample takes one reading.
 func (s *sampler) sample(ctx context.Context) Sample {
 	now := time.Now()
-	out := Sample{At: now, Health: map[string]string{}, Metric: map[string]string{}, Drain: map[string]string{}, DrainFrom: map[string]string{}, Entries: map[string]map[string]string{}, Reasons: map[string]map[string]string{}}
+	out := Sample{At: now, Health: map[string]string{}, Metric: map[string]string{}, Drain: map[string]string{}, DrainFrom: map[string]string{}, Gate: map[string]string{}, Entries: map[string]map[string]string{}, Reasons: map[string]map[string]string{}}
 	for _, c := range Components {
 		out.Health[c], out.Metric[c] = NoAnswer, NoAnswer
 	}
@@ -151,8 +181,70 @@ func (s *sampler) sample(ctx context.Context) Sample {
 				break
 			}
 		}
+		if s.gateOn {
+			out.Gate[n] = s.gate(ctx, n)
+		}
 	}
 	return out
+}
+
+// gate asks the drain guard about node as `kubectl drain --dry-run=server`
+// does: a dry-run eviction of its workload pod (lab.WorkloadNamespace),
+// nothing cordoned or evicted.
+func (s *sampler) gate(ctx context.Context, node string) string {
+	s.warnings.reset()
+	err := s.kube.PolicyV1().Evictions(lab.WorkloadNamespace).Evict(ctx, &policyv1.Eviction{
+		ObjectMeta:    metav1.ObjectMeta{Namespace: lab.WorkloadNamespace, Name: "web-" + node},
+		DeleteOptions: &metav1.DeleteOptions{DryRun: []string{metav1.DryRunAll}}})
+	return gateAnswer(err, s.warnings.all())
+}
+
+// gateAnswer reads the guard's answer from the eviction's error and the
+// warnings that came with it.
+func gateAnswer(err error, warnings []string) string {
+	switch {
+	case err == nil:
+		for _, w := range warnings {
+			if strings.Contains(w, ") is unknown (") {
+				// Let through past --guard-unknown-for: the verdict was
+				// unknown, the release is the documented bound.
+				return Undecide
+			}
+		}
+		return Safe
+	case !apierrors.IsTooManyRequests(err):
+		return NoAnswer
+	case strings.Contains(err.Error(), ") is blocked: "):
+		return Blocked
+	default:
+		// Unknown, warming up, the pod unreadable: not a judgement.
+		return Undecide
+	}
+}
+
+// warningLog is a rest.WarningHandler keeping the warnings of the request
+// in flight (the sampler asks one at a time).
+type warningLog struct {
+	mu sync.Mutex
+	w  []string
+}
+
+func (l *warningLog) HandleWarningHeader(_ int, _ string, text string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.w = append(l.w, text)
+}
+
+func (l *warningLog) reset() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.w = nil
+}
+
+func (l *warningLog) all() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.w)
 }
 
 func isLeader(fams map[string]*dto.MetricFamily) bool {

@@ -2,6 +2,7 @@ package soak
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -29,6 +30,10 @@ type phase struct {
 	// greens and reds: what was read, in which source, for how long.
 	greens map[string]float64
 	reds   map[string]float64
+	// gateGreen and gateRed are the seconds the drain guard alone read
+	// green (let an eviction through) or red (refused it as blocked)
+	// against the truth: counted in falseGreen and falseRed too.
+	gateGreen, gateRed float64
 }
 
 func newPhase(truth, prev Truth, start time.Time, bound time.Duration) *phase {
@@ -117,6 +122,15 @@ func judge(p *phase, s Sample) judgement {
 			j.off = append(j.off, fmt.Sprintf("drain %s=%s (truth %s)", what, obs, p.truth.DrainOf(n)))
 		}
 	}
+	// The gate's answers are scored as the drain verdicts are (an
+	// eviction let through while the truth has no safe drain is a false
+	// green; one refused as blocked while every drain is safe, a false
+	// red), but do not hold the time to truth: the lab calls every
+	// replica's webhook, a warming one too, where a Service routes only
+	// to ready replicas.
+	for _, n := range sortedKeys(s.Gate) {
+		check("gate", n, s.Gate[n], p.truth.DrainOf(n), p.prev.DrainOf(n), Safe, Blocked)
+	}
 	return j
 }
 
@@ -138,11 +152,17 @@ func (p *phase) record(s Sample) judgement {
 		for _, g := range j.greens {
 			p.greens[g] += dt
 		}
+		if slices.ContainsFunc(j.greens, fromGate) {
+			p.gateGreen += dt
+		}
 	}
 	if len(j.reds) > 0 {
 		p.falseRed += dt
 		for _, r := range j.reds {
 			p.reds[r] += dt
+		}
+		if slices.ContainsFunc(j.reds, fromGate) {
+			p.gateRed += dt
 		}
 	}
 	if j.atTruth {
@@ -155,6 +175,9 @@ func (p *phase) record(s Sample) judgement {
 	}
 	return j
 }
+
+// fromGate tells whether a green or red reading is the drain guard's.
+func fromGate(reading string) bool { return strings.HasPrefix(reading, "gate ") }
 
 // timeToTruth is how long after start the truth was first read, or -1.
 func (p *phase) timeToTruth() time.Duration {
@@ -170,7 +193,7 @@ func (p *phase) met() bool {
 	return t >= 0 && t <= p.bound
 }
 
-func sortedKeys(m map[string]Set) []string {
+func sortedKeys[V any](m map[string]V) []string {
 	out := make([]string, 0, len(m))
 	for k := range m {
 		out = append(out, k)

@@ -7,6 +7,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 )
 
 var labNodes = []string{"node-1", "node-2", "node-3"}
@@ -229,4 +231,50 @@ func TestSilentFaultReasons(t *testing.T) {
 		delete(want, f.Name)
 	}
 	assert.Empty(t, want, "faults missing from the catalog")
+}
+
+// The gate's answers are scored as the drain verdicts: let through while
+// the truth has no safe drain is a false green, refused as blocked while
+// the drain is safe a false red; they do not hold the time to truth.
+func TestJudgeGate(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	truth := Catalog[0].Truth(labNodes, []string{"node-2"}) // etcd-stop on node-2
+	p := newPhase(truth, Baseline, t0, 30*time.Second)
+	at := func(sec int, gate map[string]string) judgement {
+		s := sampleAt(t0.Add(time.Duration(sec)*time.Second), map[string]string{"etcd": Degraded}, map[string]string{"node-1": Blocked, "node-3": Blocked})
+		s.Gate = map[string]string{"node-1": Blocked, "node-2": Safe, "node-3": Blocked}
+		for n, v := range gate {
+			s.Gate[n] = v
+		}
+		return p.record(s)
+	}
+	j := at(31, map[string]string{"node-1": Safe})
+	require.Len(t, j.greens, 1)
+	assert.Equal(t, "gate node-1 read safe, truth blocked", j.greens[0])
+	assert.True(t, j.atTruth, "the gate does not hold the time to truth")
+	j = at(32, map[string]string{"node-1": Undecide, "node-3": NoAnswer})
+	assert.Empty(t, j.greens, "unknown and no answer are neither")
+	assert.Empty(t, j.reds)
+
+	p = newPhase(Baseline, truth, t0, 30*time.Second)
+	j = p.record(func() Sample {
+		s := sampleAt(t0.Add(31*time.Second), nil, nil)
+		s.Gate = map[string]string{"node-1": Blocked, "node-2": Safe, "node-3": Safe}
+		return s
+	}())
+	require.Len(t, j.reds, 1)
+	assert.Equal(t, "gate node-1 read blocked, truth safe", j.reds[0])
+}
+
+// gateAnswer reads the guard's answer as the apiserver returns it.
+func TestGateAnswer(t *testing.T) {
+	tooMany := func(msg string) error {
+		return apierrors.NewTooManyRequests(`admission webhook "a.drain-guard.health.cozystack.io" denied the request: `+msg, 0)
+	}
+	assert.Equal(t, Safe, gateAnswer(nil, nil))
+	assert.Equal(t, Undecide, gateAnswer(nil, []string{"cozy-health: draining node-1 (reboot) is unknown (etcd-quorum: stale), allowed: cordoned more than 5m0s ago"}))
+	assert.Equal(t, Blocked, gateAnswer(tooMany("cozy-health: draining node-1 (reboot) is blocked: etcd-quorum: ..."), nil))
+	assert.Equal(t, Undecide, gateAnswer(tooMany("cozy-health: draining node-1 (reboot) is unknown: etcd-quorum: ...; refused until ..."), nil))
+	assert.Equal(t, Undecide, gateAnswer(tooMany("cozy-health: this aggregator replica is still warming up; retry"), nil))
+	assert.Equal(t, NoAnswer, gateAnswer(apierrors.NewNotFound(schema.GroupResource{Resource: "pods"}, "web-node-1"), nil))
 }

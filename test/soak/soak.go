@@ -33,6 +33,8 @@ type Options struct {
 	// Dwell is how long a phase is held once its truth is read (default
 	// drawn from 5-15 s by the seed).
 	Dwell time.Duration
+	// NoGate leaves the drain guard unasked (Sample.Gate empty).
+	NoGate bool
 	// Log receives progress lines.
 	Log func(format string, args ...any)
 }
@@ -134,6 +136,31 @@ type Report struct {
 	Warmup   *phase
 	Rows     []Row
 	Samples  int
+	// Gate counts the drain guard's answers to the sampler's dry-run
+	// evictions (one per node per sample), by what they read.
+	Gate GateCounts
+}
+
+// GateCounts are the drain guard's answers in a run.
+type GateCounts struct {
+	Asked, Allowed, Blocked, Unknown, NoAnswer int
+}
+
+// add counts one sample's answers.
+func (g *GateCounts) add(answers map[string]string) {
+	for _, a := range answers {
+		g.Asked++
+		switch a {
+		case Safe:
+			g.Allowed++
+		case Blocked:
+			g.Blocked++
+		case Undecide:
+			g.Unknown++
+		default:
+			g.NoAnswer++
+		}
+	}
 }
 
 // driver samples the lab once a second and scores every sample against
@@ -167,7 +194,7 @@ func newDriver(ctx context.Context, dir string, o *Options) (*driver, error) {
 			o.RealOVSNode = n.Name
 		}
 	}
-	smp, err := newSampler(dir, nodes)
+	smp, err := newSampler(dir, nodes, !o.NoGate)
 	if err != nil {
 		return nil, err
 	}
@@ -196,6 +223,7 @@ func newDriver(ctx context.Context, dir string, o *Options) (*driver, error) {
 				}
 			}
 			d.rep.Samples++
+			d.rep.Gate.add(s.Gate)
 			d.mu.Unlock()
 		}
 	}()
@@ -408,6 +436,14 @@ func (r *Report) Print(w io.Writer) {
 	}
 	fmt.Fprintf(tw, "TOTAL\t\t%.0fs\t%.0fs\t%.0fs\t\t\t\t\t\n", fg, fr, off)
 	_ = tw.Flush()
+	var gg, gr float64
+	for _, row := range r.Rows {
+		gg += row.Fault.gateGreen + row.Recovery.gateGreen
+		gr += row.Fault.gateRed + row.Recovery.gateRed
+	}
+	g := r.Gate
+	fmt.Fprintf(w, "\ndrain guard (dry-run evictions, kubectl drain --dry-run=server): %d asked, %d let through, %d refused as blocked, %d unknown, %d no answer; false green %.0fs, false red %.0fs (in the totals above)\n",
+		g.Asked, g.Allowed, g.Blocked, g.Unknown, g.NoAnswer, gg, gr)
 	for _, row := range r.Rows {
 		for _, p := range []*phase{row.Fault, row.Recovery} {
 			if len(p.reds) > 0 {

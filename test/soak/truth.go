@@ -138,6 +138,12 @@ const (
 	// (cordoned, agent and kubelet stopped, etcd stopped, relay cut): as
 	// ClassSilent, the node's entries then read PlannedMaintenance.
 	ClassMaintenance = "maintenance"
+	// ClassUpgrade: one process of a rolling upgrade (or rollback)
+	// restarted from another release's binary: nothing the truth says
+	// changes; the bound is a restarted aggregator's warm-up (its agents
+	// reconnect, then it is ready) or a restarted agent's first report,
+	// within a silent node's bound.
+	ClassUpgrade = "upgrade"
 	// ClassRecover: a fault repaired until every object reads the baseline
 	// again (real etcd and ovsdb members rejoin, agents reconnect).
 	// e2e boundRecover.
@@ -153,4 +159,5 @@ var Bounds = map[string]time.Duration{
 	// The same bound as a silent node's: the reason comes with the
 	// heartbeat grace's Unknown.
 	ClassMaintenance: 45 * time.Second,
+	ClassUpgrade:     45 * time.Second,
 }

@@ -31,10 +31,15 @@ func run() int {
 	dir := flag.String("dir", "", "directory for the lab (default: a new one under /tmp)")
 	only := flag.String("only", "", "comma-separated fault names to draw from (default: all)")
 	short := flag.Bool("short", false, "draw only the short variant's faults")
-	scenario := flag.String("scenario", "schedule", "schedule (the seeded fault schedule) or rolling-maintenance (every node in turn maintained as a Talos reboot does, on the real Prometheus and vmalert)")
+	scenario := flag.String("scenario", "schedule", "schedule (the seeded fault schedule), rolling-maintenance (every node in turn maintained as a Talos reboot does, on the real Prometheus and vmalert) or upgrade (a rolling upgrade from the release --from names and back, faults in every mixed state)")
+	from := flag.String("from", "", "upgrade: the git ref of the previous release (default: the newest v* tag, else hack/release-baseline)")
 	flag.Parse()
-	if *scenario != "schedule" && *scenario != "rolling-maintenance" {
-		fmt.Fprintln(os.Stderr, "cozy-health-soak: --scenario is schedule or rolling-maintenance, got", *scenario)
+	if *scenario != "schedule" && *scenario != "rolling-maintenance" && *scenario != "upgrade" {
+		fmt.Fprintln(os.Stderr, "cozy-health-soak: --scenario is schedule, rolling-maintenance or upgrade, got", *scenario)
+		return 2
+	}
+	if *from != "" && *scenario != "upgrade" {
+		fmt.Fprintln(os.Stderr, "cozy-health-soak: --from is for --scenario upgrade")
 		return 2
 	}
 
@@ -54,6 +59,9 @@ func run() int {
 	lo := lab.Options{Dir: *dir, Nodes: soak.Nodes, Log: logf}
 	if *scenario == "rolling-maintenance" {
 		lo.MaintenanceWindow = rollingWindow
+	}
+	if *scenario == "upgrade" {
+		return upgrade(ctx, lo, *from, *seed, logf)
 	}
 	l, err := lab.Up(ctx, lo)
 	if err != nil {
