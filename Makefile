@@ -28,6 +28,9 @@ FLUX = $(shell bash hack/tooldir.sh flux)
 REGISTRY ?= ghcr.io/cozystack/cozystack
 IMAGE_TAG ?=
 PUSH ?= 1
+# PULL_SECRET: for `make release` into a private registry, the docker-registry
+# Secret the written Flux objects and the chart name (docs/release.md).
+PULL_SECRET ?=
 # The values files `make push` pins the references in (FILE=KEY-PREFIX).
 PUSH_VALUES ?= deploy/charts/cozy-health/values.yaml deploy/cozystack/packages/system/cozy-health/values.yaml=cozy-health.
 
@@ -54,7 +57,7 @@ push: image ## Push both images (whole amd64+arm64 index, digests kept) to REGIS
 
 .PHONY: release
 release: image ## One release into REGISTRY at VERSION: images, chart (OCI), Cozystack package (Flux OCI artifact), the Flux objects a user applies, signatures, SBOMs and the krew manifest, in bin/release/VERSION.
-	go run ./hack/release -in $(BIN)/images -registry $(REGISTRY) -version $(VERSION) -out $(BIN)/release/$(VERSION)
+	go run ./hack/release -in $(BIN)/images -registry $(REGISTRY) -version $(VERSION) -out $(BIN)/release/$(VERSION) $(if $(PULL_SECRET),-pull-secret $(PULL_SECRET))
 	go run ./hack/sign -release $(BIN)/release/$(VERSION)/release.json $(if $(COSIGN_KEY),-key $(COSIGN_KEY))
 	go run ./hack/krew -version $(VERSION) -out $(BIN)/release/$(VERSION)
 

@@ -146,7 +146,7 @@ func runMain(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fmt.Fprintf(stdout, "\nreleased %s into %s in %s; %s\n", rel.Version, rel.Registry, time.Since(start).Round(time.Millisecond), filepath.Join(o.Out, "release.json"))
 	helmFile := filepath.Join(o.Out, "flux", "cozy-health.yaml")
 	fmt.Fprintf(stdout, "\nNext, on a cluster with Flux (source-controller, helm-controller):\n")
-	fmt.Fprintf(stdout, "  kubectl apply -f %s\n", helmFile)
+	fmt.Fprintf(stdout, "  kubectl apply --server-side -f %s\n", helmFile)
 	fmt.Fprintf(stdout, "  kubectl -n %s wait helmrelease/%s --for=condition=Ready --timeout=10m\n", namespace, releaseName)
 	fmt.Fprintf(stdout, "On Cozystack v1 apply %s instead of the first.\n", filepath.Join(o.Out, "flux", "cozystack-package.yaml"))
 	return 0

@@ -227,7 +227,7 @@ func TestRelease(t *testing.T) {
 	assert.Equal(t, "cozystack.cozy-health", pobjs[2]["metadata"].(map[string]any)["name"])
 
 	// The two commands the user runs next.
-	assert.Contains(t, stdout, "  kubectl apply -f "+filepath.Join(out, "flux", "cozy-health.yaml")+"\n")
+	assert.Contains(t, stdout, "  kubectl apply --server-side -f "+filepath.Join(out, "flux", "cozy-health.yaml")+"\n")
 	assert.Contains(t, stdout, "  kubectl -n cozy-health wait helmrelease/cozy-health --for=condition=Ready --timeout=10m\n")
 
 	// The same sources give the same digests.

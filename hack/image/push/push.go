@@ -194,6 +194,12 @@ func pushOne(ctx context.Context, o Options, b built) (Pushed, error) {
 	return p, nil
 }
 
+// LoadIndex is loadIndex for other tools (a test that rewrites the images
+// `make image` wrote); cleanup removes the extracted layout.
+func LoadIndex(archive string) (idx v1.ImageIndex, cleanup func(), err error) {
+	return loadIndex(archive)
+}
+
 // loadIndex reads the multi-platform index out of an OCI layout archive
 // that hack/image wrote (the layout's index.json names exactly that index).
 func loadIndex(archive string) (v1.ImageIndex, func(), error) {
