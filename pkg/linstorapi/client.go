@@ -1,8 +1,9 @@
 // Package linstorapi is the one LINSTOR controller REST client of
-// cozy-health, shared by the binaries: GET /v1/nodes and GET
-// /v1/view/resources decoded into upstream's own types (golinstor's
-// client.Node and client.ResourceWithVolumes, the version Cozystack's
-// LINSTOR 1.33 speaks), over plain HTTP or mutual TLS, with a bounded body.
+// cozy-health, shared by the binaries: GET /v1/nodes, GET
+// /v1/view/resources and GET /v1/view/storage-pools decoded into upstream's
+// own types (golinstor's client.Node, client.ResourceWithVolumes and
+// client.StoragePool, the version Cozystack's LINSTOR 1.33 speaks), over
+// plain HTTP or mutual TLS, with a bounded body.
 //
 // The TLS material is asked of a Credentials at every request and the
 // transport is rebuilt only when it changed, so a certificate cert-manager

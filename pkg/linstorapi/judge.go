@@ -251,6 +251,9 @@ type Replica struct {
 	// on this node, in Pool.
 	StorageOnly bool
 	Pool        string
+	// SizeKiB is what the replica's volumes take in their storage pool,
+	// summed (VolumeSizeKiB); 0 when some volume's size is not in the view.
+	SizeKiB int64
 	// Satellite is the connection status of the node's satellite ("" when
 	// /v1/nodes does not list the node).
 	Satellite string
@@ -342,6 +345,9 @@ func Replicas(view []Resource, nodes []Node) []Replica {
 		}
 		if len(r.Volumes) > 0 {
 			rp.Pool = r.Volumes[0].StoragePoolName
+		}
+		if !rp.Diskless {
+			rp.SizeKiB = replicaSizeKiB(r.ResourceWithVolumes)
 		}
 		if l := r.LayerObject; l != nil && l.Drbd != nil && l.Drbd.Connections != nil {
 			rp.Peers = make(map[string]string, len(l.Drbd.Connections))

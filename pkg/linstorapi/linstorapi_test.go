@@ -40,12 +40,19 @@ func TestPlainHTTP(t *testing.T) {
 	assert.Equal(t, []Replica{
 		// node-1's satellite is OFFLINE: the controller holds no state of
 		// node-1, and node-0 keeps trying to connect to it.
-		{Resource: "pvc-a", Node: "node-0", State: "UpToDate", Pool: "thinpool", Satellite: "ONLINE",
+		{Resource: "pvc-a", Node: "node-0", State: "UpToDate", Pool: "thinpool", SizeKiB: linstorsrc.ReplicaSizeKiB, Satellite: "ONLINE",
 			Peers: map[string]string{"node-1": "Connecting"}, ReplicationOff: []string{"node-1"}},
-		{Resource: "pvc-a", Node: "node-1", State: "", Pool: "thinpool", Satellite: "OFFLINE"},
+		{Resource: "pvc-a", Node: "node-1", State: "", Pool: "thinpool", SizeKiB: linstorsrc.ReplicaSizeKiB, Satellite: "OFFLINE"},
 		{Resource: "pvc-b", Node: "node-0", State: "Diskless", Diskless: true, Pool: "DfltDisklessStorPool", Satellite: "ONLINE"}, // no peers: an empty map is omitted
 	}, reps)
 	assert.Equal(t, map[string]int{"/v1/nodes": 1, "/v1/view/resources": 1}, srv.Requests())
+	pools, err := c.StoragePools(context.Background())
+	require.NoError(t, err)
+	rooms := Rooms(pools)
+	require.Len(t, rooms, 4)
+	assert.Equal(t, PoolRoom{Node: "node-0", Pool: "thinpool", Kind: "LVM_THIN", Class: PoolThin, FreeKiB: linstorsrc.DefaultFreeKiB, TotalKiB: linstorsrc.PoolTotalKiB}, rooms[1])
+	assert.Equal(t, PoolRoom{Node: "node-1", Pool: "thinpool", Kind: "LVM_THIN", Class: PoolThin, FreeKiB: -1, TotalKiB: -1}, rooms[3],
+		"an OFFLINE satellite's pool: capacities not sent, a warning is no error")
 
 	obs := Observations(nodes, reps, nil)
 	require.Len(t, obs["node-1"], 2)
@@ -72,6 +79,8 @@ func TestPlainHTTP(t *testing.T) {
 	require.NoError(t, err)
 	_, err = small.ResourceView(context.Background())
 	require.ErrorContains(t, err, "body larger than 64 bytes")
+	_, err = small.StoragePools(context.Background())
+	require.ErrorContains(t, err, "read linstor /v1/view/storage-pools: body larger than 64 bytes")
 
 	_, err = New(Config{URL: "ftp://x"})
 	require.Error(t, err)
@@ -140,6 +149,7 @@ func TestParseRealSample(t *testing.T) {
 	assert.Equal(t, map[string]string{"demo2.linstor-days.at.linbit.com": "Connected", "demo3.linstor-days.at.linbit.com": "Connecting"}, reps[0].Peers,
 		"layer_object.drbd.connections as the sample has them")
 	assert.True(t, reps[0].Copy())
+	assert.Equal(t, int64(516096), reps[0].SizeKiB, "the STORAGE layer's size, not the volume's allocated_size_kib (206: what a thin volume has written)")
 }
 
 func TestJudgeNode(t *testing.T) {

@@ -1,9 +1,10 @@
 // Package linstor serves the LINSTOR controller's REST API endpoints the
-// aggregator reads, GET /v1/nodes and GET /v1/view/resources, marshalled
-// from upstream's own Go types (golinstor v0.63.0's client.Node and
-// client.ResourceWithVolumes, the API of LINSTOR 1.33) with the query
-// filters (nodes, resources) applied, over HTTP or mutual TLS. Node connection
-// status and each replica's disk state are settable (the lab's
+// aggregator reads, GET /v1/nodes, GET /v1/view/resources and GET
+// /v1/view/storage-pools, marshalled from upstream's own Go types (golinstor
+// v0.63.0's client.Node, client.ResourceWithVolumes and client.StoragePool,
+// the API of LINSTOR 1.33) with the query filters (nodes, resources) applied,
+// over HTTP or mutual TLS. Node connection status, each replica's disk state
+// and each satellite's pool free capacity are settable (the lab's
 // linstor-offline and drbd-outdated faults).
 package linstor
 
@@ -12,6 +13,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"net/http"
 	"slices"
@@ -46,9 +48,11 @@ type Server struct {
 	Fault fault.Switch
 
 	srv *http.Server
-	// mu guards nodes (name -> connection status) and replicas.
+	// mu guards nodes (name -> connection status), free (name -> the
+	// free capacity of its pool thinpool, KiB) and replicas.
 	mu       sync.Mutex
 	nodes    map[string]string
+	free     map[string]int64
 	replicas []Replica
 	minor    int
 	// requests counts requests by path.
@@ -71,10 +75,11 @@ func Start(addr string, tlsCfg *tls.Config) (*Server, error) {
 // hands the listeners over); with tlsCfg non-nil it serves HTTPS. Close
 // closes ln.
 func Serve(ln net.Listener, tlsCfg *tls.Config) *Server {
-	s := &Server{nodes: map[string]string{}, minor: 1000, requests: map[string]int{}}
+	s := &Server{nodes: map[string]string{}, free: map[string]int64{}, minor: 1000, requests: map[string]int{}}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/nodes", s.listNodes)
 	mux.HandleFunc("GET /v1/view/resources", s.viewResources)
+	mux.HandleFunc("GET /v1/view/storage-pools", s.viewStoragePools)
 	s.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	scheme := "http"
 	if tlsCfg != nil {
@@ -91,6 +96,32 @@ func (s *Server) SetNode(name, status string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.nodes[name] = status
+}
+
+// Every satellite has two storage pools, as a Piraeus satellite with one
+// LVM thin pool has: DfltDisklessStorPool (DISKLESS) and thinpool
+// (LVM_THIN, PoolTotalKiB), which every diskful replica is in.
+const (
+	PoolThin     = "thinpool"
+	PoolDiskless = "DfltDisklessStorPool"
+	// PoolTotalKiB is thinpool's total capacity: 1 TiB.
+	PoolTotalKiB = int64(1) << 30
+	// DefaultFreeKiB is thinpool's free capacity unless SetPoolFree says
+	// otherwise: 512 GiB, room for any replica of the stand-in (about
+	// 0.5 GiB each).
+	DefaultFreeKiB = int64(1) << 29
+	// ReplicaSizeKiB is what each diskful replica's one volume takes in
+	// thinpool (its STORAGE layer's usable size).
+	ReplicaSizeKiB = int64(516096)
+)
+
+// SetPoolFree sets the free capacity of node's pool thinpool (KiB); a
+// negative value leaves it out of the answer, as the controller does when
+// it does not know it.
+func (s *Server) SetPoolFree(node string, kib int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.free[node] = kib
 }
 
 // RemoveNode forgets a node.
@@ -266,18 +297,22 @@ func (s *Server) resource(i int, rep Replica) resourceOut {
 	dev := fmt.Sprintf("/dev/drbd%d", minor)
 	backing := "/dev/linstor_thinpool/" + rep.Resource + "_00000"
 	vol := lapi.Volume{
-		VolumeNumber:     0,
-		StoragePoolName:  pool,
-		ProviderKind:     provider,
-		DevicePath:       dev,
-		AllocatedSizeKib: 206,
+		VolumeNumber:    0,
+		StoragePoolName: pool,
+		ProviderKind:    provider,
+		DevicePath:      dev,
+		// No allocated_size_kib nor usable_size_kib on the volume itself:
+		// LINSTOR 1.33's /v1/view/resources fills neither
+		// (CtrlRscApiCallHandler.listResources passes no allocated size
+		// to Json.apiToVolume, which never sets usable); the sizes are on
+		// the layers.
 		LayerDataList: []lapi.VolumeLayer{
 			{Type: devicelayerkind.Drbd, Data: &lapi.DrbdVolume{
 				DrbdVolumeDefinition: lapi.DrbdVolumeDefinition{VolumeNumber: 0, MinorNumber: minor},
 				DevicePath:           dev, BackingDevice: backing, AllocatedSizeKib: 512148, UsableSizeKib: 512000,
 			}},
 			{Type: devicelayerkind.Storage, Data: &lapi.StorageVolume{
-				VolumeNumber: 0, DevicePath: backing, AllocatedSizeKib: 516096, UsableSizeKib: 516096, DiskState: "[]",
+				VolumeNumber: 0, DevicePath: backing, AllocatedSizeKib: ReplicaSizeKiB, UsableSizeKib: ReplicaSizeKiB, DiskState: "[]",
 			}},
 		},
 		Uuid: fmt.Sprintf("03b8ffd6-0000-4000-8000-%012d", i),
@@ -337,6 +372,76 @@ func (s *Server) resource(i int, rep Replica) resourceOut {
 		},
 		CreateTimestamp: &created,
 	}, Volumes: []volumeOut{{Volume: vol, State: state}}}
+}
+
+// poolOut is a StoragePool whose capacities are sent when known, 0
+// included: the controller's JsonGenTypes.StoragePool (linstor-server
+// v1.33.3) holds them as nullable Longs, so a full pool says 0, where
+// golinstor's int64 with omitempty would leave a 0 out.
+type poolOut struct {
+	lapi.StoragePool
+	FreeCapacity  *int64 `json:"free_capacity,omitempty"`
+	TotalCapacity *int64 `json:"total_capacity,omitempty"`
+}
+
+// warnNotConnected is ApiConsts.WARN_NOT_CONNECTED: 1002 | MASK_WARN
+// (0x8000000000000000), as a signed ret_code.
+const warnNotConnected = math.MinInt64 | 1002
+
+// viewStoragePools answers GET /v1/view/storage-pools as
+// Json.storPoolApiToStoragePool fills it: a satellite that is not ONLINE
+// has no capacities and a "not connected" warning
+// (CtrlStorPoolListApiCallHandler.assembleList,
+// ResponseUtils.makeNotConnectedWarning).
+func (s *Server) viewStoragePools(w http.ResponseWriter, r *http.Request) {
+	s.count(r)
+	if s.Fault.Apply(w, r) {
+		return
+	}
+	q := r.URL.Query()
+	nodes, pools := q["nodes"], q["storage_pools"]
+	s.mu.Lock()
+	var names []string
+	for n := range s.nodes {
+		if len(nodes) == 0 || slices.Contains(nodes, n) {
+			names = append(names, n)
+		}
+	}
+	sort.Strings(names)
+	out := []poolOut{}
+	for i, n := range names {
+		for _, name := range []string{PoolDiskless, PoolThin} {
+			if len(pools) > 0 && !slices.Contains(pools, name) {
+				continue
+			}
+			p := poolOut{StoragePool: lapi.StoragePool{StoragePoolName: name, NodeName: n, ProviderKind: lapi.DISKLESS,
+				StaticTraits: map[string]string{"SupportsSnapshots": "false"}, FreeSpaceMgrName: n + ";" + name,
+				Uuid: fmt.Sprintf("5e1f0a2b-0000-4000-8000-%06d%06d", i, len(out)), Props: map[string]string{}}}
+			free, total := int64(math.MaxInt64), int64(math.MaxInt64)
+			if name == PoolThin {
+				p.ProviderKind = lapi.LVM_THIN
+				p.Props = map[string]string{"StorDriver/LvmVg": "linstor_thinpool", "StorDriver/ThinPool": "thinpool", "StorDriver/StorPoolName": "linstor_thinpool/thinpool"}
+				p.StaticTraits = map[string]string{"Provisioning": "Thin", "SupportsSnapshots": "true"}
+				p.SupportsSnapshots = true
+				free, total = DefaultFreeKiB, PoolTotalKiB
+				if f, ok := s.free[n]; ok {
+					free = f
+				}
+			}
+			if s.nodes[n] == "ONLINE" {
+				if free >= 0 {
+					p.FreeCapacity = &free
+				}
+				p.TotalCapacity = &total
+			} else {
+				p.Reports = []lapi.ApiCallRc{{RetCode: warnNotConnected, Message: fmt.Sprintf("No active connection to satellite '%s'", n),
+					ObjRefs: map[string]string{"Node": n}}}
+			}
+			out = append(out, p)
+		}
+	}
+	s.mu.Unlock()
+	writeJSON(w, out)
 }
 
 // count records one request by path.

@@ -1,6 +1,6 @@
 // Package linstor is the aggregator's LINSTOR adapter: it reads the LINSTOR
-// controller's view (GET /v1/nodes and GET /v1/view/resources, through
-// pkg/linstorapi) once per interval, centrally, instead of every agent
+// controller's view (GET /v1/nodes, GET /v1/view/resources and GET
+// /v1/view/storage-pools, through pkg/linstorapi) once per interval, centrally, instead of every agent
 // asking the controller for its own node. The controller's view is
 // cluster-level: each satellite's connection, every replica of every
 // resource and its disk state as the satellites report it.
@@ -22,8 +22,11 @@
 //     used to report them, plus a LinstorController condition saying
 //     whether the view is current. A view older than FreshFor (reads
 //     failing, the Secret missing) is Unknown, never the last answer.
-//   - into the drain pre-check (DrainView): every replica and whether the
-//     view is fresh.
+//   - into the drain pre-check (Placement): every replica, every
+//     satellite's storage pools with their kind and free capacity (for a
+//     decommission: where a replica can go), and whether the view is
+//     fresh. A failed pool read does not fail the view: the replicas are
+//     judged, and the pools are unknown until a read succeeds again.
 package linstor
 
 import (
@@ -117,6 +120,10 @@ type View struct {
 	// Replicas and Observations are the view as of ObservedAt.
 	Replicas     []linstorapi.Replica
 	Observations map[string][]report.Observation
+	// Pools are the storage pools read with Replicas; PoolsErr, when
+	// set, is why they could not be (Pools is then nil).
+	Pools    []linstorapi.PoolRoom
+	PoolsErr error
 }
 
 // Reader reads the controller's view on an interval.
@@ -249,6 +256,11 @@ func (r *Reader) ReadNow(ctx context.Context) {
 	if err == nil {
 		view, err = r.client.ResourceView(ctx)
 	}
+	var pools []linstorapi.StoragePool
+	var poolsErr error
+	if err == nil {
+		pools, poolsErr = r.client.StoragePools(ctx)
+	}
 	now := r.clock.Now()
 	next := *prev
 	if m := r.cfg.Metrics; m != nil {
@@ -280,6 +292,21 @@ func (r *Reader) ReadNow(ctx context.Context) {
 			m.AdapterState(Name, true, true, len(reps))
 		}
 		next = View{ObservedAt: now, Replicas: reps, Observations: linstorapi.Observations(nodes, reps, r.connecting(nodes, now))}
+		if poolsErr != nil {
+			var ue *url.Error
+			if errors.As(poolsErr, &ue) {
+				poolsErr = fmt.Errorf("%s: %w", ue.Op, ue.Err)
+			}
+			if prev.PoolsErr == nil {
+				r.log.Warn("LINSTOR storage pools not read", zap.Error(poolsErr))
+			}
+			next.PoolsErr = poolsErr
+			if m := r.cfg.Metrics; m != nil {
+				m.AdapterError(Name, metrics.AdapterErrorRead)
+			}
+		} else {
+			next.Pools = linstorapi.Rooms(pools)
+		}
 	}
 	r.gen++
 	next.Gen = r.gen
@@ -329,7 +356,10 @@ func (r *Reader) Facts(now time.Time) *rollup.ClusterFacts {
 // succeeded: one failed read makes it unknown at once, where the rollup
 // keeps the last view for FreshFor.
 func (r *Reader) Replicas(now time.Time) ([]linstorapi.Replica, string) {
-	v := r.View()
+	return r.replicasOf(r.View(), now)
+}
+
+func (r *Reader) replicasOf(v *View, now time.Time) ([]linstorapi.Replica, string) {
 	if fresh, _, msg := r.fresh(v, now); !fresh {
 		return nil, msg
 	}
@@ -340,9 +370,27 @@ func (r *Reader) Replicas(now time.Time) ([]linstorapi.Replica, string) {
 	return v.Replicas, ""
 }
 
-// Rate is the controller requests per second the aggregator makes: two per
-// read, one read per Interval on each of replicas, whatever the node count
-// (the agents used to make two or three per node per report interval).
+// Placement is the view as the drain's decommission rule reads it: the
+// replicas (as Replicas returns them) and the storage pools read with
+// them, or why the pools are not known.
+func (r *Reader) Placement(now time.Time) (linstorapi.Placement, string) {
+	v := r.View()
+	reps, why := r.replicasOf(v, now)
+	if why != "" {
+		return linstorapi.Placement{}, why
+	}
+	p := linstorapi.Placement{Replicas: reps, Pools: v.Pools}
+	if v.PoolsErr != nil {
+		p.PoolsWhy = status.Truncate(fmt.Sprintf("the LINSTOR storage pools were not read (as of %s): %v", v.ObservedAt.UTC().Format(time.RFC3339), v.PoolsErr))
+	}
+	return p, ""
+}
+
+// Rate is the controller requests per second the aggregator makes: three
+// per read (nodes, resources, storage pools), one read per Interval on each
+// of replicas, whatever the node count (the agents used to make two or
+// three per node per report interval). The storage pools request makes the
+// controller ask each satellite with a thin pool for its free space.
 func Rate(replicas int, interval time.Duration) float64 {
-	return float64(2*replicas) / interval.Seconds()
+	return float64(3*replicas) / interval.Seconds()
 }

@@ -2,6 +2,12 @@ package linstor
 
 import (
 	"context"
+	"math"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -131,12 +137,13 @@ func TestSecretWhereItLives(t *testing.T) {
 	require.NoError(t, err)
 	readUntil(t, r, func(v *View) bool { return v.Err == nil })
 
-	// Two requests per read, whatever the node count.
+	// Three requests per read, whatever the node count.
 	before := srv.Requests()
 	r.ReadNow(ctx)
 	after := srv.Requests()
 	assert.Equal(t, 1, after["/v1/nodes"]-before["/v1/nodes"])
 	assert.Equal(t, 1, after["/v1/view/resources"]-before["/v1/view/resources"])
+	assert.Equal(t, 1, after["/v1/view/storage-pools"]-before["/v1/view/storage-pools"])
 
 	// The Role grants that one Secret, nothing else in cozy-linstor.
 	_, err = admin.CoreV1().Secrets("cozy-linstor").Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "linstor-passphrase", Namespace: "cozy-linstor"}}, metav1.CreateOptions{})
@@ -188,7 +195,68 @@ func TestFreshness(t *testing.T) {
 	assert.Equal(t, 0.0, series(t, reg, "cozy_health_adapter_synced", map[string]string{"adapter": Name}))
 
 	// The figures of the note: requests per second against node count.
-	assert.InDelta(t, 0.6, Rate(3, 10*time.Second), 1e-9)
+	assert.InDelta(t, 0.9, Rate(3, 10*time.Second), 1e-9)
+}
+
+// TestPlacement: the drain reads the replicas with the storage pools of
+// the same read; a controller that does not answer the pools (here: 404,
+// as a controller without the endpoint) keeps the replicas judged and says
+// why the pools are unknown; the next read that gets them clears it.
+func TestPlacement(t *testing.T) {
+	srv, err := linstorsrc.Start("", nil)
+	require.NoError(t, err)
+	defer srv.Close()
+	srv.SetNode("node-0", "ONLINE")
+	srv.SetNode("node-1", "OFFLINE")
+	srv.SetPoolFree("node-0", 10<<20)
+	srv.SetReplica(linstorsrc.Replica{Resource: "pvc-a", Node: "node-0", DiskState: "UpToDate"})
+	target, err := url.Parse(srv.URL)
+	require.NoError(t, err)
+	var refuse atomic.Bool
+	proxy := httputil.NewSingleHostReverseProxy(target)
+	front := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		if refuse.Load() && req.URL.Path == "/v1/view/storage-pools" {
+			http.NotFound(w, req)
+			return
+		}
+		proxy.ServeHTTP(w, req)
+	}))
+	defer front.Close()
+	r, err := New(Config{URL: front.URL, Interval: time.Second}, nil, zaptest.NewLogger(t), nil)
+	require.NoError(t, err)
+
+	r.ReadNow(context.Background())
+	p, why := r.Placement(r.View().ObservedAt)
+	require.Empty(t, why)
+	require.Empty(t, p.PoolsWhy)
+	require.Len(t, p.Replicas, 1)
+	assert.Equal(t, linstorsrc.ReplicaSizeKiB, p.Replicas[0].SizeKiB)
+	assert.Equal(t, []linstorapi.PoolRoom{
+		{Node: "node-0", Pool: linstorsrc.PoolDiskless, Kind: "DISKLESS", Class: linstorapi.PoolNoData, FreeKiB: math.MaxInt64, TotalKiB: math.MaxInt64},
+		{Node: "node-0", Pool: linstorsrc.PoolThin, Kind: "LVM_THIN", Class: linstorapi.PoolThin, FreeKiB: 10 << 20, TotalKiB: linstorsrc.PoolTotalKiB},
+		{Node: "node-1", Pool: linstorsrc.PoolDiskless, Kind: "DISKLESS", Class: linstorapi.PoolNoData, FreeKiB: -1, TotalKiB: -1},
+		{Node: "node-1", Pool: linstorsrc.PoolThin, Kind: "LVM_THIN", Class: linstorapi.PoolThin, FreeKiB: -1, TotalKiB: -1},
+	}, p.Pools, "an OFFLINE satellite's capacities are not known")
+
+	refuse.Store(true)
+	r.ReadNow(context.Background())
+	v := r.View()
+	require.NoError(t, v.Err, "the pools failing does not fail the view")
+	p, why = r.Placement(v.ObservedAt)
+	require.Empty(t, why)
+	assert.Len(t, p.Replicas, 1)
+	assert.Nil(t, p.Pools)
+	assert.Contains(t, p.PoolsWhy, "storage pools were not read")
+	assert.Contains(t, p.PoolsWhy, "HTTP 404")
+
+	refuse.Store(false)
+	r.ReadNow(context.Background())
+	p, _ = r.Placement(r.View().ObservedAt)
+	assert.Empty(t, p.PoolsWhy)
+	assert.Len(t, p.Pools, 4)
+
+	_, why = r.Placement(r.View().ObservedAt.Add(time.Hour))
+	assert.Contains(t, why, "as last read at", "a stale view has no placement")
 }
 
 // series reads one series of reg.
