@@ -216,7 +216,10 @@ func newDriver(ctx context.Context, dir string, o *Options) (*driver, error) {
 				return
 			}
 			d.mu.Lock()
-			if d.cur != nil {
+			// A sample begun before the current phase started read the
+			// phase before it: not this phase's (its time to truth would be
+			// negative).
+			if d.cur != nil && !s.At.Before(d.cur.start) {
 				j := d.cur.record(s)
 				for _, g := range j.greens {
 					d.o.Log("FALSE GREEN: %s", g)
@@ -442,8 +445,12 @@ func (r *Report) Print(w io.Writer) {
 		gr += row.Fault.gateRed + row.Recovery.gateRed
 	}
 	g := r.Gate
-	fmt.Fprintf(w, "\ndrain guard (dry-run evictions, kubectl drain --dry-run=server): %d asked, %d let through, %d refused as blocked, %d unknown, %d no answer; false green %.0fs, false red %.0fs (in the totals above)\n",
-		g.Asked, g.Allowed, g.Blocked, g.Unknown, g.NoAnswer, gg, gr)
+	if g.Asked == 0 {
+		fmt.Fprintln(w, "\ndrain guard: not asked in this scenario")
+	} else {
+		fmt.Fprintf(w, "\ndrain guard (dry-run evictions, kubectl drain --dry-run=server): %d asked, %d let through, %d refused as blocked, %d unknown, %d no answer; false green %.0fs, false red %.0fs (in the totals above)\n",
+			g.Asked, g.Allowed, g.Blocked, g.Unknown, g.NoAnswer, gg, gr)
+	}
 	for _, row := range r.Rows {
 		for _, p := range []*phase{row.Fault, row.Recovery} {
 			if len(p.reds) > 0 {
