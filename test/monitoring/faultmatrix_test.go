@@ -52,6 +52,12 @@ var faultMatrix = []faultAlert{
 		sel: sel("cozy_health_issue", "type", "Heartbeat", "reason", "AgentSilent", "node", "node-3")},
 	{alert: "CozyHealthComponentUnknown", fault: "node-3 agent-stop", repair: "node-3 agent-start",
 		sel: sel("cozy_health_component_status", "status", "Unknown"), one: true},
+	// A split brain (node-1's replica of pvc-lab-1 and its peers
+	// StandAlone toward each other, both UpToDate): no single good copy,
+	// so every node's drain is blocked; the cluster is one failure from an
+	// outage.
+	{alert: "CozyHealthNoNodeDrainable", fault: "node-1 drbd-standalone pvc-lab-1", repair: "node-1 drbd-connected pvc-lab-1",
+		sel: sel("cozy_health_drain_verdict", "verdict", "blocked", "node", "node-2"), one: true},
 	{alert: "CozyHealthBackupsStale", fault: backupFault, repair: backupRepair, labels: map[string]string{"namespace": staleTenant, "resource": staleCluster},
 		sel: sel("cozy_health_issue", "namespace", staleTenant, "component", "backups", "type", "Backup", "resource", staleCluster, "reason", "BackupStale", "status", "Degraded")},
 }
