@@ -40,8 +40,10 @@ const (
 
 // fluxArtifact is one Flux OCI artifact: the gzipped tarball of a
 // directory as fluxcd/pkg/oci's build writes it, in a one-layer OCI image
-// whose config is empty.Image's with Flux's config media type, annotated
-// with the source, revision and creation time (fluxcd/pkg/oci's Metadata).
+// whose config is empty.Image's with the layer appended and Flux's config
+// media type, annotated with the source, revision and creation time
+// (fluxcd/pkg/oci's Metadata). test/release's TestPackageArtifactIsFluxs
+// checks that fluxcd/pkg/oci's Push gives the same digest.
 func fluxArtifact(dir, source, revision string, created time.Time) (v1.Image, error) {
 	tgz, err := os.CreateTemp("", "cozy-health-artifact-*.tgz")
 	if err != nil {
@@ -65,8 +67,13 @@ func fluxArtifact(dir, source, revision string, created time.Time) (v1.Image, er
 	if err != nil {
 		return nil, fmt.Errorf("artifact layer: %w", err)
 	}
+	// fluxcd/pkg/oci sets the config media type before appending the layer;
+	// with go-containerregistry v0.20.6 (what it and source-controller
+	// v1.7.3 build with) the appended layer's diff ID and an empty history
+	// entry go into the config all the same. v0.22 (this module's) leaves
+	// them out of a config that is not an image's, so the media type is set
+	// last here: the same config, byte for byte, and the same digests.
 	img := mutate.MediaType(empty.Image, types.OCIManifestSchema1)
-	img = mutate.ConfigMediaType(img, FluxConfigMediaType)
 	img = mutate.Annotations(img, map[string]string{
 		annotationCreated:  created.UTC().Format(time.RFC3339),
 		annotationSource:   source,
@@ -76,6 +83,7 @@ func fluxArtifact(dir, source, revision string, created time.Time) (v1.Image, er
 	if err != nil {
 		return nil, fmt.Errorf("artifact: %w", err)
 	}
+	img = mutate.ConfigMediaType(img, FluxConfigMediaType)
 	return img, nil
 }
 

@@ -157,10 +157,12 @@ func TestReleaseThroughFlux(t *testing.T) {
 		t.Logf("$ %s\n%s", cmd, sh(cmd))
 	}
 	readyIn := time.Since(start)
-	hr := history(ctx, t, dyn)
 	// helm-controller's chart version for an OCIRepository source: the
 	// chart's, "+" the first 12 hex digits of the artifact's digest.
-	assert.Equal(t, "0.0.1-test+"+r1.rel.Chart.Digest[len("sha256:"):][:12], hr["chartVersion"], "the release is of the pushed chart")
+	chart1 := "0.0.1-test+" + r1.rel.Chart.Digest[len("sha256:"):][:12]
+	assert.Contains(t, ready(ctx, t, dyn)["message"], "with chart cozy-health@"+chart1, "Ready for the pushed chart")
+	hr := history(ctx, t, dyn)
+	assert.Equal(t, chart1, hr["chartVersion"], "the release is of the pushed chart")
 	assert.Equal(t, "deployed", hr["status"])
 
 	agent := waitPods(ctx, t, cs, "app.kubernetes.io/name=cozy-health-agent", 1)[0]
@@ -213,9 +215,11 @@ func TestReleaseThroughFlux(t *testing.T) {
 	for _, cmd := range r2.commands {
 		t.Logf("$ %s\n%s", cmd, sh(cmd))
 	}
-	hr = history(ctx, t, dyn)
-	assert.Equal(t, "0.0.2-test+"+r2.rel.Chart.Digest[len("sha256:"):][:12], hr["chartVersion"], "the wait returned for the second release, not the first's Ready")
-	assert.Equal(t, "deployed", hr["status"])
+	chart2 := "0.0.2-test+" + r2.rel.Chart.Digest[len("sha256:"):][:12]
+	assert.Contains(t, ready(ctx, t, dyn)["message"], "upgrade succeeded for release cozy-health/cozy-health.v2 with chart cozy-health@"+chart2,
+		"the wait returned on the second release's Ready, not the first's")
+	require.Eventually(t, func() bool { return history(ctx, t, dyn)["chartVersion"] == chart2 }, time.Minute, 250*time.Millisecond, "the HelmRelease records the upgrade")
+	assert.Equal(t, "deployed", history(ctx, t, dyn)["status"])
 	var pods []corev1.Pod
 	require.NoError(t, wait.PollUntilContextTimeout(ctx, time.Second, 5*time.Minute, true, func(ctx context.Context) (bool, error) {
 		pods = append(listReady(ctx, cs, "app.kubernetes.io/name=cozy-health-agent"), listReady(ctx, cs, "app.kubernetes.io/name=cozy-health-aggregator")...)
@@ -238,13 +242,62 @@ func TestReleaseThroughFlux(t *testing.T) {
 		r2.took.Round(time.Millisecond), time.Since(upgradeStart).Round(time.Millisecond))
 }
 
-// history is the HelmRelease's latest release.
-func history(ctx context.Context, t *testing.T, dyn dynamic.Interface) map[string]any {
+// TestPackageArtifactIsFluxs: the package artifact hack/release pushes is
+// byte for byte what Flux's own code pushes for the same files and
+// annotations: fluxcd/pkg/oci's Client.Push (what `flux push artifact`
+// calls), at the version source-controller v1.7.3 uses, run from the Flux
+// tool's module (test/flux/sourcecontroller/fluxpush), gives the same
+// manifest digest.
+func TestPackageArtifactIsFluxs(t *testing.T) {
+	harness.SkipShort(t)
+	images := os.Getenv("COZY_HEALTH_IMAGES")
+	require.NotEmpty(t, images, "COZY_HEALTH_IMAGES (make image) is required")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	reg, err := lab.StartRegistry()
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = reg.Stop() })
+	r := runRelease(ctx, t, images, reg.Host+"/cozy", "v0.0.1-test")
+	cmd := exec.CommandContext(ctx, "go", "run", "./fluxpush", r.rel.Package.Ref, reg.Host+"/cozy/flux-oracle:v0.0.1-test")
+	cmd.Dir = filepath.Join(harness.RepoRoot(), "test", "flux", "sourcecontroller")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	require.NoError(t, err, "fluxpush: %s", stderr.String())
+	assert.Equal(t, r.rel.Package.Digest, strings.TrimSpace(string(out)), "fluxcd/pkg/oci pushes the same artifact")
+}
+
+// ready is the HelmRelease's Ready condition as it reads now: what the
+// printed wait returned on.
+func ready(ctx context.Context, t *testing.T, dyn dynamic.Interface) map[string]any {
 	t.Helper()
 	hr, err := dyn.Resource(helmReleaseGVR).Namespace(releaseNS).Get(ctx, "cozy-health", metav1.GetOptions{})
 	require.NoError(t, err)
-	h, _, _ := unstructured.NestedSlice(hr.Object, "status", "history")
-	require.NotEmpty(t, h, "the HelmRelease has a release: %v", hr.Object["status"])
+	conds, _, _ := unstructured.NestedSlice(hr.Object, "status", "conditions")
+	for _, c := range conds {
+		if m := c.(map[string]any); m["type"] == "Ready" {
+			return m
+		}
+	}
+	t.Fatalf("the HelmRelease has no Ready condition: %v", hr.Object["status"])
+	return nil
+}
+
+// history is the HelmRelease's latest release once helm-controller has
+// recorded it (it may patch the history after Ready).
+func history(ctx context.Context, t *testing.T, dyn dynamic.Interface) map[string]any {
+	t.Helper()
+	var h []any
+	var last any
+	require.NoError(t, wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		hr, err := dyn.Resource(helmReleaseGVR).Namespace(releaseNS).Get(ctx, "cozy-health", metav1.GetOptions{})
+		if err != nil {
+			return false, nil //nolint:nilerr // keep polling
+		}
+		last = hr.Object["status"]
+		h, _, _ = unstructured.NestedSlice(hr.Object, "status", "history")
+		return len(h) > 0, nil
+	}), "the HelmRelease records its release: %v", last)
 	return h[0].(map[string]any)
 }
 
