@@ -24,8 +24,8 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/cozystack/cozy-health/agent/internal/check"
-	"github.com/cozystack/cozy-health/agent/internal/checks/httpsource"
 	"github.com/cozystack/cozy-health/agent/internal/sources/etcdmetrics"
+	"github.com/cozystack/cozy-health/agent/internal/sources/httpsource"
 	"github.com/cozystack/cozy-health/agent/internal/sources/noderole"
 	"github.com/cozystack/cozy-health/agent/internal/sources/talos"
 	"github.com/cozystack/cozy-health/pkg/report"

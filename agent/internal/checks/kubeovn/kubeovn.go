@@ -17,7 +17,7 @@ import (
 	"github.com/prometheus/common/model"
 
 	"github.com/cozystack/cozy-health/agent/internal/check"
-	"github.com/cozystack/cozy-health/agent/internal/checks/httpsource"
+	"github.com/cozystack/cozy-health/agent/internal/sources/httpsource"
 	"github.com/cozystack/cozy-health/pkg/report"
 )
 

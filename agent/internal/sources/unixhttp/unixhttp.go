@@ -11,7 +11,7 @@ import (
 	"net"
 	"net/http"
 
-	"github.com/cozystack/cozy-health/agent/internal/checks/httpsource"
+	"github.com/cozystack/cozy-health/agent/internal/sources/httpsource"
 )
 
 // Client talks HTTP to one unix socket.
