@@ -22,6 +22,13 @@ VMALERT = $(shell bash hack/tooldir.sh vmalert)
 # Flux's source-controller and helm-controller (and their CRDs) for the
 # HelmRelease adapter's test on the real controllers.
 FLUX = $(shell bash hack/tooldir.sh flux)
+# cosign, syft, and krew's validate-krew-manifest and kubectl-krew for the
+# release's signatures, SBOMs and krew manifest (hack/sign, hack/krew and
+# their test, test/signing); actionlint for `make lint`.
+COSIGN = $(shell bash hack/tooldir.sh cosign)
+SYFT = $(shell bash hack/tooldir.sh syft)
+KREW = $(shell bash hack/tooldir.sh krew)
+ACTIONLINT = $(shell bash hack/tooldir.sh actionlint)
 # Where `make push` publishes the images, REGISTRY/NAME:IMAGE_TAG: Cozystack's
 # image path by default (its hack/common-envs.mk). IMAGE_TAG: default the
 # chart's appVersion. PUSH=0 writes the values without pushing.
@@ -77,6 +84,14 @@ vmalert: ## Build (once, cached outside the repo) VictoriaMetrics's vmalert and 
 flux: ## Build (once, cached outside the repo) Flux's source-controller v1.7.3 and helm-controller v1.4.3 for the HelmRelease adapter's test.
 	@bash hack/tooldir.sh flux
 
+.PHONY: cosign syft krew
+cosign: ## Build (once, cached outside the repo) Sigstore's cosign v3.1.3 for signing releases and verifying them.
+	@bash hack/tooldir.sh cosign
+syft: ## Build (once, cached outside the repo) Anchore's syft v1.57.2 for the release's SPDX SBOMs.
+	@bash hack/tooldir.sh syft
+krew: ## Build (once, cached outside the repo) krew v0.4.3's validate-krew-manifest and kubectl-krew.
+	@bash hack/tooldir.sh krew
+
 .PHONY: nodebin
 nodebin: testbin ## Build (once, cached outside the repo) kubelet, kube-proxy, kube-controller-manager, kube-scheduler v1.37.2 and CoreDNS for the test node.
 	@bash hack/tooldir.sh nodebin
@@ -86,8 +101,8 @@ testdeps: ## Install (as root, with apt; fast when already there) the Debian pac
 	@bash hack/testdeps.sh
 
 .PHONY: test
-test: testdeps testbin nodebin promtool vmalert flux build image ## Run every test: unit, integration on a real kube-apiserver + etcd, e2e on a real kubelet node (with the images `make image` ships), alert rules.
-	COZY_HEALTH_TESTBIN="$(TESTBIN)" COZY_HEALTH_NODEBIN="$(NODEBIN)" COZY_HEALTH_PROMTOOL="$(PROMTOOL)" COZY_HEALTH_VMALERT="$(VMALERT)" COZY_HEALTH_FLUX="$(FLUX)" COZY_HEALTH_BIN="$(CURDIR)/$(BIN)" COZY_HEALTH_IMAGES="$(CURDIR)/$(BIN)/images" go test $(GO_TEST_FLAGS) ./...
+test: testdeps testbin nodebin promtool vmalert flux cosign syft krew build image ## Run every test: unit, integration on a real kube-apiserver + etcd, e2e on a real kubelet node (with the images `make image` ships), alert rules.
+	COZY_HEALTH_TESTBIN="$(TESTBIN)" COZY_HEALTH_NODEBIN="$(NODEBIN)" COZY_HEALTH_PROMTOOL="$(PROMTOOL)" COZY_HEALTH_VMALERT="$(VMALERT)" COZY_HEALTH_FLUX="$(FLUX)" COZY_HEALTH_COSIGN="$(COSIGN)" COZY_HEALTH_SYFT="$(SYFT)" COZY_HEALTH_KREW="$(KREW)" COZY_HEALTH_BIN="$(CURDIR)/$(BIN)" COZY_HEALTH_IMAGES="$(CURDIR)/$(BIN)/images" go test $(GO_TEST_FLAGS) ./...
 
 .PHONY: alerts-timing
 alerts-timing: testbin vmalert build ## Measure every alert of the fault matrix on Debian's prometheus and on vmalert + victoria-metrics, with the shipped rules, `for` and intervals (~25 min; not in make test).
@@ -110,10 +125,12 @@ verify-generate: ## Fail when generated code drifted from its sources.
 	bash hack/verify-generate.sh
 
 .PHONY: lint
-lint: ## gofmt, go vet, buf lint and govulncheck (skipped, saying so, where its database is unreachable).
+lint: ## gofmt, go vet, buf lint, buf breaking against the previous release's proto, actionlint on .github/workflows and govulncheck (skipped, saying so, where its database is unreachable).
 	@out="$$(gofmt -l $$(git ls-files '*.go' | grep -v '^test/controlplane/') 2>&1)"; if [[ -n "$$out" ]]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	go vet ./...
 	cd proto && go tool buf lint
+	bash hack/buf-breaking.sh
+	"$(ACTIONLINT)/actionlint" .github/workflows/*.yaml
 	bash hack/govulncheck.sh
 
 .PHONY: demo

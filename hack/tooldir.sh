@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Prints the directory of one set of test binaries, building it on a miss:
 #
-#   hack/tooldir.sh NAME        NAME: testbin, nodebin, promtool, vmalert, flux
+#   hack/tooldir.sh NAME        NAME: testbin, nodebin, promtool, vmalert, flux,
+#                               cosign, syft, krew, actionlint
 #
 # hack/tools/NAME.sh is the set's manifest: key_files (what its cache key
 # hashes: the nested module's go.mod and go.sum, and any main.go of ours),

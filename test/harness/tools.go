@@ -30,6 +30,14 @@ const (
 	// Flux holds Flux's source-controller and helm-controller and, under
 	// crds/, the CRDs of the same versions (test/flux).
 	Flux Tool = "flux"
+	// Cosign holds Sigstore's cosign (test/cosign): hack/sign signs with
+	// it, test/signing verifies.
+	Cosign Tool = "cosign"
+	// Syft holds Anchore's syft (test/syft): hack/sign's SPDX SBOMs.
+	Syft Tool = "syft"
+	// Krew holds krew's validate-krew-manifest and kubectl-krew
+	// (test/krew): hack/krew and test/signing validate the plugin manifest.
+	Krew Tool = "krew"
 )
 
 // Env is the variable that overrides the tool's directory.
