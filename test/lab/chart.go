@@ -122,6 +122,8 @@ func NodeValues(dir string) map[string]any {
 		// connect from loopback, which it does not check.
 		// No LINSTOR controller (and no cozy-linstor namespace) here.
 		"aggregator": map[string]any{"reportInterval": "2s", "refreshPeriod": "3s", "metricsAuth": "none", "metricsTLS": false, "linstor": map[string]any{"url": ""}},
+		// The drain guard is on in the labs (docs/guard.md).
+		"guard": map[string]any{"enabled": true},
 	}
 }
 

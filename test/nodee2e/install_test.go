@@ -5,7 +5,10 @@
 // DaemonSet pod on the host network with its pod-bound token, the three
 // aggregators run on the pod network, and everything a user does after an
 // install is exercised: Health objects, kubectl health through the service
-// proxy, an upgrade, a leader crash and an uninstall.
+// proxy, the drain guard (guard.enabled: an eviction from the cordoned
+// node answered as drain-check answers, the override letting a real
+// eviction through to the kubelet), an upgrade, a leader crash and an
+// uninstall.
 package nodee2e
 
 import (
@@ -27,6 +30,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -168,6 +172,8 @@ func TestChartOnRealNode(t *testing.T) {
 	assert.Equal(t, nodeName, verdict.Node)
 	assert.Equal(t, map[drainapi.Verdict]int{drainapi.Safe: 0, drainapi.Blocked: 1, drainapi.Unknown: 2}[verdict.Verdict], code, "exit code matches the verdict %q", verdict.Verdict)
 	t.Logf("drain-check %s: %s (exit %d)", nodeName, verdict.Verdict, code)
+
+	guardOnRealNode(ctx, t, c, cs, aggPods, plugin)
 
 	// helm upgrade with a changed value rolls the DaemonSet; the objects
 	// stay fresh through the rollout.
@@ -413,4 +419,99 @@ func assertGone(ctx context.Context, t *testing.T, c *realnode.Cluster, manifest
 		}
 		assert.Empty(t, strings.TrimSpace(out), "%s %s/%s left after uninstall", obj.Kind, ns, obj.Metadata.Name)
 	}
+}
+
+// guardOnRealNode drives the chart's drain guard (guard.enabled: the
+// ValidatingWebhookConfiguration through the guard Service, its caBundle
+// kept by the aggregators) on the real node: an eviction from the cordoned
+// node is answered as drain-check answers (refused with the reason when
+// blocked or unknown; let through when safe), cozy-health's own pods are
+// never held, and with the Node's override a real eviction goes through and
+// the kubelet stops the pod.
+func guardOnRealNode(ctx context.Context, t *testing.T, c *realnode.Cluster, cs kubernetes.Interface, aggPods []corev1.Pod, plugin string) {
+	t.Helper()
+	// The aggregators publish their CA into the webhook's caBundle.
+	require.NoError(t, wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		w, err := cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, "cozy-health-drain-guard", metav1.GetOptions{})
+		return err == nil && len(w.Webhooks) == 1 && len(w.Webhooks[0].ClientConfig.CABundle) > 0, nil
+	}), "the drain guard's webhook has its caBundle")
+
+	require.NoError(t, c.EnsureNamespace(ctx, "apps"))
+	web := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "apps", Name: "web"},
+		Spec: corev1.PodSpec{NodeName: nodeName, Containers: []corev1.Container{{Name: "pause", Image: realnode.PauseImage, ImagePullPolicy: corev1.PullNever}}}}
+	_, err := cs.CoreV1().Pods("apps").Create(ctx, web, metav1.CreateOptions{})
+	require.NoError(t, err)
+	require.NoError(t, wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		p, err := cs.CoreV1().Pods("apps").Get(ctx, "web", metav1.GetOptions{})
+		return err == nil && p.Status.Phase == corev1.PodRunning, nil
+	}), "the workload pod runs on the node")
+
+	setNode := func(f func(*corev1.Node)) {
+		n, err := cs.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
+		require.NoError(t, err)
+		f(n)
+		_, err = cs.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{})
+		require.NoError(t, err)
+	}
+	setNode(func(n *corev1.Node) { n.Spec.Unschedulable = true })
+	defer setNode(func(n *corev1.Node) { n.Spec.Unschedulable = false; delete(n.Annotations, "health.cozystack.io/drain-guard") })
+
+	decided := func() float64 {
+		var sum float64
+		for i := range aggPods {
+			sum += sumPrefix(scrape(ctx, t, cs, &aggPods[i]), "cozy_health_guard_evictions_total{")
+		}
+		return sum
+	}
+	before := decided()
+	// Ask as a dry run until the guard answers (the apiserver reaches the
+	// Service once kube-proxy programmed it; until then failurePolicy
+	// Ignore lets the dry run through uncounted).
+	dry := &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Namespace: "apps", Name: "web"}, DeleteOptions: &metav1.DeleteOptions{DryRun: []string{metav1.DryRunAll}}}
+	var answer error
+	require.NoError(t, wait.PollUntilContextTimeout(ctx, time.Second, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		answer = cs.PolicyV1().Evictions("apps").Evict(ctx, dry)
+		return answer != nil || decided() > before, nil
+	}), "the guard answers an eviction from the cordoned node")
+	// The verdict drain-check gives next to the guard's answer (asked again
+	// a few times: the two are two reads of a state that may move).
+	var verdict drainapi.Result
+	for range 5 {
+		out, _ := runPlugin(ctx, t, plugin, c.Kubeconfig, "drain-check", nodeName, "-o", "json")
+		require.NoError(t, json.Unmarshal([]byte(out), &verdict), "%s", out)
+		if (answer == nil) == (verdict.Verdict == drainapi.Safe) {
+			break
+		}
+		time.Sleep(2 * time.Second)
+		answer = cs.PolicyV1().Evictions("apps").Evict(ctx, dry)
+	}
+	t.Logf("guard on the real node: drain-check %s, eviction answer: %v", verdict.Verdict, answer)
+	if answer != nil {
+		assert.True(t, apierrors.IsTooManyRequests(answer), "%v", answer)
+		assert.Contains(t, answer.Error(), `denied the request: cozy-health: draining node-1 (reboot) is `)
+		assert.NotEqual(t, drainapi.Safe, verdict.Verdict, "refused while drain-check says safe: %v", answer)
+	} else {
+		assert.Equal(t, drainapi.Safe, verdict.Verdict, "let through while drain-check says %s", verdict.Verdict)
+	}
+
+	// cozy-health's own pods are never held: a dry-run eviction of an
+	// aggregator goes through whatever the verdict.
+	require.NoError(t, cs.PolicyV1().Evictions(releaseNS).Evict(ctx, &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Namespace: releaseNS, Name: aggPods[0].Name},
+		DeleteOptions: &metav1.DeleteOptions{DryRun: []string{metav1.DryRunAll}}}))
+
+	// The operator's override: the real eviction goes through and the
+	// kubelet stops the pod.
+	setNode(func(n *corev1.Node) {
+		if n.Annotations == nil {
+			n.Annotations = map[string]string{}
+		}
+		n.Annotations["health.cozystack.io/drain-guard"] = "disabled"
+	})
+	require.NoError(t, wait.PollUntilContextTimeout(ctx, time.Second, time.Minute, true, func(ctx context.Context) (bool, error) {
+		return cs.PolicyV1().Evictions("apps").Evict(ctx, &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Namespace: "apps", Name: "web"}}) == nil, nil
+	}), "the override lets the eviction through")
+	require.NoError(t, wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		_, err := cs.CoreV1().Pods("apps").Get(ctx, "web", metav1.GetOptions{})
+		return apierrors.IsNotFound(err), nil
+	}), "the kubelet stopped the evicted pod")
 }
