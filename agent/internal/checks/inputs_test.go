@@ -18,7 +18,7 @@ import (
 	"github.com/cozystack/cozy-health/agent/internal/checks"
 	"github.com/cozystack/cozy-health/agent/internal/checks/ciliumagent"
 	"github.com/cozystack/cozy-health/agent/internal/runner"
-	agenttalos "github.com/cozystack/cozy-health/agent/internal/sources/talos"
+	"github.com/cozystack/cozy-health/agent/internal/sources/machineapi"
 	"github.com/cozystack/cozy-health/pkg/report"
 	"github.com/cozystack/cozy-health/test/harness"
 	ciliumsrc "github.com/cozystack/cozy-health/test/sources/cilium"
@@ -94,7 +94,7 @@ func TestMissingInputsRecoverWithoutRestart(t *testing.T) {
 		o, ok := obs[c]
 		require.True(t, ok, "%s is reported, not left out", c)
 		assert.Equal(t, report.StatusUnknown, o.Status, c)
-		assert.Equal(t, agenttalos.ReasonTalosAPIAccessMissing, o.Reason, c)
+		assert.Equal(t, machineapi.ReasonTalosAPIAccessMissing, o.Reason, c)
 		assert.True(t, strings.HasPrefix(o.Message, "no talosconfig at "+talosconfig+": apply talos/manifests/talos-api-access-patch.yaml"), "%s: %q", c, o.Message)
 	}
 	for _, c := range []string{report.CheckFsyncLatency, report.CheckFsyncProbe} {
@@ -146,7 +146,7 @@ func errorsTotal(t *testing.T, reg *prometheus.Registry, check, reason string) f
 // bytes at most): with the chart's paths the whole fix stays readable.
 func TestInputMessagesFitAHealthEntry(t *testing.T) {
 	for _, m := range []struct{ what, path, fix string }{
-		{"talosconfig", agenttalos.DefaultConfigFile, agenttalos.InputFix},
+		{"talosconfig", machineapi.DefaultConfigFile, machineapi.InputFix},
 		{"Cilium agent socket", "/var/run/cilium/cilium.sock", ciliumagent.InputFix},
 	} {
 		err := check.Input(m.what, m.path, m.fix, os.ErrNotExist)

@@ -21,8 +21,8 @@ import (
 	"github.com/cozystack/cozy-health/agent/internal/checks/talosservices"
 	"github.com/cozystack/cozy-health/agent/internal/runner"
 	"github.com/cozystack/cozy-health/agent/internal/sources/etcdmetrics"
+	"github.com/cozystack/cozy-health/agent/internal/sources/machineapi"
 	"github.com/cozystack/cozy-health/agent/internal/sources/noderole"
-	agenttalos "github.com/cozystack/cozy-health/agent/internal/sources/talos"
 	"github.com/cozystack/cozy-health/pkg/report"
 	"github.com/cozystack/cozy-health/talos"
 	"github.com/cozystack/cozy-health/test/harness"
@@ -191,12 +191,12 @@ func TestTalosconfigReload(t *testing.T) {
 	_, err = runCheck(t, etcdmember.New(n.client, nil, thresholds()))
 	var ie *check.InputError
 	require.ErrorAs(t, err, &ie)
-	assert.Equal(t, agenttalos.ReasonTalosAPIAccessMissing, ie.Reason)
+	assert.Equal(t, machineapi.ReasonTalosAPIAccessMissing, ie.Reason)
 	assert.Contains(t, ie.Message, "no talosconfig at "+n.config)
 	_, err = runCheck(t, talosservices.New(n.client))
 	require.ErrorAs(t, err, &ie)
 	assert.Equal(t, report.ReasonInputMissing, ie.Reason)
-	assert.Equal(t, "talosconfig "+n.config+" not found: "+agenttalos.InputFix, ie.Message)
+	assert.Equal(t, "talosconfig "+n.config+" not found: "+machineapi.InputFix, ie.Message)
 
 	// A malformed one is unreadable, not missing.
 	require.NoError(t, os.WriteFile(n.config, []byte("context: [\n"), 0o600))
@@ -392,7 +392,7 @@ func TestEtcdChecksWithoutTalosAccess(t *testing.T) {
 		_, err := runCheck(t, c)
 		var ie *check.InputError
 		require.ErrorAs(t, err, &ie, "%s: %v", c.Name(), err)
-		assert.Equal(t, agenttalos.ReasonTalosAPIAccessMissing, ie.Reason, c.Name())
+		assert.Equal(t, machineapi.ReasonTalosAPIAccessMissing, ie.Reason, c.Name())
 		assert.Contains(t, ie.Message, "talos/manifests/talos-api-access-patch.yaml", c.Name())
 		for _, w := range want {
 			assert.Contains(t, ie.Message, w, c.Name())
@@ -465,7 +465,7 @@ func TestEtcdChecksWithoutTalosAccess(t *testing.T) {
 		o := rep.Observations[0]
 		assert.Equal(t, report.CheckEtcdMember, o.Check)
 		assert.Equal(t, report.StatusUnknown, o.Status)
-		assert.Equal(t, agenttalos.ReasonTalosAPIAccessMissing, o.Reason)
+		assert.Equal(t, machineapi.ReasonTalosAPIAccessMissing, o.Reason)
 		t.Logf("%s %s: %s", o.Status, o.Reason, o.Message)
 	})
 }

@@ -13,7 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/cozystack/cozy-health/agent/internal/check"
-	"github.com/cozystack/cozy-health/agent/internal/sources/talos"
+	"github.com/cozystack/cozy-health/agent/internal/sources/machineapi"
 )
 
 func parse(t *testing.T, args ...string) (Config, error) {
@@ -34,7 +34,7 @@ func TestDefaultsAreValid(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, 5*time.Second, c.Interval)
 	assert.Equal(t, 2*time.Second, c.CheckDeadline)
-	assert.Equal(t, talos.DefaultConfigFile, c.Checks.Sources.Talos.ConfigFile)
+	assert.Equal(t, machineapi.DefaultConfigFile, c.Checks.Sources.Talos.ConfigFile)
 	assert.Equal(t, DefaultTokenFile, c.Uplink.TokenFile)
 	assert.Equal(t, "http://127.0.0.1:2381/metrics", c.Checks.Sources.EtcdMetricsURL)
 	// The footprint the agent bench measures: one P, collections at +100%.

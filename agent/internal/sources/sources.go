@@ -1,6 +1,6 @@
 // Package sources opens, once per agent, the node-local sources that
 // several checks share, each configured by its own flags: the Talos API
-// (sources/talos: --talosconfig, --talos-endpoints, --talos-node), this
+// (sources/machineapi: --talosconfig, --talos-endpoints, --talos-node), this
 // node's role from its Node object (sources/noderole: --kube-api-*), one
 // shared scrape of etcd's metrics (sources/etcdmetrics: --etcd-metrics-url),
 // and the host's /proc (--proc-root). The LINSTOR controller's view is
@@ -22,13 +22,13 @@ import (
 
 	"github.com/cozystack/cozy-health/agent/internal/check"
 	"github.com/cozystack/cozy-health/agent/internal/sources/etcdmetrics"
+	"github.com/cozystack/cozy-health/agent/internal/sources/machineapi"
 	"github.com/cozystack/cozy-health/agent/internal/sources/noderole"
-	"github.com/cozystack/cozy-health/agent/internal/sources/talos"
 )
 
 // Config is the shared sources' flags.
 type Config struct {
-	Talos talos.Flags
+	Talos machineapi.Flags
 	// EtcdMetricsURL is etcd's plain-HTTP metrics URL (--etcd-metrics-url).
 	EtcdMetricsURL string
 	// ProcRoot is the host's /proc (--proc-root).
@@ -74,7 +74,7 @@ type Set struct {
 	// component).
 	Log *zap.Logger
 	// Talos asks the Talos API; nil when --talosconfig is empty.
-	Talos *talos.Client
+	Talos *machineapi.Client
 	// Roles reads this node's control-plane role from its Node object,
 	// for the etcd checks when Talos cannot be asked; nil when disabled.
 	Roles *noderole.Reader

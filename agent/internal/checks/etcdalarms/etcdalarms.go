@@ -9,20 +9,20 @@ import (
 
 	"github.com/siderolabs/talos/pkg/machinery/api/machine"
 
-	"github.com/cozystack/cozy-health/agent/internal/sources/talos"
+	"github.com/cozystack/cozy-health/agent/internal/sources/machineapi"
 	"github.com/cozystack/cozy-health/pkg/report"
 )
 
 // Check is the etcd-alarms check: the shared etcd skeleton reading
 // EtcdAlarmList.
-type Check = talos.EtcdCheck
+type Check = machineapi.EtcdCheck
 
 // New returns the check.
-func New(c *talos.Client) *Check {
-	return talos.NewEtcdCheck(report.CheckEtcdAlarms, c, func(ctx context.Context, c *talos.Client, _ *machine.ServiceInfo) (report.Observation, error) {
+func New(c *machineapi.Client) *Check {
+	return machineapi.NewEtcdCheck(report.CheckEtcdAlarms, c, func(ctx context.Context, c *machineapi.Client, _ *machine.ServiceInfo) (report.Observation, error) {
 		alarms, err := c.EtcdAlarmList(ctx)
 		if err != nil {
-			return report.Observation{}, talos.LearnerNotApplicable(err, "cluster's alarms")
+			return report.Observation{}, machineapi.LearnerNotApplicable(err, "cluster's alarms")
 		}
 		return Judge(alarms), nil
 	})

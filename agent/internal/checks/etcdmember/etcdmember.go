@@ -34,7 +34,7 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/api/machine"
 
 	"github.com/cozystack/cozy-health/agent/internal/sources/etcdmetrics"
-	"github.com/cozystack/cozy-health/agent/internal/sources/talos"
+	"github.com/cozystack/cozy-health/agent/internal/sources/machineapi"
 	"github.com/cozystack/cozy-health/pkg/report"
 )
 
@@ -66,12 +66,12 @@ func ConfiguredQuota(bytes int64, why string) Quota {
 
 // Check is the etcd-member check: the shared etcd skeleton reading the
 // etcd service, EtcdStatus, the alarms and the quota.
-type Check = talos.EtcdCheck
+type Check = machineapi.EtcdCheck
 
 // New returns the check; m (may be nil) reads etcd's quota from its
 // metrics, shared with the fsync-latency check.
-func New(c *talos.Client, m *etcdmetrics.Reader, th Thresholds) *Check {
-	return talos.NewEtcdCheck(report.CheckEtcdMember, c, func(ctx context.Context, c *talos.Client, svc *machine.ServiceInfo) (report.Observation, error) {
+func New(c *machineapi.Client, m *etcdmetrics.Reader, th Thresholds) *Check {
+	return machineapi.NewEtcdCheck(report.CheckEtcdMember, c, func(ctx context.Context, c *machineapi.Client, svc *machine.ServiceInfo) (report.Observation, error) {
 		return read(ctx, c, svc, m, th)
 	})
 }
@@ -101,9 +101,9 @@ func ReadQuota(ctx context.Context, m *etcdmetrics.Reader, configured int64) Quo
 }
 
 // read judges the member once RequireEtcd found its service.
-func read(ctx context.Context, c *talos.Client, svc *machine.ServiceInfo, m *etcdmetrics.Reader, th Thresholds) (report.Observation, error) {
-	if st, reason := talos.ServiceStatus(svc); st == report.StatusDown {
-		return report.Observation{Status: st, Reason: "Etcd" + reason, Message: talos.Describe(svc)}, nil
+func read(ctx context.Context, c *machineapi.Client, svc *machine.ServiceInfo, m *etcdmetrics.Reader, th Thresholds) (report.Observation, error) {
+	if st, reason := machineapi.ServiceStatus(svc); st == report.StatusDown {
+		return report.Observation{Status: st, Reason: "Etcd" + reason, Message: machineapi.Describe(svc)}, nil
 	}
 	st, err := c.EtcdStatus(ctx)
 	if err != nil {
@@ -145,8 +145,8 @@ func Judge(svc *machine.ServiceInfo, st *machine.EtcdMemberStatus, alarms []*mac
 		}
 	}
 	ratio := float64(st.GetDbSize()) / float64(q.Bytes)
-	svcStatus, svcReason := talos.ServiceStatus(svc)
-	if st.GetIsLearner() && talos.LearnerUnsupported(svc.GetHealth().GetLastMessage()) {
+	svcStatus, svcReason := machineapi.ServiceStatus(svc)
+	if st.GetIsLearner() && machineapi.LearnerUnsupported(svc.GetHealth().GetLastMessage()) {
 		// Talos' etcd health probe is a quorum read, which etcd refuses to
 		// learners: until Talos promotes it, the member's own status is the
 		// fact to judge.
@@ -161,7 +161,7 @@ func Judge(svc *machine.ServiceInfo, st *machine.EtcdMemberStatus, alarms []*mac
 		o.Message = fmt.Sprintf("member %s knows no leader", id)
 	case svcStatus == report.StatusDegraded || svcStatus == report.StatusDown:
 		o.Status, o.Reason = report.StatusDown, "Etcd"+svcReason
-		o.Message = fmt.Sprintf("member %s: %s", id, talos.Describe(svc))
+		o.Message = fmt.Sprintf("member %s: %s", id, machineapi.Describe(svc))
 	case len(st.GetErrors()) > 0:
 		o.Status, o.Reason = report.StatusDegraded, "MemberErrors"
 		o.Message = fmt.Sprintf("member %s reports errors: %s", id, strings.Join(st.GetErrors(), "; "))

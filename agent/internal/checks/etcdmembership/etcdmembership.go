@@ -10,20 +10,20 @@ import (
 
 	"github.com/siderolabs/talos/pkg/machinery/api/machine"
 
-	"github.com/cozystack/cozy-health/agent/internal/sources/talos"
+	"github.com/cozystack/cozy-health/agent/internal/sources/machineapi"
 	"github.com/cozystack/cozy-health/pkg/report"
 )
 
 // Check is the etcd-membership check: the shared etcd skeleton reading
 // EtcdMemberList.
-type Check = talos.EtcdCheck
+type Check = machineapi.EtcdCheck
 
 // New returns the check.
-func New(c *talos.Client) *Check {
-	return talos.NewEtcdCheck(report.CheckEtcdMembership, c, func(ctx context.Context, c *talos.Client, _ *machine.ServiceInfo) (report.Observation, error) {
+func New(c *machineapi.Client) *Check {
+	return machineapi.NewEtcdCheck(report.CheckEtcdMembership, c, func(ctx context.Context, c *machineapi.Client, _ *machine.ServiceInfo) (report.Observation, error) {
 		members, err := c.EtcdMemberList(ctx)
 		if err != nil {
-			return report.Observation{}, talos.LearnerNotApplicable(err, "member list")
+			return report.Observation{}, machineapi.LearnerNotApplicable(err, "member list")
 		}
 		return Judge(members), nil
 	})

@@ -26,8 +26,8 @@ import (
 	"github.com/cozystack/cozy-health/agent/internal/check"
 	"github.com/cozystack/cozy-health/agent/internal/sources/etcdmetrics"
 	"github.com/cozystack/cozy-health/agent/internal/sources/httpsource"
+	"github.com/cozystack/cozy-health/agent/internal/sources/machineapi"
 	"github.com/cozystack/cozy-health/agent/internal/sources/noderole"
-	"github.com/cozystack/cozy-health/agent/internal/sources/talos"
 	"github.com/cozystack/cozy-health/pkg/report"
 )
 
@@ -65,7 +65,7 @@ type Check struct {
 	th      Thresholds
 	// talos tells whether etcd runs here when the metrics URL is silent;
 	// nil when no talosconfig is configured.
-	talos *talos.Client
+	talos *machineapi.Client
 	// roles tells a control-plane node when Talos cannot be asked.
 	roles *noderole.Reader
 
@@ -79,12 +79,12 @@ var _ check.Check = (*Check)(nil)
 // New returns the check reading etcd's metrics through m (shared with the
 // etcd-member check); tc (may be nil) tells whether etcd runs on this node
 // when nothing answers at m's URL.
-func New(m *etcdmetrics.Reader, tc *talos.Client, th Thresholds) *Check {
+func New(m *etcdmetrics.Reader, tc *machineapi.Client, th Thresholds) *Check {
 	return &Check{metrics: m, url: m.URL(), th: th, talos: tc, prev: map[string]Histogram{}}
 }
 
 // WithRoles sets where the node's role is read when the Talos API cannot
-// be asked (see talos.RequireEtcd); nil knows nothing.
+// be asked (see machineapi.RequireEtcd); nil knows nothing.
 func (c *Check) WithRoles(r *noderole.Reader) *Check {
 	c.roles = r
 	return c
@@ -123,7 +123,7 @@ func (c *Check) Run(ctx context.Context) ([]report.Observation, error) {
 // absent judges a metrics URL where nothing listens: not applicable where
 // Talos says there is no etcd, Unknown where etcd runs.
 func (c *Check) absent(ctx context.Context, cause error) ([]report.Observation, error) {
-	svc, err := talos.RequireEtcd(ctx, c.talos, c.roles)
+	svc, err := machineapi.RequireEtcd(ctx, c.talos, c.roles)
 	if errors.Is(err, check.ErrNotApplicable) {
 		return nil, check.NotApplicable(fmt.Sprintf("no etcd metrics at %s (%v) and %v", c.url, cause, err))
 	}
@@ -132,13 +132,13 @@ func (c *Check) absent(ctx context.Context, cause error) ([]report.Observation, 
 	}
 	if svc.GetState() != "Running" {
 		return check.Stamp(c, report.Observation{Status: report.StatusUnknown, Reason: ReasonEtcdNotRunning,
-			Message: fmt.Sprintf("no etcd metrics at %s: %s", c.url, talos.Describe(svc))}), nil
+			Message: fmt.Sprintf("no etcd metrics at %s: %s", c.url, machineapi.Describe(svc))}), nil
 	}
 	// The fix first: consumers see the message cut at 256 characters.
 	return check.Stamp(c, report.Observation{Status: report.StatusUnknown, Reason: ReasonMetricsEndpointUnreachable,
 		Message: fmt.Sprintf("nothing answers at %s though etcd runs here (Talos service %s): set %s on control-plane nodes (talos/manifests/etcd-metrics-patch.yaml); "+
 			"WAL fsync and backend commit latency unknown until then (%v)",
-			c.url, talos.Describe(svc), MetricsPatch, cause)}), nil
+			c.url, machineapi.Describe(svc), MetricsPatch, cause)}), nil
 }
 
 func (c *Check) judge(wal, commit Histogram) report.Observation {

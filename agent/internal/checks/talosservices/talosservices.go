@@ -10,7 +10,7 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/api/machine"
 
 	"github.com/cozystack/cozy-health/agent/internal/check"
-	"github.com/cozystack/cozy-health/agent/internal/sources/talos"
+	"github.com/cozystack/cozy-health/agent/internal/sources/machineapi"
 	"github.com/cozystack/cozy-health/pkg/report"
 )
 
@@ -24,12 +24,12 @@ var Services = []string{"kubelet", "cri"}
 var required = map[string]bool{"kubelet": true, "cri": true}
 
 // Check is the talos-services check.
-type Check struct{ talos *talos.Client }
+type Check struct{ talos *machineapi.Client }
 
 var _ check.Check = (*Check)(nil)
 
 // New returns the check reading services through c.
-func New(c *talos.Client) *Check { return &Check{talos: c} }
+func New(c *machineapi.Client) *Check { return &Check{talos: c} }
 
 // Name implements check.Check.
 func (*Check) Name() string { return report.CheckTalosServices }
@@ -39,7 +39,7 @@ func (*Check) Component() string { return report.ComponentNode }
 
 // Run implements check.Check.
 func (c *Check) Run(ctx context.Context) ([]report.Observation, error) {
-	svcs, err := talos.ServiceList(ctx, c.talos)
+	svcs, err := machineapi.ServiceList(ctx, c.talos)
 	if err != nil {
 		return nil, err
 	}
@@ -51,7 +51,7 @@ func Judge(svcs []*machine.ServiceInfo) report.Observation {
 	status, reason := report.StatusHealthy, "ServicesHealthy"
 	var parts []string
 	for _, id := range Services {
-		s := talos.Find(svcs, id)
+		s := machineapi.Find(svcs, id)
 		if s == nil {
 			if required[id] {
 				status, reason = report.StatusDown, "ServiceMissing"
@@ -59,11 +59,11 @@ func Judge(svcs []*machine.ServiceInfo) report.Observation {
 			}
 			continue
 		}
-		st, why := talos.ServiceStatus(s)
+		st, why := machineapi.ServiceStatus(s)
 		if report.Worse(status, st) != status {
 			status, reason = st, why
 		}
-		parts = append(parts, talos.Describe(s))
+		parts = append(parts, machineapi.Describe(s))
 	}
 	return report.Observation{Status: status, Reason: reason, Message: strings.Join(parts, "; ")}
 }

@@ -1,10 +1,12 @@
-// Package talos is the agent's side of the Talos API: the client (the
-// shared talos.Client of the repository's talos package, opened once from
-// --talosconfig and shared by every check that asks Talos) and the helpers
-// the Talos and etcd checks share: reading the service list, judging one
-// service, and deciding whether this node runs an etcd member at all
-// (RequireEtcd).
-package talos
+// Package machineapi is the agent's side of the Talos machine API
+// (machine.MachineService, the gRPC API talosctl speaks to apid and
+// machined: `talosctl services`, `talosctl etcd members`, `talosctl etcd
+// alarm list`): the client (the shared talos.Client of the repository's
+// talos package, opened once from --talosconfig and shared by every check
+// that asks Talos) and the helpers the Talos and etcd checks share: reading
+// machined's service list, judging one service, and deciding whether this
+// node runs an etcd member at all (RequireEtcd).
+package machineapi
 
 import (
 	"context"
@@ -21,11 +23,11 @@ import (
 	"github.com/cozystack/cozy-health/agent/internal/check"
 	"github.com/cozystack/cozy-health/agent/internal/sources/noderole"
 	"github.com/cozystack/cozy-health/pkg/report"
-	talosapi "github.com/cozystack/cozy-health/talos"
+	"github.com/cozystack/cozy-health/talos"
 )
 
 // Client is the Talos API client (the repository's talos package).
-type Client = talosapi.Client
+type Client = talos.Client
 
 // InputFix says what to do when the talosconfig is missing or unusable.
 const InputFix = "mount Secret cozy-health-agent-talos-secrets there; Talos issues it for the talos.dev ServiceAccount once the kubernetesTalosAPIAccess machine-config patch is applied"
@@ -39,7 +41,7 @@ func ServiceList(ctx context.Context, c *Client) ([]*machine.ServiceInfo, error)
 	}
 	svcs, err := c.ServiceList(ctx)
 	if err != nil {
-		var ce *talosapi.ConfigError
+		var ce *talos.ConfigError
 		if errors.As(err, &ce) {
 			return nil, check.Input("talosconfig", ce.Path, InputFix, ce.Err)
 		}
@@ -165,9 +167,9 @@ func RequireEtcd(ctx context.Context, c *Client, roles *noderole.Reader) (*machi
 // accessMissing says what is missing when err means the agent has no
 // usable access to the Talos API, or "" when err is something else.
 func accessMissing(err error) string {
-	var ce *talosapi.ConfigError
+	var ce *talos.ConfigError
 	switch {
-	case errors.Is(err, talosapi.ErrNoConfig) && errors.As(err, &ce):
+	case errors.Is(err, talos.ErrNoConfig) && errors.As(err, &ce):
 		return "no talosconfig at " + ce.Path
 	case errors.As(err, &ce):
 		return fmt.Sprintf("talosconfig %s unusable (%v)", ce.Path, ce.Err)
@@ -206,7 +208,7 @@ func (f *Flags) Open(log *zap.Logger) (*Client, error) {
 	if f.ConfigFile == "" {
 		return nil, nil
 	}
-	return talosapi.New(talosapi.Config{ConfigFile: f.ConfigFile, Endpoints: f.Endpoints, Node: f.Node}, log)
+	return talos.New(talos.Config{ConfigFile: f.ConfigFile, Endpoints: f.Endpoints, Node: f.Node}, log)
 }
 
 // EtcdCheck is the skeleton the etcd checks share (etcd-member,
