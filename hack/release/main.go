@@ -8,9 +8,11 @@
 //     images by digest, packaged and pushed as `helm push` does to
 //     REGISTRY/cozy-health:CHART-VERSION (VERSION without its "v");
 //   - the Cozystack package as a Flux OCI artifact (as `flux push artifact`
-//     writes it) at REGISTRY/cozy-health-package:VERSION: the wrapper chart
-//     system/cozy-health (deploy/cozystack) and the chart as the library
-//     library/cozy-health, the images pinned likewise;
+//     writes it) at REGISTRY/cozy-health-package:VERSION: every path the
+//     PackageSource reads, laid out as Cozystack's packages tree (the
+//     wrapper chart system/cozy-health and the other components from
+//     deploy/cozystack, the chart as the library library/cozy-health), the
+//     images pinned likewise;
 //   - in -out: flux/cozy-health.yaml (Namespace, OCIRepository of the
 //     chart, HelmRelease), flux/cozystack-package.yaml (OCIRepository of the
 //     package, PackageSource, Package), the chart's .tgz and release.json
@@ -31,6 +33,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"path"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -42,6 +45,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 
 	"github.com/cozystack/cozy-health/deploy"
+	"github.com/cozystack/cozy-health/deploy/render"
 	"github.com/cozystack/cozy-health/hack/image/push"
 )
 
@@ -203,21 +207,11 @@ func run(ctx context.Context, o options, stdout io.Writer) (*Release, error) {
 	defer os.RemoveAll(work)
 	chartDir := filepath.Join(work, "chart")
 	pkgDir := filepath.Join(work, "package")
-	wrapper, err := fs.Sub(deploy.Cozystack(), "packages/system/cozy-health")
-	if err != nil {
-		return nil, err
+	if err := copyFS(chartDir, deploy.Chart()); err != nil {
+		return nil, fmt.Errorf("copy the chart: %w", err)
 	}
-	for _, c := range []struct {
-		dst string
-		src fs.FS
-	}{
-		{chartDir, deploy.Chart()},
-		{filepath.Join(pkgDir, "system", "cozy-health"), wrapper},
-		{filepath.Join(pkgDir, "library", "cozy-health"), deploy.Chart()},
-	} {
-		if err := copyFS(c.dst, c.src); err != nil {
-			return nil, fmt.Errorf("copy the sources: %w", err)
-		}
+	if err := packageTree(pkgDir); err != nil {
+		return nil, err
 	}
 
 	// The images, pinned by digest in the copies' values.
@@ -225,7 +219,7 @@ func run(ctx context.Context, o options, stdout io.Writer) (*Release, error) {
 		Images: o.In, Registry: o.Registry, Tag: tag, Remote: o.Remote,
 		Values: []push.ValuesFile{
 			{Path: filepath.Join(chartDir, "values.yaml")},
-			{Path: filepath.Join(pkgDir, "library", "cozy-health", "values.yaml")},
+			{Path: filepath.Join(pkgDir, filepath.FromSlash(render.LibraryPath), "values.yaml")},
 			{Path: filepath.Join(pkgDir, "system", "cozy-health", "values.yaml"), Prefix: "cozy-health."},
 		},
 	})
@@ -316,6 +310,45 @@ func run(ctx context.Context, o options, stdout io.Writer) (*Release, error) {
 		}
 	}
 	return rel, nil
+}
+
+// packageTree lays out in dir what the PackageSource (deploy/cozystack)
+// reads from its source, as Cozystack's packages tree: every component's
+// path and every library's, each from deploy/cozystack/packages, except the
+// library render.LibraryPath, which is this repository's chart.
+func packageTree(dir string) error {
+	ps, err := render.LoadPackageSource()
+	if err != nil {
+		return err
+	}
+	paths := map[string]bool{}
+	for _, v := range ps.Spec.Variants {
+		for _, l := range v.Libraries {
+			paths[l.Path] = true
+		}
+		for _, c := range v.Components {
+			paths[c.Path] = true
+		}
+	}
+	for p := range paths {
+		clean := path.Clean(p)
+		if clean == "." || path.IsAbs(clean) || strings.HasPrefix(clean, "../") {
+			return fmt.Errorf("%s: path %q is not inside the packages tree", render.PackageSourceFile, p)
+		}
+		src := deploy.Chart()
+		if clean != render.LibraryPath {
+			if src, err = fs.Sub(deploy.Cozystack(), "packages/"+clean); err != nil {
+				return err
+			}
+			if _, err := fs.Stat(src, "Chart.yaml"); err != nil {
+				return fmt.Errorf("%s names %s, which deploy/cozystack/packages does not carry as a chart: %w", render.PackageSourceFile, p, err)
+			}
+		}
+		if err := copyFS(filepath.Join(dir, filepath.FromSlash(clean)), src); err != nil {
+			return fmt.Errorf("copy %s: %w", p, err)
+		}
+	}
+	return nil
 }
 
 // copyFS copies src into dst: directories 0755, files 0644.

@@ -26,6 +26,7 @@ import (
 	helmregistry "helm.sh/helm/v3/pkg/registry"
 	"sigs.k8s.io/yaml"
 
+	"github.com/cozystack/cozy-health/deploy/render"
 	"github.com/cozystack/cozy-health/hack/image/oci"
 )
 
@@ -182,6 +183,17 @@ func TestRelease(t *testing.T) {
 	pheaders, pfiles := untgz(t, layerData)
 	for _, n := range []string{".", "system/cozy-health/Chart.yaml", "system/cozy-health/values.yaml", "library/cozy-health/Chart.yaml", "library/cozy-health/templates"} {
 		assert.Contains(t, pheaders, n)
+	}
+	// Every path the PackageSource reads from its source is there.
+	ps, err := render.LoadPackageSource()
+	require.NoError(t, err)
+	for _, v := range ps.Spec.Variants {
+		for _, c := range v.Components {
+			assert.Contains(t, pfiles, c.Path+"/Chart.yaml", "component %s", c.Name)
+		}
+		for _, l := range v.Libraries {
+			assert.Contains(t, pfiles, l.Path+"/Chart.yaml", "library %s", l.Name)
+		}
 	}
 	for n, h := range pheaders {
 		assert.Zero(t, h.Uid, n)

@@ -123,16 +123,18 @@ func TestReleaseThroughFlux(t *testing.T) {
 	require.NoError(t, c.Node.TrustRegistry(reg.Host))
 	registry := reg.Host + "/cozy"
 
-	// What the cluster has before the user's commands: Cozystack's
-	// cozy-system (the chart's platform namespace) and the user's values in
-	// the ConfigMap the HelmRelease reads: this node's paths, no Talos API.
-	require.NoError(t, c.EnsureNamespace(ctx, platformNS))
+	// What the cluster has before the user's commands: the user's values in
+	// the ConfigMap the HelmRelease reads (this node's paths, no Talos API).
+	// No cozy-system: the chart creates its platform namespace where the
+	// cluster has none.
 	_, err = cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: releaseNS}}, metav1.CreateOptions{})
 	require.NoError(t, err)
 	userValues, err := yaml.Marshal(lab.NodeValues(t.TempDir()))
 	require.NoError(t, err)
 	_, err = cs.CoreV1().ConfigMaps(releaseNS).Create(ctx, &corev1.ConfigMap{
-		ObjectMeta: metav1.ObjectMeta{Name: "cozy-health-values"},
+		// Labelled as docs/release.md says: helm-controller reconciles at
+		// once when it changes (its --watch-configs-label-selector default).
+		ObjectMeta: metav1.ObjectMeta{Name: "cozy-health-values", Labels: map[string]string{"reconcile.fluxcd.io/watch": "Enabled"}},
 		Data:       map[string]string{"values.yaml": string(userValues)},
 	}, metav1.CreateOptions{})
 	require.NoError(t, err)

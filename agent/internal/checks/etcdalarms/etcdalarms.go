@@ -9,17 +9,18 @@ import (
 
 	"github.com/siderolabs/talos/pkg/machinery/api/machine"
 
+	"github.com/cozystack/cozy-health/agent/internal/checks/etcdcheck"
 	"github.com/cozystack/cozy-health/agent/internal/sources/machineapi"
 	"github.com/cozystack/cozy-health/pkg/report"
 )
 
 // Check is the etcd-alarms check: the shared etcd skeleton reading
 // EtcdAlarmList.
-type Check = machineapi.EtcdCheck
+type Check = etcdcheck.Check
 
 // New returns the check.
 func New(c *machineapi.Client) *Check {
-	return machineapi.NewEtcdCheck(report.CheckEtcdAlarms, c, func(ctx context.Context, c *machineapi.Client, _ *machine.ServiceInfo) (report.Observation, error) {
+	return etcdcheck.New(report.CheckEtcdAlarms, c, func(ctx context.Context, c *machineapi.Client, _ *machine.ServiceInfo) (report.Observation, error) {
 		alarms, err := c.EtcdAlarmList(ctx)
 		if err != nil {
 			return report.Observation{}, machineapi.LearnerNotApplicable(err, "cluster's alarms")

@@ -33,6 +33,7 @@ import (
 
 	"github.com/siderolabs/talos/pkg/machinery/api/machine"
 
+	"github.com/cozystack/cozy-health/agent/internal/checks/etcdcheck"
 	"github.com/cozystack/cozy-health/agent/internal/sources/etcdmetrics"
 	"github.com/cozystack/cozy-health/agent/internal/sources/machineapi"
 	"github.com/cozystack/cozy-health/pkg/report"
@@ -66,12 +67,12 @@ func ConfiguredQuota(bytes int64, why string) Quota {
 
 // Check is the etcd-member check: the shared etcd skeleton reading the
 // etcd service, EtcdStatus, the alarms and the quota.
-type Check = machineapi.EtcdCheck
+type Check = etcdcheck.Check
 
 // New returns the check; m (may be nil) reads etcd's quota from its
 // metrics, shared with the fsync-latency check.
 func New(c *machineapi.Client, m *etcdmetrics.Reader, th Thresholds) *Check {
-	return machineapi.NewEtcdCheck(report.CheckEtcdMember, c, func(ctx context.Context, c *machineapi.Client, svc *machine.ServiceInfo) (report.Observation, error) {
+	return etcdcheck.New(report.CheckEtcdMember, c, func(ctx context.Context, c *machineapi.Client, svc *machine.ServiceInfo) (report.Observation, error) {
 		return read(ctx, c, svc, m, th)
 	})
 }

@@ -10,17 +10,18 @@ import (
 
 	"github.com/siderolabs/talos/pkg/machinery/api/machine"
 
+	"github.com/cozystack/cozy-health/agent/internal/checks/etcdcheck"
 	"github.com/cozystack/cozy-health/agent/internal/sources/machineapi"
 	"github.com/cozystack/cozy-health/pkg/report"
 )
 
 // Check is the etcd-membership check: the shared etcd skeleton reading
 // EtcdMemberList.
-type Check = machineapi.EtcdCheck
+type Check = etcdcheck.Check
 
 // New returns the check.
 func New(c *machineapi.Client) *Check {
-	return machineapi.NewEtcdCheck(report.CheckEtcdMembership, c, func(ctx context.Context, c *machineapi.Client, _ *machine.ServiceInfo) (report.Observation, error) {
+	return etcdcheck.New(report.CheckEtcdMembership, c, func(ctx context.Context, c *machineapi.Client, _ *machine.ServiceInfo) (report.Observation, error) {
 		members, err := c.EtcdMemberList(ctx)
 		if err != nil {
 			return report.Observation{}, machineapi.LearnerNotApplicable(err, "member list")
