@@ -205,12 +205,24 @@ func replicaSizeKiB(r ResourceWithVolumes) int64 {
 	return sum
 }
 
-// Placement is what the drain reads of the controller: every replica and
-// every satellite's storage pools.
+// Placement is what the drain reads of the controller: every replica,
+// every satellite's connection status and storage pools.
 type Placement struct {
 	Replicas []Replica
-	Pools    []PoolRoom
+	// Satellites is every node of /v1/nodes by name, its connection
+	// status; nil when not read.
+	Satellites map[string]string
+	Pools      []PoolRoom
 	// PoolsWhy says why Pools is not known ("" when it was read with
 	// Replicas).
 	PoolsWhy string
+}
+
+// Satellites maps every node of nodes to its connection status.
+func Satellites(nodes []Node) map[string]string {
+	out := make(map[string]string, len(nodes))
+	for _, n := range nodes {
+		out[n.Name] = n.ConnectionStatus
+	}
+	return out
 }

@@ -45,7 +45,7 @@ func (a *App) newDrain(nodes coreinformers.NodeInformer, log *zap.Logger) (*drai
 	st := a.state
 	dcfg := drain.Config{Auditor: a.claims, Generation: func() uint64 { return st.Generation() + nodeChanges.Load() }}
 	if a.linstor != nil {
-		dcfg.Linstor = func() ([]linstorapi.Replica, string) { return a.linstor.Replicas(a.clock.Now()) }
+		dcfg.Linstor = func() (linstorapi.Placement, string) { return a.linstor.Placement(a.clock.Now()) }
 	}
 	svc, err := drain.NewService(dcfg, source, a.clock, log, a.reg)
 	if err != nil {

@@ -162,93 +162,282 @@ func removedByLists(v *quorum.View, target string) (bool, string) {
 // node that does not come back must be re-placeable: after its replica is
 // removed, the resource keeps its diskful replica count (the resource
 // group's place count is not in the drain's view: the count it has is
-// taken as the one to keep) on satellites that can take a replica now: a
-// Kubernetes Node that stays (not the target, not cordoned, its agent
-// fresh), holding no diskful replica of the resource, whose satellite the
-// controller sees ONLINE, with a storage pool of the target replica's
-// pool name. Diskless replicas (DRBD clients, tie-breakers) hold no data:
-// nothing to re-place. A storage-only volume (no DRBD layer) lives only on
-// the target: a decommission loses it.
+// taken as the one to keep). Diskless replicas (DRBD clients,
+// tie-breakers) hold no data: nothing to re-place. A storage-only volume
+// (no DRBD layer) lives only on the target: a decommission loses it.
 //
-// What the view lacks, the rule does not guess: the controller's view has
-// no free capacity of the pools (and no pool of a satellite that holds no
-// replica), so a resource with enough candidate satellites is unknown
-// ("room not known"), never safe; without any possible candidate it is
-// blocked. On the agents' reports (no controller view) no satellite or
-// pool is known: unknown at best.
+// A candidate for a resource's replica is certain ("sure") when it is a
+// Kubernetes Node that stays (not the target, not cordoned, its agent
+// fresh), holds no diskful replica of the resource, its satellite is
+// ONLINE (/v1/nodes), and it has a storage pool of the target replica's
+// pool name (/v1/view/storage-pools) that takes data (not DISKLESS) and
+// whose room covers the replica: the sizes of its volumes, summed, as
+// their STORAGE layers have them in /v1/view/resources
+// (linstorapi.VolumeSizeKiB; the full size, whatever a thin volume has
+// written). The room is:
+//   - thick pool (LVM, ZFS, FILE...): free_capacity, which is what the
+//     pool has not allocated;
+//   - thin pool (LVM_THIN, ZFS_THIN, FILE_THIN): LINSTOR's free_capacity
+//     there is the pool's unwritten space (LVM: lv_size * (1 -
+//     data_percent/100), LvmUtils.getThinFreeSize of linstor-server
+//     v1.33.3), and the thin volumes already in the pool grow into it as
+//     they are written; LINSTOR itself over-provisions (its autoplacer
+//     multiplies by an oversubscription ratio). The rule assumes the worst:
+//     every volume in the pool written in full, so the room is the smaller
+//     of free_capacity and total_capacity less the sizes of every diskful
+//     replica the view places in that pool on that node. Thin snapshots
+//     and replicas being deleted are not in that sum (the view has no
+//     snapshots, and linstorapi.Replicas drops replicas flagged DELETE):
+//     what they have written is in free_capacity, what they may still
+//     write is not.
+//
+// Resources are judged in name order, each handed to the sure candidate
+// with the most room left (ties: the first by name), and the room handed
+// out is counted against that node's pool for the resources after it: two
+// replicas land on one node only when its pool has room for both.
+//
+// A resource is safe when a sure candidate has room. It is unknown when
+// only uncertain ("maybe") candidates remain: a satellite connecting or in
+// an unclear state, a node cordoned (LINSTOR does not read cordons) or its
+// agent stale, the pools or the replica's size not in the view, a pool
+// with no free capacity reported or an error report, a thin pool whose
+// free space covers the replica but not if its volumes grow, or whose free
+// space is short of the full size (a resync of thin storage may write
+// less), or a pool whose room went to the resources judged before. It is
+// blocked when no candidate is left at all: every other Kubernetes Node
+// holds a diskful replica already, has no satellite or no pool of that
+// name (or a DISKLESS one), its satellite is OFFLINE or refused, or its
+// thick pool is short of room. On the agents' reports (no controller view)
+// no satellite or pool is known: unknown at best.
 type linstorReplaceableRule struct{}
 
 func (linstorReplaceableRule) Name() string { return RuleLinstorReplaceable }
 
 // candidates are the nodes that could take a new replica of one resource.
 type candidates struct {
-	// sure are certainly able to take it but for room; maybe could be.
-	sure, maybe []string
+	// sure counts the nodes that could certainly take it, best the one
+	// with the most room; maybe lists those that could possibly, each
+	// with why not certainly; out those that cannot, each with why. Each
+	// list names the first maxListed nodes and counts the rest.
+	sure       int
+	best       place
+	maybe, out []string
+	maybeMore  int
+	outMore    int
 }
 
-// satelliteFacts are what the controller's view says of one node's
-// satellite: its connection status and the storage pools its diskful
-// replicas are in (a node that holds no replica is not in the view).
-type satelliteFacts struct {
-	inView    bool
-	satellite string
-	pools     map[string]bool
+// place is a sure candidate: its pool's free capacity as LINSTOR reports
+// it, the room left for this replica (KiB) and what earlier resources of
+// the same check were handed of it.
+type place struct {
+	node               string
+	free, room, handed int64
 }
 
-func (s *Snapshot) satellite(node string) satelliteFacts {
-	f := satelliteFacts{pools: map[string]bool{}}
+// maxListed bounds the nodes a reason names.
+const maxListed = 5
+
+func (c *candidates) exclude(format string, args ...any) {
+	if len(c.out) < maxListed {
+		c.out = append(c.out, fmt.Sprintf(format, args...))
+		return
+	}
+	c.outMore++
+}
+
+func (c *candidates) uncertain(format string, args ...any) {
+	if len(c.maybe) < maxListed {
+		c.maybe = append(c.maybe, fmt.Sprintf(format, args...))
+		return
+	}
+	c.maybeMore++
+}
+
+// listed joins a list and the count of the rest.
+func listed(l []string, more int, sep string) string {
+	out := strings.Join(l, sep)
+	if more > 0 {
+		out += fmt.Sprintf("%sand %d more", sep, more)
+	}
+	return out
+}
+
+// satellite returns node's satellite connection status as the view says
+// it: from /v1/nodes when read ("" with known: the controller has no such
+// satellite), else from the node's replicas (known false when it holds
+// none).
+func (s *Snapshot) satellite(node string) (status string, known bool) {
 	if s.ctl == nil {
-		return f
+		return "", false
+	}
+	if s.ctl.satellites != nil {
+		return s.ctl.satellites[node], true
 	}
 	for _, d := range s.ctl.byNode[node] {
-		f.inView = true
-		if d.rep.lin == nil {
-			continue
-		}
-		f.satellite = d.rep.lin.Satellite
-		if !d.rep.lin.Diskless && d.rep.lin.Pool != "" {
-			f.pools[d.rep.lin.Pool] = true
+		if d.rep.lin != nil {
+			return d.rep.lin.Satellite, true
 		}
 	}
-	return f
+	return "", false
 }
 
-// placeFor lists the candidates for a replica of res in pool, other than
-// target and the nodes in holding.
-func placeFor(target, pool string, holding map[string]bool, s *Snapshot, now time.Time) candidates {
-	var c candidates
-	names := make([]string, 0, len(s.nodes))
-	for name := range s.nodes {
-		names = append(names, name)
+// gib renders a size in KiB.
+func gib(kib int64) string {
+	if kib < 1<<20 {
+		return fmt.Sprintf("%.1f MiB", float64(kib)/(1<<10))
 	}
-	sort.Strings(names)
+	return fmt.Sprintf("%.1f GiB", float64(kib)/(1<<20))
+}
+
+// nodeCand is a node as a candidate for any resource, by what its Node,
+// its agent and its satellite say: ok, it can take a replica if its pools
+// have room; else maybe (why says why) or not at all (why says why).
+type nodeCand struct {
+	name      string
+	ok, maybe bool
+	why       string
+}
+
+// nodeCandidates classifies every Kubernetes Node of names (sorted) but
+// target, once per check.
+func nodeCandidates(target string, names []string, x *roomIndex, s *Snapshot, now time.Time) []nodeCand {
+	out := make([]nodeCand, 0, len(names))
 	for _, name := range names {
-		if name == target || holding[name] {
-			continue
-		}
-		n := s.nodes[name]
-		if !n.Exists {
+		if name == target || !s.nodes[name].Exists {
 			continue // not a Kubernetes Node: no satellite of the cluster
 		}
+		c := nodeCand{name: name}
 		if s.ctl == nil {
-			c.maybe = append(c.maybe, name+" (satellite and pools not known without the controller's view)")
+			c.maybe, c.why = true, name+" (satellite and pools not known without the controller's view)"
+			out = append(out, c)
 			continue
 		}
-		sat := s.satellite(name)
+		st, known := s.satellite(name)
 		lv, why := s.liveness(name, now)
+		class := linstorapi.ClassOf(st)
 		switch {
-		case !sat.inView:
-			c.maybe = append(c.maybe, name+" (holds no replica: its satellite and pools are not in the view)")
-		case linstorapi.ClassOf(sat.satellite) == linstorapi.SatelliteOffline || linstorapi.ClassOf(sat.satellite) == linstorapi.SatelliteRefused:
-			// Cannot take a replica now.
-		case linstorapi.ClassOf(sat.satellite) != linstorapi.SatelliteServing:
-			c.maybe = append(c.maybe, fmt.Sprintf("%s (satellite %q)", name, sat.satellite))
+		case !known:
+			c.maybe, c.why = true, name+" (holds no replica: its satellite and pools are not in the view)"
+		case st == "":
+			c.why = name + " has no LINSTOR satellite"
+		case class == linstorapi.SatelliteOffline || class == linstorapi.SatelliteRefused:
+			c.why = name + " satellite " + st
+		case class != linstorapi.SatelliteServing:
+			c.maybe, c.why = true, fmt.Sprintf("%s (satellite %q)", name, st)
 		case lv != live:
-			c.maybe = append(c.maybe, name+" ("+why+")")
-		case pool != "" && !sat.pools[pool]:
-			c.maybe = append(c.maybe, fmt.Sprintf("%s (no replica in storage pool %q: whether it has one is not in the view)", name, pool))
+			c.maybe, c.why = true, name+" ("+why+")"
+		case x.pools == nil:
+			c.maybe, c.why = true, name+" (ONLINE; its storage pools are not known)"
 		default:
-			c.sure = append(c.sure, name)
+			c.ok = true
+		}
+		out = append(out, c)
+	}
+	return out
+}
+
+// poolSlot is one node's pool of one name: ok when the node has one.
+type poolSlot struct {
+	ok   bool
+	room linstorapi.PoolRoom
+	prov int64
+}
+
+// slotsOf returns the pools named pool of nodes, in their order, resolved
+// once per check and pool name.
+func slotsOf(pool string, nodes []nodeCand, x *roomIndex, cache map[string][]poolSlot) []poolSlot {
+	if sl, ok := cache[pool]; ok {
+		return sl
+	}
+	sl := make([]poolSlot, len(nodes))
+	for i, n := range nodes {
+		if !n.ok {
+			continue
+		}
+		k := poolKey{n.name, pool}
+		sl[i].room, sl[i].ok = x.pools[k]
+		sl[i].prov = x.provisioned[k]
+	}
+	cache[pool] = sl
+	return sl
+}
+
+// placeFor lists the candidates among nodes for target's replica t of
+// res, other than the nodes in holding; slots are the nodes' pools of the
+// replica's pool name; handed is the room already handed out per pool.
+func placeFor(target, res string, t replica, nodes []nodeCand, slots []poolSlot, holding map[string]bool, handed map[poolKey]int64) candidates {
+	var c candidates
+	pool, need := "", int64(0)
+	if t.lin != nil {
+		pool, need = t.lin.Pool, t.lin.SizeKiB
+	}
+	for i, n := range nodes {
+		name := n.name
+		switch {
+		case holding[name]:
+			c.exclude("%s holds a diskful replica of it", name)
+			continue
+		case !n.ok && n.maybe:
+			c.uncertain("%s", n.why)
+			continue
+		case !n.ok:
+			c.exclude("%s", n.why)
+			continue
+		case pool == "" || need <= 0:
+			c.uncertain("%s (ONLINE; the size of %s's replica is not in the view)", name, target)
+			continue
+		}
+		k := poolKey{name, pool}
+		p, ok := slots[i].room, slots[i].ok
+		var given int64
+		if len(handed) > 0 {
+			given = handed[k]
+		}
+		switch {
+		case !ok:
+			c.exclude("%s has no storage pool %s", name, pool)
+			continue
+		case p.Class == linstorapi.PoolNoData:
+			c.exclude("%s pool %s is %s (takes no data)", name, pool, p.Kind)
+			continue
+		case p.Class == linstorapi.PoolKindUnknown:
+			c.uncertain("%s (pool %s of provider kind %q)", name, pool, p.Kind)
+			continue
+		case p.Error != "":
+			c.uncertain("%s (pool %s reports an error: %s)", name, pool, p.Error)
+			continue
+		case p.FreeKiB < 0:
+			c.uncertain("%s (pool %s: free capacity not reported)", name, pool)
+			continue
+		}
+		free := p.FreeKiB - given
+		room := free
+		thin := p.Class == linstorapi.PoolThin
+		prov := slots[i].prov
+		if thin {
+			if p.TotalKiB < 0 || prov < 0 {
+				c.uncertain("%s (thin pool %s has %s free, %s needs %s, but what its volumes may grow to is not known)",
+					name, pool, gib(p.FreeKiB), res, gib(need))
+				continue
+			}
+			room = min(free, p.TotalKiB-prov-given)
+		}
+		switch {
+		case room >= need:
+			if c.sure == 0 || room > c.best.room {
+				c.best = place{node: name, free: p.FreeKiB, room: room, handed: given}
+			}
+			c.sure++
+		case thin && free >= need:
+			c.uncertain("%s (thin pool %s has %s free, %s needs %s, but its volumes may grow into it: %s provisioned of %s)",
+				name, pool, gib(p.FreeKiB), res, gib(need), gib(prov+given), gib(p.TotalKiB))
+		case p.FreeKiB >= need:
+			c.uncertain("%s (pool %s has %s free, %s needs %s, but %s of it is counted for the resources before)",
+				name, pool, gib(p.FreeKiB), res, gib(need), gib(given))
+		case thin:
+			c.uncertain("%s (thin pool %s has %s free, %s needs up to %s)", name, pool, gib(p.FreeKiB), res, gib(need))
+		default:
+			c.exclude("%s pool %s has %s free, %s needs %s", name, pool, gib(p.FreeKiB), res, gib(need))
 		}
 	}
 	return c
@@ -278,6 +467,10 @@ func (linstorReplaceableRule) Check(node string, s *Snapshot, now time.Time) []R
 	resources := s.resources(node)
 	var out []Reason
 	diskless := 0
+	var nodes []nodeCand
+	var x *roomIndex
+	handed := map[poolKey]int64{}
+	byPool := map[string][]poolSlot{}
 	for _, d := range resources {
 		res := d.resource
 		reps := s.replicas(res)
@@ -305,23 +498,54 @@ func (linstorReplaceableRule) Check(node string, s *Snapshot, now time.Time) []R
 			diskless++
 			continue
 		}
-		c := placeFor(node, pool, holding, s, now)
-		attrs := map[string]float64{AttrReplicas: float64(diskful), "candidates": float64(len(c.sure)), "uncertainCandidates": float64(len(c.maybe))}
+		if nodes == nil {
+			if s.ctl != nil {
+				x = s.ctl.roomOf(s)
+			} else {
+				x = &roomIndex{names: make([]string, 0, len(s.nodes))}
+				for name := range s.nodes {
+					x.names = append(x.names, name)
+				}
+				sort.Strings(x.names)
+			}
+			nodes = nodeCandidates(node, x.names, x, s, now)
+		}
+		var slots []poolSlot
+		if pool != "" && x.pools != nil {
+			slots = slotsOf(pool, nodes, x, byPool)
+		}
+		c := placeFor(node, res, target, nodes, slots, holding, handed)
+		attrs := map[string]float64{AttrReplicas: float64(diskful), "candidates": float64(c.sure), "uncertainCandidates": float64(len(c.maybe) + c.maybeMore)}
 		in := ""
 		if pool != "" {
 			in = fmt.Sprintf(" in storage pool %q", pool)
 		}
 		var r Reason
 		switch {
-		case len(c.sure) > 0:
-			r = reason(Unknown, res, "linstor: %s's replica of %s can be re-placed%s by count (%d diskful replica(s) kept) on %s (ONLINE, with the pool), but whether their pools have room is not in the drain's view of LINSTOR",
-				node, res, in, diskful, strings.Join(c.sure, ", "))
+		case c.sure > 0:
+			best := c.best
+			need := target.lin.SizeKiB
+			handed[poolKey{best.node, pool}] += need
+			attrs["needKiB"], attrs["freeKiB"] = float64(need), float64(best.free)
+			counted := ""
+			if best.handed > 0 {
+				counted = fmt.Sprintf(" (%s of it counted for the resources before)", gib(best.handed))
+			}
+			r = reason(Safe, res, "linstor: %s's replica of %s can be re-placed%s on %s (ONLINE, %d certain candidate(s); %d diskful replica(s) kept): %s pool %s has %s free%s, %s needs %s",
+				node, res, in, best.node, c.sure, diskful, best.node, pool, gib(best.free), counted, res, gib(need))
 		case len(c.maybe) > 0:
 			r = reason(Unknown, res, "linstor: %s's replica of %s can be re-placed%s only on nodes the view says too little of: %s",
-				node, res, in, strings.Join(c.maybe, ", "))
+				node, res, in, listed(c.maybe, c.maybeMore, ", "))
+			if s.ctl != nil && s.ctl.poolsWhy != "" {
+				r.Message += "; " + s.ctl.poolsWhy
+			}
 		default:
-			r = reason(Blocked, res, "linstor: no other satellite can take %s's replica of %s%s: every other Kubernetes Node holds a diskful replica of it already or its satellite is not ONLINE (%d diskful replica(s) to keep); add a satellite, or reduce the resource's replicas, before the decommission",
-				node, res, in, diskful)
+			why := "no other Kubernetes Node has a LINSTOR satellite"
+			if len(c.out) > 0 {
+				why = listed(c.out, c.outMore, "; ")
+			}
+			r = reason(Blocked, res, "linstor: no other satellite can take %s's replica of %s%s (%d diskful replica(s) to keep): %s; add a satellite or room, or reduce the resource's replicas, before the decommission",
+				node, res, in, diskful, why)
 		}
 		r.Attributes = attrs
 		out = append(out, r)

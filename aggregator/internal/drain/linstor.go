@@ -2,7 +2,9 @@ package drain
 
 import (
 	"fmt"
+	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/cozystack/cozy-health/aggregator/internal/quorum"
@@ -11,8 +13,9 @@ import (
 )
 
 // ControllerView returns the LINSTOR controller's view as the aggregator
-// read it itself (every replica), or why it is not current at now.
-type ControllerView func() (replicas []linstorapi.Replica, why string)
+// read it itself (every replica, every satellite and its storage pools),
+// or why it is not current at now.
+type ControllerView func() (view linstorapi.Placement, why string)
 
 // controllerView indexes the controller's view for the LINSTOR rules.
 // When the aggregator reads the controller (Config.Linstor), the
@@ -28,13 +31,76 @@ type controllerView struct {
 	why    string
 	byNode map[string][]drbdFact
 	byRes  map[string][]replica
+	// satellites is every satellite's connection status (/v1/nodes); nil
+	// when not read.
+	satellites map[string]string
+	// pools are every satellite's storage pools; poolsWhy says why they
+	// are not known.
+	pools    []linstorapi.PoolRoom
+	poolsWhy string
+	reps     []linstorapi.Replica
+
+	// roomOnce builds room on its first use (linstor-replaceable, asked
+	// only for a decommission), so that taking a snapshot and a reboot
+	// check pay nothing for it.
+	roomOnce sync.Once
+	room     *roomIndex
 }
 
-func newControllerView(reps []linstorapi.Replica, why string) *controllerView {
+// poolKey names one storage pool of one node.
+type poolKey struct{ node, pool string }
+
+// roomIndex is what linstor-replaceable reads of the pools.
+type roomIndex struct {
+	// names are the snapshot's nodes, sorted.
+	names []string
+	// pools by node and name; nil when not known (poolsWhy).
+	pools map[poolKey]linstorapi.PoolRoom
+	// provisioned is what the view's diskful replicas take in each
+	// node's pool (KiB, their SizeKiB summed); -1 when some size is not
+	// known.
+	provisioned map[poolKey]int64
+}
+
+// roomOf returns the room index of s's controller view, building it once.
+func (v *controllerView) roomOf(s *Snapshot) *roomIndex {
+	v.roomOnce.Do(func() {
+		x := &roomIndex{names: make([]string, 0, len(s.nodes)), provisioned: map[poolKey]int64{}}
+		for name := range s.nodes {
+			x.names = append(x.names, name)
+		}
+		sort.Strings(x.names)
+		if v.poolsWhy == "" {
+			x.pools = make(map[poolKey]linstorapi.PoolRoom, len(v.pools))
+			for _, r := range v.pools {
+				x.pools[poolKey{r.Node, r.Pool}] = r
+			}
+		}
+		for _, r := range v.reps {
+			if r.Diskless || r.Pool == "" {
+				continue
+			}
+			k := poolKey{r.Node, r.Pool}
+			switch {
+			case x.provisioned[k] < 0:
+			case r.SizeKiB <= 0:
+				x.provisioned[k] = -1
+			default:
+				x.provisioned[k] += r.SizeKiB
+			}
+		}
+		v.room = x
+	})
+	return v.room
+}
+
+func newControllerView(p linstorapi.Placement, why string) *controllerView {
+	reps := p.Replicas
 	v := &controllerView{why: why, byNode: map[string][]drbdFact{}, byRes: map[string][]replica{}}
 	if why != "" {
 		return v
 	}
+	v.satellites, v.pools, v.poolsWhy, v.reps = p.Satellites, p.Pools, p.PoolsWhy, p.Replicas
 	all, up := map[string]int{}, map[string]int{}
 	for _, r := range reps {
 		all[r.Resource]++

@@ -181,7 +181,7 @@ func (s *Service) Snapshot(now time.Time) *Snapshot {
 	taken := s.generation()
 	snap := s.indexer.Snapshot(s.source(now), now)
 	if s.cfg.Linstor != nil {
-		snap = snap.WithControllerView(s.cfg.Linstor())
+		snap = snap.WithPlacement(s.cfg.Linstor())
 	}
 	s.m.snapshotSeconds.Observe(time.Since(start).Seconds())
 	s.cur.Store(&cached{snap: snap, gen: taken})

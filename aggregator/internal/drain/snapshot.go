@@ -85,10 +85,18 @@ type Snapshot struct {
 
 // WithControllerView returns s reading the LINSTOR replicas from the
 // controller's view (reps, or why it is not current) instead of the
-// agents' reports.
+// agents' reports, without its satellites and storage pools
+// (WithPlacement has them).
 func (s *Snapshot) WithControllerView(reps []linstorapi.Replica, why string) *Snapshot {
+	return s.WithPlacement(linstorapi.Placement{Replicas: reps, PoolsWhy: "the storage pools are not in the drain's view of LINSTOR"}, why)
+}
+
+// WithPlacement returns s reading the LINSTOR replicas, satellites and
+// storage pools from the controller's view (p, or why it is not current)
+// instead of the agents' reports.
+func (s *Snapshot) WithPlacement(p linstorapi.Placement, why string) *Snapshot {
 	c := *s
-	c.ctl = newControllerView(reps, why)
+	c.ctl = newControllerView(p, why)
 	return &c
 }
 

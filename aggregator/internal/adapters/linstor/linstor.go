@@ -120,6 +120,9 @@ type View struct {
 	// Replicas and Observations are the view as of ObservedAt.
 	Replicas     []linstorapi.Replica
 	Observations map[string][]report.Observation
+	// Satellites is every node's satellite connection status as of
+	// ObservedAt.
+	Satellites map[string]string
 	// Pools are the storage pools read with Replicas; PoolsErr, when
 	// set, is why they could not be (Pools is then nil).
 	Pools    []linstorapi.PoolRoom
@@ -291,7 +294,8 @@ func (r *Reader) ReadNow(ctx context.Context) {
 		if m := r.cfg.Metrics; m != nil {
 			m.AdapterState(Name, true, true, len(reps))
 		}
-		next = View{ObservedAt: now, Replicas: reps, Observations: linstorapi.Observations(nodes, reps, r.connecting(nodes, now))}
+		next = View{ObservedAt: now, Replicas: reps, Observations: linstorapi.Observations(nodes, reps, r.connecting(nodes, now)),
+			Satellites: linstorapi.Satellites(nodes)}
 		if poolsErr != nil {
 			var ue *url.Error
 			if errors.As(poolsErr, &ue) {
@@ -379,7 +383,7 @@ func (r *Reader) Placement(now time.Time) (linstorapi.Placement, string) {
 	if why != "" {
 		return linstorapi.Placement{}, why
 	}
-	p := linstorapi.Placement{Replicas: reps, Pools: v.Pools}
+	p := linstorapi.Placement{Replicas: reps, Satellites: v.Satellites, Pools: v.Pools}
 	if v.PoolsErr != nil {
 		p.PoolsWhy = status.Truncate(fmt.Sprintf("the LINSTOR storage pools were not read (as of %s): %v", v.ObservedAt.UTC().Format(time.RFC3339), v.PoolsErr))
 	}

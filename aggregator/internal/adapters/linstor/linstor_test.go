@@ -231,6 +231,7 @@ func TestPlacement(t *testing.T) {
 	require.Empty(t, p.PoolsWhy)
 	require.Len(t, p.Replicas, 1)
 	assert.Equal(t, linstorsrc.ReplicaSizeKiB, p.Replicas[0].SizeKiB)
+	assert.Equal(t, map[string]string{"node-0": "ONLINE", "node-1": "OFFLINE"}, p.Satellites)
 	assert.Equal(t, []linstorapi.PoolRoom{
 		{Node: "node-0", Pool: linstorsrc.PoolDiskless, Kind: "DISKLESS", Class: linstorapi.PoolNoData, FreeKiB: math.MaxInt64, TotalKiB: math.MaxInt64},
 		{Node: "node-0", Pool: linstorsrc.PoolThin, Kind: "LVM_THIN", Class: linstorapi.PoolThin, FreeKiB: 10 << 20, TotalKiB: linstorsrc.PoolTotalKiB},
