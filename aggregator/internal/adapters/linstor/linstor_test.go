@@ -23,7 +23,9 @@ import (
 	"k8s.io/client-go/kubernetes"
 	clocktesting "k8s.io/utils/clock/testing"
 
+	"github.com/cozystack/cozy-health/aggregator/internal/drain"
 	"github.com/cozystack/cozy-health/aggregator/internal/metrics"
+	"github.com/cozystack/cozy-health/aggregator/internal/state"
 	"github.com/cozystack/cozy-health/deploy/render"
 	"github.com/cozystack/cozy-health/pkg/linstorapi"
 	"github.com/cozystack/cozy-health/pkg/report"
@@ -347,4 +349,57 @@ func TestSatelliteConnectingIsUnknownForABoundedTime(t *testing.T) {
 	assert.Equal(t, report.StatusHealthy, satellite().Status)
 	srv.SetNode("node-0", "CONNECTED")
 	assert.Equal(t, report.StatusUnknown, satellite().Status, "a new run of connecting starts its own clock")
+}
+
+// TestDecommissionOnTheStandIn: from the controller's REST answers (the
+// stand-in, golinstor's types) through the reader to the drain's
+// decommission verdict: node-0's replica of pvc-a can go to node-2, whose
+// thin pool has room (safe); with node-2's pool nearly full it may not
+// (unknown: a thin resync may write less than the full size); with
+// node-2's satellite OFFLINE it cannot (blocked).
+func TestDecommissionOnTheStandIn(t *testing.T) {
+	srv, err := linstorsrc.Start("", nil)
+	require.NoError(t, err)
+	defer srv.Close()
+	for _, n := range []string{"node-0", "node-1", "node-2"} {
+		srv.SetNode(n, "ONLINE")
+	}
+	srv.SetReplica(linstorsrc.Replica{Resource: "pvc-a", Node: "node-0", DiskState: "UpToDate"})
+	srv.SetReplica(linstorsrc.Replica{Resource: "pvc-a", Node: "node-1", DiskState: "UpToDate"})
+	r, err := New(Config{URL: srv.URL, Interval: time.Second}, nil, zaptest.NewLogger(t), nil)
+	require.NoError(t, err)
+	replaceable := func() (drain.Verdict, string) {
+		t.Helper()
+		r.ReadNow(context.Background())
+		now := r.View().ObservedAt
+		nodes := map[string]drain.NodeInfo{}
+		for _, n := range []string{"node-0", "node-1", "node-2"} {
+			nodes[n] = drain.NodeInfo{Exists: true, LastReport: &report.NodeReport{NodeName: n, SentAt: now}, LastHeard: now, Fresh: true,
+				FreshUntil: now.Add(time.Minute), Role: state.RoleWorker}
+		}
+		p, why := r.Placement(now)
+		require.Empty(t, why)
+		res := drain.EvaluateIntent("node-0", drain.IntentDecommission, drain.NewSnapshot(nodes, now).WithPlacement(p, ""), now)
+		for _, x := range res.Reasons {
+			if x.Rule == drain.RuleLinstorReplaceable {
+				return x.Verdict, x.Message
+			}
+		}
+		t.Fatalf("no %s reason: %+v", drain.RuleLinstorReplaceable, res.Reasons)
+		return "", ""
+	}
+	v, msg := replaceable()
+	assert.Equal(t, drain.Safe, v, msg)
+	assert.Contains(t, msg, "node-2 pool thinpool has 512.0 GiB free, pvc-a needs 504.0 MiB")
+
+	srv.SetPoolFree("node-2", 100<<10)
+	v, msg = replaceable()
+	assert.Equal(t, drain.Unknown, v, msg)
+	assert.Contains(t, msg, "node-2 (thin pool thinpool has 100.0 MiB free, pvc-a needs up to 504.0 MiB)")
+
+	srv.SetPoolFree("node-2", linstorsrc.DefaultFreeKiB)
+	srv.SetNode("node-2", "OFFLINE")
+	v, msg = replaceable()
+	assert.Equal(t, drain.Blocked, v, msg)
+	assert.Contains(t, msg, "node-1 holds a diskful replica of it; node-2 satellite OFFLINE")
 }
