@@ -27,6 +27,7 @@ func TestStartupExitCodes(t *testing.T) {
 
 	clitest.Run(t, run, []clitest.Case{
 		{Name: "help", Args: []string{"run", "-h"}, Code: 0, Say: "-node-name"},
+		{Name: "help lists the runtime flags shared with the aggregator", Args: []string{"run", "-h"}, Code: 0, Say: "the agent after its first report, the aggregator after its warm-up"},
 		{Name: "unknown flag", Args: []string{"run", "--frobnicate"}, Code: 2, Say: "frobnicate"},
 		{Name: "unknown command", Args: []string{"frobnicate"}, Code: 2, Say: `unknown command "frobnicate"`},
 		{Name: "missing config file", Args: []string{"run-once", "--config", missing}, Code: 2, Say: missing},

@@ -21,6 +21,7 @@ func TestStartupExitCodes(t *testing.T) {
 
 	clitest.Run(t, func(args []string, _, stderr io.Writer) int { return run(args, stderr) }, []clitest.Case{
 		{Name: "help", Args: []string{"-h"}, Code: 0, Say: "-drain-auth"},
+		{Name: "help lists the runtime flags shared with the agent", Args: []string{"-h"}, Code: 0, Say: "the agent after its first report, the aggregator after its warm-up"},
 		{Name: "unknown flag", Args: []string{"--frobnicate"}, Code: 2, Say: "frobnicate"},
 		{Name: "stray argument", Args: with("serve"), Code: 2, Say: "unexpected arguments: serve"},
 		{Name: "missing config file", Args: with("--config", missing), Code: 2, Say: missing},

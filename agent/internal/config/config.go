@@ -41,9 +41,6 @@ type Config struct {
 	Concurrency int
 	// MetricsAddr serves the agent's own metrics; "" disables (--metrics-addr).
 	MetricsAddr string
-	// Pprof serves /debug/pprof/ on MetricsAddr (--pprof), as the
-	// aggregator's flag of the same name does.
-	Pprof bool
 	// LogLevel is the zap level (--log-level).
 	LogLevel string
 	// Output is run-once's output format (--output).
@@ -54,13 +51,11 @@ type Config struct {
 	// GCPercent is the Go GC target percentage; 0 keeps the runtime's
 	// default (--gc-percent). $GOGC, when set, wins.
 	GCPercent int
-	// MaxProcs is GOMAXPROCS; 0 keeps the runtime's default, one per core
-	// (--gomaxprocs). $GOMAXPROCS, when set, wins.
-	MaxProcs int
-	// TrimStartupPages drops the executable's read-only pages from the
-	// page tables, and its unmapped pages from the page cache, after the
-	// first report (--trim-startup-pages; pkg/memtrim.ExecutableUncached).
-	TrimStartupPages bool
+	// Runtime is --pprof (on MetricsAddr; every check runs under the
+	// profile label check=<name>), --gomaxprocs and --trim-startup-pages
+	// (after the first report; pkg/memtrim.ExecutableUncached), shared with
+	// the aggregator.
+	cli.Runtime
 
 	Uplink Uplink
 	// Checks is every check's and shared source's flags.
@@ -103,8 +98,7 @@ func Default() Config {
 		// collection stop and wake dozens of threads, and on any node each
 		// goroutine readied with a P idle wakes a thread that spins looking
 		// for work (measured, 2 cores: 3.4 -> 1.6 millicores).
-		MaxProcs:         1,
-		TrimStartupPages: true,
+		Runtime: cli.Runtime{MaxProcs: 1, TrimStartupPages: true},
 		Uplink: Uplink{
 			TokenFile: DefaultTokenFile,
 		},
@@ -122,14 +116,12 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.CheckDeadline, "check-deadline", c.CheckDeadline, "deadline of one check run")
 	fs.IntVar(&c.Concurrency, "concurrency", c.Concurrency, "maximum checks running at once")
 	fs.StringVar(&c.MetricsAddr, "metrics-addr", c.MetricsAddr, "listen address of the agent's own /metrics; empty disables")
-	fs.BoolVar(&c.Pprof, "pprof", c.Pprof, "serve /debug/pprof/ on --metrics-addr; every check runs under the profile label check=<name>")
 	logging.RegisterLevelFlag(fs, &c.LogLevel)
 	fs.StringVar(&c.Output, "output", c.Output, "run-once output: text or json")
 	fs.Int64Var(&c.MemoryLimitBytes, "memory-limit-bytes", c.MemoryLimitBytes, "Go soft memory limit in bytes; 0 keeps the runtime default")
 
 	fs.IntVar(&c.GCPercent, "gc-percent", c.GCPercent, "Go GC target percentage; 0 keeps the runtime default; $GOGC wins when set")
-	fs.IntVar(&c.MaxProcs, "gomaxprocs", c.MaxProcs, "Go GOMAXPROCS: how many threads run Go code at once; 0 keeps the runtime default (one per core); $GOMAXPROCS wins when set")
-	fs.BoolVar(&c.TrimStartupPages, "trim-startup-pages", c.TrimStartupPages, "after the first report, release the executable's read-only pages only start-up used and drop the binary's unmapped pages from the page cache, so a page faults back in alone (read once from disk) instead of with its cached neighbours")
+	c.Runtime.RegisterFlags(fs)
 
 	fs.Var((*check.ListFlag)(&c.Uplink.Aggregators), "aggregator", "aggregator address host:port or DNS name (repeatable or comma list)")
 	fs.StringVar(&c.Uplink.CAFile, "ca-file", c.Uplink.CAFile, "CA bundle verifying the aggregators")

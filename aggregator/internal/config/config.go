@@ -202,14 +202,10 @@ type Config struct {
 	// sets delegated.
 	MetricsAuth string
 
-	// Pprof serves /debug/pprof/ on the metrics address (--pprof).
-	Pprof bool
-	// MaxProcs is GOMAXPROCS (--gomaxprocs); 0 keeps the runtime's default,
-	// one per core. $GOMAXPROCS, when set, wins.
-	MaxProcs int
-	// TrimStartupPages drops the executable's read-only pages from the page
-	// tables after the warm-up (--trim-startup-pages).
-	TrimStartupPages bool
+	// Runtime is --pprof (on the metrics address), --gomaxprocs and
+	// --trim-startup-pages (after the warm-up; pkg/memtrim.Executable),
+	// shared with the agent.
+	cli.Runtime
 
 	// LogLevel is the zap level (debug, info, warn, error).
 	LogLevel string
@@ -350,7 +346,7 @@ func Default() Config {
 		// goroutine that woke a thread to spin looking for work (5,000
 		// nodes: 19.3 % of a core with two Ps, 15.9 % with one, the same
 		// staleness; README "Measured figures").
-		MaxProcs:             1,
+		Runtime:              cli.Runtime{MaxProcs: 1, TrimStartupPages: true},
 		WarmUp:               6 * time.Second,
 		WarmUpMax:            45 * time.Second,
 		MetricsAddr:          ":9090",
@@ -385,7 +381,6 @@ func Default() Config {
 		DampDegraded:      10 * time.Second,
 		DrainAuth:         DrainAuthNone,
 		MetricsAuth:       MetricsAuthNone,
-		TrimStartupPages:  true,
 		LogLevel:          "info",
 
 		Adapters:               true,
@@ -465,9 +460,7 @@ func bind(fs *flag.FlagSet, c *Config) {
 	fs.StringVar(&c.NodeSelector, "node-selector", c.NodeSelector, "label selector of the Nodes agents run on (as the agent DaemonSet's); each is expected to report and reads Unknown until it does (empty: every Node)")
 	fs.StringVar(&c.DrainAuth, "drain-auth", c.DrainAuth, "drain-check authentication: none (reach it through the Kubernetes API service proxy) or delegated (TokenReview and SubjectAccessReview of every caller)")
 	fs.StringVar(&c.MetricsAuth, "metrics-auth", c.MetricsAuth, "/metrics (and /debug/pprof) authentication: none, or delegated (TokenReview and SubjectAccessReview get on nonResourceURL /metrics of every scraper)")
-	fs.BoolVar(&c.Pprof, "pprof", c.Pprof, "serve /debug/pprof/ on --metrics-addr")
-	fs.IntVar(&c.MaxProcs, "gomaxprocs", c.MaxProcs, "Go GOMAXPROCS: how many threads run Go code at once; 0 keeps the runtime default (one per core); $GOMAXPROCS wins when set")
-	fs.BoolVar(&c.TrimStartupPages, "trim-startup-pages", c.TrimStartupPages, "after the warm-up, release the executable's read-only pages only start-up used (they fault back in on use)")
+	c.Runtime.RegisterFlags(fs)
 	logging.RegisterLevelFlag(fs, &c.LogLevel)
 	fs.BoolVar(&c.Adapters, "adapters", c.Adapters, "run the cluster adapters (HelmReleases, CNPG/Cozystack/velero backups, Kamaji control planes, WorkloadMonitors)")
 	fs.StringVar(&c.BackupMaxAge, "backup-max-age", c.BackupMaxAge, "backup SLA per namespace, e.g. tenant-foo=26h,*=48h (* is every other namespace); without one, 1.5x each backup's schedule interval")
