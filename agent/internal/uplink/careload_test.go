@@ -57,13 +57,13 @@ func TestCABundleReloadedForNewConnections(t *testing.T) {
 	before := r.maxSeq()
 	time.Sleep(2 * time.Second) // several reconnect attempts at a 300 ms backoff
 	assert.Equal(t, before, r.maxSeq(), "a certificate of a CA outside the bundle is refused")
-	assert.False(t, u.Status()[r.addr].Connected)
+	assert.False(t, u.Streams()[r.addr].Connected)
 
 	// The aggregator publishes old+new; the kubelet swaps the volume: the
 	// next attempt verifies with the new bundle.
 	require.NoError(t, volume.Write(caDir, map[string][]byte{"ca.crt": append(append([]byte{}, ca1...), ca2.CertPEM...)}))
 	require.Eventually(t, func() bool { return r.maxSeq() > before }, 10*time.Second, 50*time.Millisecond, "connected with the reloaded bundle, no restart")
-	assert.True(t, u.Status()[r.addr].Connected)
+	assert.True(t, u.Streams()[r.addr].Connected)
 }
 
 // TestCABundleMissingAtStart: an agent whose CA ConfigMap is not there yet

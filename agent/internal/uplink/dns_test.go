@@ -173,7 +173,7 @@ func TestFindsReplicasSoonerThanTheResolveInterval(t *testing.T) {
 		"the replacement gets reports long before the 10 minute resolve interval")
 	t.Logf("replacement streamed to %s after it was listed", time.Since(listed).Round(time.Millisecond))
 	require.Eventually(t, func() bool {
-		_, gone := u.Status()[first.addr]
+		_, gone := u.Streams()[first.addr]
 		return !gone
 	}, 30*time.Second, 50*time.Millisecond, "the dead replica, gone from DNS, is dropped")
 
@@ -201,6 +201,6 @@ func TestFindsReplicasSoonerThanTheResolveInterval(t *testing.T) {
 	require.Eventually(t, func() bool { return dns.aQueries.Load() > n }, 30*time.Second, 50*time.Millisecond,
 		"a broken stream brings a resolve within seconds")
 	settled("resolves settle back to the interval while it stays down")
-	assert.False(t, u.Status()[third.addr].Connected)
-	assert.True(t, u.Status()[second.addr].Connected)
+	assert.False(t, u.Streams()[third.addr].Connected)
+	assert.True(t, u.Streams()[second.addr].Connected)
 }

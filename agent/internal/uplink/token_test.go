@@ -59,12 +59,12 @@ func TestTokenFileIsReReadOnReconnect(t *testing.T) {
 
 	time.Sleep(2 * time.Second)
 	assert.Empty(t, r.reports(), "another ServiceAccount's token gets nothing in")
-	assert.False(t, u.Status()[r.addr].Connected)
+	assert.False(t, u.Streams()[r.addr].Connected)
 
 	writeToken(t, tokenFile, good)
 	require.Eventually(t, func() bool { return len(r.reports()) >= 3 }, 30*time.Second, 50*time.Millisecond,
 		"the rotated token is read on the next attempt")
-	assert.True(t, u.Status()[r.addr].Connected)
+	assert.True(t, u.Streams()[r.addr].Connected)
 	for _, a := range r.reports() {
 		assert.Equal(t, "cp1", a.Node)
 	}
@@ -77,5 +77,5 @@ func TestTokenFileIsReReadOnReconnect(t *testing.T) {
 	r.start()
 	time.Sleep(3 * time.Second)
 	assert.Len(t, r.reports(), before, "nothing accepted after the restart")
-	assert.False(t, u.Status()[r.addr].Connected)
+	assert.False(t, u.Streams()[r.addr].Connected)
 }

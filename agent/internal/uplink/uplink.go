@@ -309,8 +309,8 @@ func (u *Uplink) countFit(seq uint64, fit wire.FitResult) {
 // latest ack, or 0 when none has.
 func (u *Uplink) DesiredInterval() time.Duration { return time.Duration(u.desired.Load()) }
 
-// ReplicaStatus is what the uplink knows about one replica.
-type ReplicaStatus struct {
+// StreamStats is what the uplink knows about its stream to one replica.
+type StreamStats struct {
 	// Connected: the replica accepted our Hello and the stream is open.
 	Connected bool
 	// Sent and Acked count reports sent and acknowledged as accepted;
@@ -320,14 +320,14 @@ type ReplicaStatus struct {
 	LastAcked uint64
 }
 
-// Status returns the status of every replica currently resolved, by dial
+// Streams returns the stream of every replica currently resolved, by dial
 // address.
-func (u *Uplink) Status() map[string]ReplicaStatus {
+func (u *Uplink) Streams() map[string]StreamStats {
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	out := make(map[string]ReplicaStatus, len(u.replicas))
+	out := make(map[string]StreamStats, len(u.replicas))
 	for a, r := range u.replicas {
-		out[a] = ReplicaStatus{
+		out[a] = StreamStats{
 			Connected: r.connected.Load(), Sent: r.sent.Load(), Acked: r.acked.Load(),
 			Rejected: r.rejected.Load(), LastAcked: r.lastAcked.Load(),
 		}

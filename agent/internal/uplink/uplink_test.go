@@ -165,7 +165,7 @@ func TestStreamsToEveryReplicaAndADeadOneDelaysNoOther(t *testing.T) {
 				require.Eventually(t, func() bool { return len(r.reports()) >= 3 }, 30*time.Second, 50*time.Millisecond, "replica %s gets reports", r.addr)
 			}
 			for _, r := range reps {
-				assert.True(t, u.Status()[r.addr].Connected)
+				assert.True(t, u.Streams()[r.addr].Connected)
 				assert.Equal(t, 1.0, testutil.ToFloat64(u.m.connected.WithLabelValues(r.addr)))
 				for _, a := range r.reports() {
 					assert.Equal(t, "cp1", a.Node)
@@ -187,7 +187,7 @@ func TestStreamsToEveryReplicaAndADeadOneDelaysNoOther(t *testing.T) {
 				assert.LessOrEqual(t, missed, len(pub)/5, "a live replica misses (almost) nothing")
 				assert.Less(t, slowest, 1500*time.Millisecond, "a dead replica delays no other")
 			}
-			require.Eventually(t, func() bool { return !u.Status()[dead.addr].Connected }, 20*time.Second, 50*time.Millisecond)
+			require.Eventually(t, func() bool { return !u.Streams()[dead.addr].Connected }, 20*time.Second, 50*time.Millisecond)
 			assert.Equal(t, 0.0, testutil.ToFloat64(u.m.connected.WithLabelValues(dead.addr)))
 
 			// Restart it on the same port: it resumes with newer reports.
@@ -196,7 +196,7 @@ func TestStreamsToEveryReplicaAndADeadOneDelaysNoOther(t *testing.T) {
 			dead.start()
 			require.Eventually(t, func() bool { return dead.maxSeq() > before }, 30*time.Second, 50*time.Millisecond, "restarted replica resumes")
 			t.Logf("restarted replica got report %d %s after restart", dead.maxSeq(), time.Since(restartedAt))
-			assert.True(t, u.Status()[dead.addr].Connected)
+			assert.True(t, u.Streams()[dead.addr].Connected)
 		})
 	}
 }
@@ -213,7 +213,7 @@ func TestAFrozenReplicaDelaysNoOther(t *testing.T) {
 	// SIGSTOP: the connection stays open and silent; nothing is reset.
 	frozen.freeze()
 	frozenAt := time.Now()
-	require.Eventually(t, func() bool { return !u.Status()[frozen.addr].Connected }, 30*time.Second, 50*time.Millisecond,
+	require.Eventually(t, func() bool { return !u.Streams()[frozen.addr].Connected }, 30*time.Second, 50*time.Millisecond,
 		"a silent replica is dropped (ack timeout)")
 	t.Logf("frozen replica dropped after %s", time.Since(frozenAt))
 	time.Sleep(time.Second)
@@ -236,7 +236,7 @@ func TestResolvesDNSNamesToEveryAddress(t *testing.T) {
 	u := l.start(t, nil, net.JoinHostPort("localhost", port))
 	publish(t, u, 100*time.Millisecond)
 	require.Eventually(t, func() bool { return len(r.reports()) >= 2 }, 30*time.Second, 50*time.Millisecond)
-	st := u.Status()
+	st := u.Streams()
 	require.Contains(t, st, r.addr, "localhost resolved to 127.0.0.1")
 	assert.True(t, st[r.addr].Connected, "the certificate was checked for the DNS name")
 }
@@ -260,8 +260,8 @@ func TestUntrustedServerIsNotSentAnything(t *testing.T) {
 	publish(t, u, 50*time.Millisecond)
 	time.Sleep(2 * time.Second)
 	assert.Empty(t, r.reports())
-	assert.False(t, u.Status()[r.addr].Connected)
-	assert.Zero(t, u.Status()[r.addr].Sent)
+	assert.False(t, u.Streams()[r.addr].Connected)
+	assert.Zero(t, u.Streams()[r.addr].Sent)
 }
 
 func TestPublishStampsSignsAndNeverMutates(t *testing.T) {

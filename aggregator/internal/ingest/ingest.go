@@ -85,7 +85,7 @@ type Server struct {
 	devKeys map[string]signing.DevKey
 	// nodeAddrs is Deps.NodeAddresses (nil: no peer address check).
 	nodeAddrs func(node string) []string
-	checker   *verify.Checker
+	verifier  *verify.Verifier
 	logs      *logLimiter
 	// conns, pending and nodes bound the surface (surface.go); baseCtx is
 	// the context of re-reviews, which outlive no stream but run outside
@@ -99,18 +99,18 @@ type Server struct {
 	latest latestTable
 	// desired is the interval sent in every ack.
 	desired time.Duration
-	// checks carries reports from streams to the checkers; stop ends them.
-	checks   chan *checkJob
-	stop     chan struct{}
-	stopOnce sync.Once
-	checkers sync.WaitGroup
+	// jobs carries reports from streams to the verifiers; stop ends them.
+	jobs      chan *verifyJob
+	stop      chan struct{}
+	stopOnce  sync.Once
+	verifiers sync.WaitGroup
 }
 
-// checkJob is one stream's report in the hands of a checker. Each stream
+// verifyJob is one stream's report in the hands of a verifier goroutine. Each stream
 // has one, reused: a stream has one report in flight at a time. At the
 // stream's Hello it carries the public key to expand instead (pub set, sr
 // nil).
-type checkJob struct {
+type verifyJob struct {
 	sess *session
 	sr   *pb.SignedReport
 	resp chan *pb.IngestResponse
@@ -144,7 +144,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	}
 	s := &Server{
 		cfg: cfg, sink: deps.Sink, now: deps.Now, log: deps.Log.With(zap.String("component", "ingest")), m: m,
-		checker: verify.New(verify.Limits{
+		verifier: verify.New(verify.Limits{
 			MaxPayloadBytes: cfg.MaxPayloadBytes, SkewWindow: cfg.SkewWindow, RatePerNode: cfg.RatePerNode, RateBurst: cfg.RateBurst,
 		}),
 		logs:  newLogLimiter(10 * time.Second),
@@ -154,7 +154,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 		s.nodeAddrs = deps.NodeAddresses
 	}
 	s.desired = cfg.DesiredInterval
-	s.startCheckers(max(2, runtime.GOMAXPROCS(0)))
+	s.startVerifiers(max(2, runtime.GOMAXPROCS(0)))
 	if deps.TokenReviews != nil {
 		s.auth, err = newTokenAuthenticator(deps.TokenReviews, cfg.TokenAudience, cfg.AgentServiceAccount, cfg.TokenReviewCacheTTL, cfg.Surface, deps.Now, m)
 		if err != nil {
@@ -172,24 +172,24 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	return s, nil
 }
 
-// startCheckers starts n goroutines that run every report's checks
+// startVerifiers starts n goroutines (the verifiers) that verify every report
 // (handleReport) for all streams. A stream's own goroutine only receives,
 // hands over and acknowledges, so its stack never holds an ed25519
 // verification or a payload decode and stays small: with one goroutine per
 // agent stream, that is most of the aggregator's stack memory at 5,000
 // nodes. Stop ends them.
-func (s *Server) startCheckers(n int) {
-	s.checks = make(chan *checkJob)
+func (s *Server) startVerifiers(n int) {
+	s.jobs = make(chan *verifyJob)
 	s.stop = make(chan struct{})
 	for range n {
-		s.checkers.Add(1)
+		s.verifiers.Add(1)
 		go func() {
-			defer s.checkers.Done()
+			defer s.verifiers.Done()
 			for {
 				select {
 				case <-s.stop:
 					return
-				case j := <-s.checks:
+				case j := <-s.jobs:
 					if j.pub != nil {
 						j.key, j.keyErr = signing.NewVerifyKey(j.pub)
 						j.resp <- nil
@@ -202,36 +202,36 @@ func (s *Server) startCheckers(n int) {
 	}
 }
 
-// Stop ends the checkers; a report that arrives afterwards is checked on
+// Stop ends the verifiers; a report that arrives afterwards is verified on
 // its stream's goroutine. Stop is idempotent.
 func (s *Server) Stop() {
 	s.stopOnce.Do(func() { close(s.stop) })
-	s.checkers.Wait()
+	s.verifiers.Wait()
 }
 
-// check runs handleReport on a checker and waits for its answer.
-func (s *Server) check(j *checkJob, sr *pb.SignedReport) *pb.IngestResponse {
+// verifyReport runs handleReport on a verifier and waits for its answer.
+func (s *Server) verifyReport(j *verifyJob, sr *pb.SignedReport) *pb.IngestResponse {
 	j.sr = sr
 	// The report is garbage once checked: the job must not keep it alive
 	// while the stream waits for the next one.
 	defer func() { j.sr = nil }()
 	select {
-	case s.checks <- j:
+	case s.jobs <- j:
 		return <-j.resp
 	case <-s.stop:
 		return s.handleReport(j.sess, sr)
 	}
 }
 
-// verifyKey expands a Hello's public key on a checker, for the reason
-// reports are checked there: the curve arithmetic would grow the stream's
+// verifyKey expands a Hello's public key on a verifier, for the reason
+// reports are verified there: the curve arithmetic would grow the stream's
 // own stack (by 8 KiB per agent stream, measured at 5,000 streams) for the
 // stream's whole life.
-func (s *Server) verifyKey(j *checkJob, pub []byte) (*signing.VerifyKey, error) {
+func (s *Server) verifyKey(j *verifyJob, pub []byte) (*signing.VerifyKey, error) {
 	j.pub = pub
 	defer func() { j.pub, j.key, j.keyErr = nil, nil, nil }()
 	select {
-	case s.checks <- j:
+	case s.jobs <- j:
 		<-j.resp
 		return j.key, j.keyErr
 	case <-s.stop:
@@ -285,7 +285,7 @@ func (s *Server) Ingest(stream pb.IngestService_IngestServer) error {
 	var sess *session
 	var ls *liveStream
 	ip := peerHost(peerAddr)
-	job := &checkJob{resp: make(chan *pb.IngestResponse, 1)}
+	job := &verifyJob{resp: make(chan *pb.IngestResponse, 1)}
 	rej := &rejection{reason: ReasonTooManyStreams, detail: "too many streams of this peer have not said hello", code: codes.ResourceExhausted}
 	if s.pending.enter(ip, s.cfg.Surface) {
 		s.m.pending.Inc()
@@ -339,7 +339,7 @@ func (s *Server) Ingest(stream pb.IngestService_IngestServer) error {
 		var resp *pb.IngestResponse
 		switch msg := req.GetMsg().(type) {
 		case *pb.IngestRequest_Report:
-			resp = s.check(job, msg.Report)
+			resp = s.verifyReport(job, msg.Report)
 		default:
 			s.m.received.Inc()
 			s.reject(ReasonMalformed, sess.Node, peerAddr, fmt.Sprintf("want a report after the hello, got %T", msg), 0)
@@ -386,7 +386,7 @@ func (s *Server) recvHello(stream pb.IngestService_IngestServer) (*pb.Hello, *re
 
 // authenticate binds the Hello's key to the node its token proves.
 // The token's stream is then its node's only one (admitStream).
-func (s *Server) authenticate(ctx context.Context, job *checkJob, h *pb.Hello, peerAddr string) (*session, *liveStream, *rejection) {
+func (s *Server) authenticate(ctx context.Context, job *verifyJob, h *pb.Hello, peerAddr string) (*session, *liveStream, *rejection) {
 	malformed := func(detail string) *rejection {
 		return &rejection{reason: ReasonMalformed, detail: detail, code: codes.InvalidArgument}
 	}
@@ -471,7 +471,7 @@ func (s *Server) authenticate(ctx context.Context, job *checkJob, h *pb.Hello, p
 func (s *Server) handleReport(sess *session, sr *pb.SignedReport) *pb.IngestResponse {
 	s.m.received.Inc()
 	now := s.now()
-	seq, reason, detail := s.checker.Check(&sess.Session, sr, now, s.sink.Accept)
+	seq, reason, detail := s.verifier.Verify(&sess.Session, sr, now, s.sink.Accept)
 	if reason != "" {
 		s.reject(reason, sess.Node, sess.peer, detail, seq)
 		return s.ack(seq, reason)

@@ -103,7 +103,7 @@ func ReadQuota(ctx context.Context, m *etcdmetrics.Reader, configured int64) Quo
 
 // read judges the member once RequireEtcd found its service.
 func read(ctx context.Context, c *machineapi.Client, svc *machine.ServiceInfo, m *etcdmetrics.Reader, th Thresholds) (report.Observation, error) {
-	if st, reason := machineapi.ServiceStatus(svc); st == report.StatusDown {
+	if st, reason := machineapi.JudgeService(svc); st == report.StatusDown {
 		return report.Observation{Status: st, Reason: "Etcd" + reason, Message: machineapi.Describe(svc)}, nil
 	}
 	st, err := c.EtcdStatus(ctx)
@@ -146,7 +146,7 @@ func Judge(svc *machine.ServiceInfo, st *machine.EtcdMemberStatus, alarms []*mac
 		}
 	}
 	ratio := float64(st.GetDbSize()) / float64(q.Bytes)
-	svcStatus, svcReason := machineapi.ServiceStatus(svc)
+	svcStatus, svcReason := machineapi.JudgeService(svc)
 	if st.GetIsLearner() && machineapi.LearnerUnsupported(svc.GetHealth().GetLastMessage()) {
 		// Talos' etcd health probe is a quorum read, which etcd refuses to
 		// learners: until Talos promotes it, the member's own status is the

@@ -59,7 +59,7 @@ func Judge(svcs []*machine.ServiceInfo) report.Observation {
 			}
 			continue
 		}
-		st, why := machineapi.ServiceStatus(s)
+		st, why := machineapi.JudgeService(s)
 		if report.Worse(status, st) != status {
 			status, reason = st, why
 		}

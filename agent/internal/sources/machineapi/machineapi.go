@@ -60,8 +60,8 @@ func Find(svcs []*machine.ServiceInfo, id string) *machine.ServiceInfo {
 	return nil
 }
 
-// ServiceStatus judges one Talos service.
-func ServiceStatus(s *machine.ServiceInfo) (report.Status, string) {
+// JudgeService judges one Talos service: its health status and the reason.
+func JudgeService(s *machine.ServiceInfo) (report.Status, string) {
 	h := s.GetHealth()
 	switch {
 	case s.GetState() != "Running":

@@ -33,7 +33,7 @@ func TestCheckRefusesOutOfBounds(t *testing.T) {
 		mutate(r)
 		sr, err := key.SignReport(r)
 		require.NoError(t, err)
-		_, reason, detail := c.Check(sess, sr, now, accept)
+		_, reason, detail := c.Verify(sess, sr, now, accept)
 		return reason, detail
 	}
 	reason, detail := check(func(r *report.NodeReport) { r.Observations[1].Reason = strings.Repeat("R", 1025) })

@@ -61,7 +61,7 @@ func FuzzVerifySigned(f *testing.F) {
 		}
 		sig := key.Sign(payload)
 		before := len(accepted)
-		_, reason, _ := c.Check(sess, &pb.SignedReport{Payload: payload, Signature: sig, KeyId: key.KeyID()}, now, accept)
+		_, reason, _ := c.Verify(sess, &pb.SignedReport{Payload: payload, Signature: sig, KeyId: key.KeyID()}, now, accept)
 		if reason != "" {
 			if len(accepted) != before {
 				t.Fatal("a refused report reached the sink")

@@ -83,7 +83,7 @@ func FuzzVerify(f *testing.F) {
 		if before > 0 {
 			last = accepted[before-1].Sequence
 		}
-		_, reason, _ := c.Check(sess, sr, now, accept)
+		_, reason, _ := c.Verify(sess, sr, now, accept)
 		if reason != "" {
 			if len(accepted) != before {
 				t.Fatal("a rejected report was accepted")

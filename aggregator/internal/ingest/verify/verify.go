@@ -40,26 +40,26 @@ type Limits struct {
 	RateBurst   int
 }
 
-// Checker holds the per-node rate buckets and per-instance replay state of
+// Verifier holds the per-node rate buckets and per-instance replay state of
 // one replica. It is safe for concurrent use.
-type Checker struct {
+type Verifier struct {
 	limits   Limits
 	limiters *nodeLimiters
 	replays  *replayGuard
 }
 
-// New returns a Checker enforcing l.
-func New(l Limits) *Checker {
-	return &Checker{limits: l, limiters: newNodeLimiters(l.RatePerNode, l.RateBurst), replays: newReplayGuard(l.SkewWindow)}
+// New returns a Verifier enforcing l.
+func New(l Limits) *Verifier {
+	return &Verifier{limits: l, limiters: newNodeLimiters(l.RatePerNode, l.RateBurst), replays: newReplayGuard(l.SkewWindow)}
 }
 
-// Check runs every report-stage check on sr, received on the stream of
+// Verify runs every report-stage check on sr, received on the stream of
 // sess, in the order of the package comment; if all pass it calls accept
 // (under the instance's replay lock, so one instance's reports reach it in
 // sequence order) and returns an empty reason. It returns the report's
 // sequence when known, and the rejection reason and its detail otherwise.
 // A rejected report changes nothing but the node's rate bucket.
-func (c *Checker) Check(sess *Session, sr *pb.SignedReport, now time.Time, accept func(*report.NodeReport, time.Time)) (uint64, string, string) {
+func (c *Verifier) Verify(sess *Session, sr *pb.SignedReport, now time.Time, accept func(*report.NodeReport, time.Time)) (uint64, string, string) {
 	if n := len(sr.GetPayload()); n > c.limits.MaxPayloadBytes {
 		return 0, ReasonOversized, fmt.Sprintf("payload of %d bytes over the %d byte limit", n, c.limits.MaxPayloadBytes)
 	}

@@ -23,7 +23,7 @@ func TestCheckOrderAndState(t *testing.T) {
 	sign := func(r *report.NodeReport) []any {
 		sr, err := key.SignReport(r)
 		require.NoError(t, err)
-		seq, reason, _ := c.Check(sess, sr, now, accept)
+		seq, reason, _ := c.Verify(sess, sr, now, accept)
 		return []any{seq, reason}
 	}
 	assert.Equal(t, []any{uint64(5), ""}, sign(sample("cp1", "inst", 5, now, 2)))
@@ -43,7 +43,7 @@ func TestCheckOrderAndState(t *testing.T) {
 	other := &Session{Node: "cp2", Key: key.VerifyKey(), KeyID: key.KeyID(), Instance: "inst"}
 	sr, err := key.SignReport(sample("cp2", "inst", 1, now, 1))
 	require.NoError(t, err)
-	_, reason, _ := c.Check(other, sr, now, accept)
+	_, reason, _ := c.Verify(other, sr, now, accept)
 	assert.Empty(t, reason)
 }
 
