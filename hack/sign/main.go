@@ -440,7 +440,15 @@ func (s *signed) referrers(ctx context.Context) error {
 		return fmt.Errorf("referrers of %s: %w", s.Subject, err)
 	}
 	for _, m := range im.Manifests {
-		switch m.Annotations[bundlePredicateAnnotation] {
+		predicate, ok := m.Annotations[bundlePredicateAnnotation]
+		if !ok {
+			// The tag fallback's index (a registry without the
+			// referrers API) keeps no annotations: read the manifest's.
+			if predicate, err = manifestPredicate(ctx, d.Context().Digest(m.Digest.String())); err != nil {
+				return err
+			}
+		}
+		switch predicate {
 		case signPredicate:
 			s.Signatures = append(s.Signatures, m.Digest.String())
 		case spdxPredicate:
@@ -450,6 +458,22 @@ func (s *signed) referrers(ctx context.Context) error {
 	slices.Sort(s.Signatures)
 	slices.Sort(s.SBOMs)
 	return nil
+}
+
+// manifestPredicate reads the bundle predicate type annotation of a referrer
+// manifest.
+func manifestPredicate(ctx context.Context, d name.Digest) (string, error) {
+	desc, err := remote.Get(d, remoteOpts(ctx)...)
+	if err != nil {
+		return "", fmt.Errorf("get referrer %s: %w", d, err)
+	}
+	var m struct {
+		Annotations map[string]string `json:"annotations"`
+	}
+	if err := json.Unmarshal(desc.Manifest, &m); err != nil {
+		return "", fmt.Errorf("read referrer %s: %w", d, err)
+	}
+	return m.Annotations[bundlePredicateAnnotation], nil
 }
 
 // sbom writes the SPDX JSON SBOM of one platform's image, read from the
