@@ -19,6 +19,7 @@ import (
 	"github.com/cozystack/cozy-health/agent/internal/checks/ciliumagent"
 	"github.com/cozystack/cozy-health/agent/internal/runner"
 	"github.com/cozystack/cozy-health/agent/internal/sources/machineapi"
+	"github.com/cozystack/cozy-health/pkg/metrictest"
 	"github.com/cozystack/cozy-health/pkg/report"
 	"github.com/cozystack/cozy-health/test/harness"
 	ciliumsrc "github.com/cozystack/cozy-health/test/sources/cilium"
@@ -122,24 +123,9 @@ func TestMissingInputsRecoverWithoutRestart(t *testing.T) {
 // errorsTotal reads cozy_health_agent_check_errors_total{check, reason}.
 func errorsTotal(t *testing.T, reg *prometheus.Registry, check, reason string) float64 {
 	t.Helper()
-	mfs, err := reg.Gather()
-	require.NoError(t, err)
-	for _, mf := range mfs {
-		if mf.GetName() != "cozy_health_agent_check_errors_total" {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			labels := map[string]string{}
-			for _, l := range m.GetLabel() {
-				labels[l.GetName()] = l.GetValue()
-			}
-			if labels["check"] == check && labels["reason"] == reason {
-				return m.GetCounter().GetValue()
-			}
-		}
-	}
-	t.Fatalf("no cozy_health_agent_check_errors_total{check=%q,reason=%q}", check, reason)
-	return 0
+	m := metrictest.Lookup(t, reg, "cozy_health_agent_check_errors_total", "check", check, "reason", reason)
+	require.NotNil(t, m, "no cozy_health_agent_check_errors_total{check=%q,reason=%q}", check, reason)
+	return m.GetCounter().GetValue()
 }
 
 // The messages end up in a Health node entry ("<Type>: <message>", 256

@@ -39,6 +39,7 @@ import (
 	"github.com/cozystack/cozy-health/aggregator/internal/writer"
 	healthv1alpha1 "github.com/cozystack/cozy-health/pkg/apis/health/v1alpha1"
 	"github.com/cozystack/cozy-health/pkg/client/clientset/versioned"
+	"github.com/cozystack/cozy-health/pkg/metrictest"
 	"github.com/cozystack/cozy-health/test/harness"
 )
 
@@ -116,20 +117,9 @@ func startWith(t *testing.T, cfg adapterkit.Config, setup func(e *env) *rest.Con
 // there is no such series.
 func (e *env) gauge(name string, want map[string]string) float64 {
 	e.t.Helper()
-	mfs, err := e.reg.Gather()
-	require.NoError(e.t, err)
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			got := map[string]string{}
-			for _, lp := range m.GetLabel() {
-				got[lp.GetName()] = lp.GetValue()
-			}
-			if maps.Equal(got, want) {
-				return m.GetGauge().GetValue() + m.GetCounter().GetValue() + float64(m.GetHistogram().GetSampleCount())
-			}
+	for _, m := range metrictest.Series(e.t, e.reg, name) {
+		if maps.Equal(metrictest.LabelsOf(m), want) {
+			return metrictest.ValueOf(m)
 		}
 	}
 	return -1

@@ -16,6 +16,7 @@ import (
 	"github.com/cozystack/cozy-health/aggregator/internal/writer"
 	healthv1alpha1 "github.com/cozystack/cozy-health/pkg/apis/health/v1alpha1"
 	"github.com/cozystack/cozy-health/pkg/client/clientset/versioned"
+	"github.com/cozystack/cozy-health/pkg/metrictest"
 )
 
 // TestFreshnessSeriesCoverEveryWrittenObject: the watchdog's series
@@ -64,19 +65,9 @@ func TestFreshnessSeriesCoverEveryWrittenObject(t *testing.T) {
 
 	series := func() map[string]float64 {
 		out := map[string]float64{}
-		mfs, err := reg.Gather()
-		require.NoError(t, err)
-		for _, mf := range mfs {
-			if mf.GetName() != "cozy_health_health_fresh_until_timestamp_seconds" {
-				continue
-			}
-			for _, s := range mf.GetMetric() {
-				l := map[string]string{}
-				for _, p := range s.GetLabel() {
-					l[p.GetName()] = p.GetValue()
-				}
-				out[l["namespace"]+"/"+l["component"]] = s.GetGauge().GetValue()
-			}
+		for _, s := range metrictest.Series(t, reg, "cozy_health_health_fresh_until_timestamp_seconds") {
+			l := metrictest.LabelsOf(s)
+			out[l["namespace"]+"/"+l["component"]] = s.GetGauge().GetValue()
 		}
 		return out
 	}

@@ -17,13 +17,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap"
 	"k8s.io/client-go/rest"
 
 	"github.com/cozystack/cozy-health/aggregator/internal/config"
+	"github.com/cozystack/cozy-health/pkg/metrictest"
 	"github.com/cozystack/cozy-health/pkg/tlsutil"
 )
 
@@ -140,7 +140,7 @@ func TestIdleConnectionsBounded(t *testing.T) {
 	heap1, rss1 = memory()
 	assert.Equal(t, perPeer, len(answered), "connections answered from one address")
 	assert.Equal(t, n-perPeer, refused, "connections closed at accept")
-	assert.Equal(t, float64(n-perPeer), metricValue(t, a.reg, "cozy_health_http_connections_rejected_total", "listener", "metrics", "reason", reasonTooManyConnections))
+	assert.Equal(t, float64(n-perPeer), metrictest.Value(t, a.reg, "cozy_health_http_connections_rejected_total", "listener", "metrics", "reason", reasonTooManyConnections))
 	// Another address is not refused for the first one's connections.
 	other, otherRefused := probeConns(t, "127.0.0.3", a.MetricsAddr(), 1)
 	assert.Len(t, other, 1)
@@ -155,7 +155,7 @@ func TestIdleConnectionsBounded(t *testing.T) {
 	// next in. Idle ones are closed after the idle timeout, so the wait
 	// ends then at the latest.
 	require.Eventually(t, func() bool {
-		return metricValue(t, a.reg, "cozy_health_http_connections", "listener", "metrics") == 0
+		return metrictest.Value(t, a.reg, "cozy_health_http_connections", "listener", "metrics") == 0
 	}, 5*time.Second, 50*time.Millisecond)
 	var held []net.Conn
 	for i := range 2 * perPeer {
@@ -165,7 +165,7 @@ func TestIdleConnectionsBounded(t *testing.T) {
 		held = append(held, c)
 	}
 	require.Eventually(t, func() bool {
-		return metricValue(t, a.reg, "cozy_health_http_connections", "listener", "metrics") == float64(2*perPeer)
+		return metrictest.Value(t, a.reg, "cozy_health_http_connections", "listener", "metrics") == float64(2*perPeer)
 	}, 5*time.Second, 20*time.Millisecond)
 	late, err := net.Dial("tcp", a.MetricsAddr())
 	require.NoError(t, err)
@@ -188,36 +188,6 @@ func mustAddrPort(t *testing.T, addr string) netip.AddrPort {
 	ap, err := netip.ParseAddrPort(addr)
 	require.NoError(t, err)
 	return ap
-}
-
-// metricValue reads one counter or gauge, whose labels include the given
-// name/value pairs, from g.
-func metricValue(t *testing.T, g prometheus.Gatherer, name string, labels ...string) float64 {
-	t.Helper()
-	mfs, err := g.Gather()
-	require.NoError(t, err)
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-	metric:
-		for _, m := range mf.GetMetric() {
-			for i := 0; i+1 < len(labels); i += 2 {
-				found := false
-				for _, l := range m.GetLabel() {
-					found = found || (l.GetName() == labels[i] && l.GetValue() == labels[i+1])
-				}
-				if !found {
-					continue metric
-				}
-			}
-			if c := m.GetCounter(); c != nil {
-				return c.GetValue()
-			}
-			return m.GetGauge().GetValue()
-		}
-	}
-	return 0
 }
 
 // startMetricsTLS runs a replica with --metrics-tls and no apiserver

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
@@ -17,6 +16,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 
+	"github.com/cozystack/cozy-health/pkg/metrictest"
 	"github.com/cozystack/cozy-health/pkg/report"
 	"github.com/cozystack/cozy-health/pkg/signing"
 	"github.com/cozystack/cozy-health/pkg/tlsutil"
@@ -113,42 +113,8 @@ func startServerWith(t testing.TB, cfg Config, deps Deps, register func(*grpc.Se
 	return ts
 }
 
-// metricValue reads one counter or gauge from a registry.
-func metricValue(t testing.TB, g prometheus.Gatherer, name string, labels ...string) float64 {
-	t.Helper()
-	mfs, err := g.Gather()
-	require.NoError(t, err)
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-	metric:
-		for _, m := range mf.GetMetric() {
-			for i := 0; i+1 < len(labels); i += 2 {
-				if labelValue(m, labels[i]) != labels[i+1] {
-					continue metric
-				}
-			}
-			if c := m.GetCounter(); c != nil {
-				return c.GetValue()
-			}
-			return m.GetGauge().GetValue()
-		}
-	}
-	return 0
-}
-
-func labelValue(m *dto.Metric, name string) string {
-	for _, l := range m.GetLabel() {
-		if l.GetName() == name {
-			return l.GetValue()
-		}
-	}
-	return ""
-}
-
 func rejected(t testing.TB, ts *testServer, reason string) float64 {
-	return metricValue(t, ts.reg, "cozy_health_reports_rejected_total", "reason", reason)
+	return metrictest.Value(t, ts.reg, "cozy_health_reports_rejected_total", "reason", reason)
 }
 
 // testAgent speaks the ingest protocol directly, so tests can send anything.

@@ -23,6 +23,7 @@ import (
 	authenticationv1 "k8s.io/api/authentication/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/cozystack/cozy-health/pkg/metrictest"
 	"github.com/cozystack/cozy-health/pkg/report"
 	"github.com/cozystack/cozy-health/pkg/signing"
 	"github.com/cozystack/cozy-health/test/harness"
@@ -154,8 +155,8 @@ func TestIdentityAgainstARealAPIServer(t *testing.T) {
 		assert.Equal(t, 1.0, rejected(t, ts, ReasonRevoked))
 	})
 	t.Run("a reconnect storm is served from the cache", func(t *testing.T) {
-		reviewed := metricValue(t, ts.reg, "cozy_health_ingest_token_reviews_total", "result", "reviewed")
-		cached := metricValue(t, ts.reg, "cozy_health_ingest_token_reviews_total", "result", "cached")
+		reviewed := metrictest.Value(t, ts.reg, "cozy_health_ingest_token_reviews_total", "result", "reviewed")
+		cached := metrictest.Value(t, ts.reg, "cozy_health_ingest_token_reviews_total", "result", "cached")
 		const storm = 50
 		var wg sync.WaitGroup
 		var mu sync.Mutex
@@ -176,12 +177,12 @@ func TestIdentityAgainstARealAPIServer(t *testing.T) {
 		}
 		wg.Wait()
 		assert.Equal(t, storm, ok)
-		assert.Equal(t, reviewed, metricValue(t, ts.reg, "cozy_health_ingest_token_reviews_total", "result", "reviewed"), "no TokenReview")
-		assert.Equal(t, cached+storm, metricValue(t, ts.reg, "cozy_health_ingest_token_reviews_total", "result", "cached"))
+		assert.Equal(t, reviewed, metrictest.Value(t, ts.reg, "cozy_health_ingest_token_reviews_total", "result", "reviewed"), "no TokenReview")
+		assert.Equal(t, cached+storm, metrictest.Value(t, ts.reg, "cozy_health_ingest_token_reviews_total", "result", "cached"))
 	})
 	t.Run("a burst of new tokens shares one review per token", func(t *testing.T) {
 		fresh := token(agentSA, "agent-cp1", aud)
-		reviewed := metricValue(t, ts.reg, "cozy_health_ingest_token_reviews_total", "result", "reviewed")
+		reviewed := metrictest.Value(t, ts.reg, "cozy_health_ingest_token_reviews_total", "result", "reviewed")
 		var wg sync.WaitGroup
 		for range 20 {
 			wg.Add(1)
@@ -195,7 +196,7 @@ func TestIdentityAgainstARealAPIServer(t *testing.T) {
 			}()
 		}
 		wg.Wait()
-		assert.Equal(t, reviewed+1, metricValue(t, ts.reg, "cozy_health_ingest_token_reviews_total", "result", "reviewed"))
+		assert.Equal(t, reviewed+1, metrictest.Value(t, ts.reg, "cozy_health_ingest_token_reviews_total", "result", "reviewed"))
 	})
 }
 

@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
+	"github.com/cozystack/cozy-health/pkg/metrictest"
 	"github.com/cozystack/cozy-health/pkg/report"
 	"github.com/cozystack/cozy-health/pkg/signing"
 	pb "github.com/cozystack/cozy-health/proto/cozyhealth/v1"
@@ -256,8 +257,8 @@ func TestEveryBadReportIsRejectedAndCountedWhileAHealthyAgentFlows(t *testing.T)
 	for _, r := range Reasons {
 		rej += rejected(t, ts, r)
 	}
-	received := metricValue(t, ts.reg, "cozy_health_reports_received_total")
-	accepted := metricValue(t, ts.reg, "cozy_health_reports_accepted_total")
+	received := metrictest.Value(t, ts.reg, "cozy_health_reports_received_total")
+	accepted := metrictest.Value(t, ts.reg, "cozy_health_reports_accepted_total")
 	assert.Equal(t, received, accepted+rej)
 	assert.Equal(t, float64(ts.sink.count("cp1")+ts.sink.count("cp2")+ts.sink.count("cp3")), accepted)
 
@@ -414,8 +415,8 @@ func TestBadHellosCloseTheStream(t *testing.T) {
 		assert.Equal(t, before+1, rejected(t, ts, ReasonMalformed))
 		assert.True(t, a.send(a.next(nil)).GetAccepted(), "the stream stays bound to cp1")
 	})
-	assert.Zero(t, metricValue(t, ts.reg, "cozy_health_ingest_token_reviews_total", "result", "reviewed"))
-	assert.Equal(t, 1.0, metricValue(t, ts.reg, "cozy_health_ingest_token_reviews_total", "result", "error"))
+	assert.Zero(t, metrictest.Value(t, ts.reg, "cozy_health_ingest_token_reviews_total", "result", "reviewed"))
+	assert.Equal(t, 1.0, metrictest.Value(t, ts.reg, "cozy_health_ingest_token_reviews_total", "result", "error"))
 }
 
 func TestAcksCarryTheDesiredInterval(t *testing.T) {

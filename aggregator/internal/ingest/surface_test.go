@@ -22,6 +22,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 
+	"github.com/cozystack/cozy-health/pkg/metrictest"
 	"github.com/cozystack/cozy-health/pkg/signing"
 	"github.com/cozystack/cozy-health/pkg/tlsutil"
 	pb "github.com/cozystack/cozy-health/proto/cozyhealth/v1"
@@ -151,7 +152,7 @@ func TestPendingStreamsOfOnePeerAreBounded(t *testing.T) {
 		case <-done:
 			waiting = false
 		case <-sample.C:
-			if v := int64(metricValue(t, ts.reg, "cozy_health_ingest_pending_streams")); v > peak.Load() {
+			if v := int64(metrictest.Value(t, ts.reg, "cozy_health_ingest_pending_streams")); v > peak.Load() {
 				peak.Store(v)
 			}
 		}
@@ -187,7 +188,7 @@ func TestJunkTokensAreNotEachReviewed(t *testing.T) {
 	}
 	assert.LessOrEqual(t, rv.calls.Load(), int64(DefaultPeerTokenReviewBurst+1), "TokenReviews for 200 junk tokens")
 	assert.Positive(t, rejected(t, ts, ReasonReviewThrottled))
-	assert.Equal(t, 100.0, metricValue(t, ts.reg, "cozy_health_ingest_token_reviews_total", "result", "malformed"))
+	assert.Equal(t, 100.0, metrictest.Value(t, ts.reg, "cozy_health_ingest_token_reviews_total", "result", "malformed"))
 }
 
 // TestOneStreamPerNode: 500 streams from one node's token. Before, all 500
@@ -215,9 +216,9 @@ func TestOneStreamPerNode(t *testing.T) {
 	}
 	// A replaced stream's handler ends (and leaves the gauge) when its
 	// connection's close reaches it, just after the newer hello's ack.
-	require.Eventually(t, func() bool { return metricValue(t, ts.reg, "cozy_health_ingest_streams") == 1 }, 5*time.Second, 10*time.Millisecond,
-		"authenticated streams of one node: %v", metricValue(t, ts.reg, "cozy_health_ingest_streams"))
-	assert.Equal(t, 499.0, metricValue(t, ts.reg, "cozy_health_ingest_streams_replaced_total"))
+	require.Eventually(t, func() bool { return metrictest.Value(t, ts.reg, "cozy_health_ingest_streams") == 1 }, 5*time.Second, 10*time.Millisecond,
+		"authenticated streams of one node: %v", metrictest.Value(t, ts.reg, "cozy_health_ingest_streams"))
+	assert.Equal(t, 499.0, metrictest.Value(t, ts.reg, "cozy_health_ingest_streams_replaced_total"))
 	assert.True(t, last.send(last.next(nil)).GetAccepted(), "the newest stream carries reports")
 
 	t.Run("a second stream on the same connection is refused", func(t *testing.T) {
@@ -273,7 +274,7 @@ func TestStreamsAreReauthenticated(t *testing.T) {
 		require.True(t, ack.GetAccepted())
 		// Still there after a few re-reviews.
 		time.Sleep(time.Second)
-		require.Equal(t, 1.0, metricValue(t, ts.reg, "cozy_health_ingest_streams"))
+		require.Equal(t, 1.0, metrictest.Value(t, ts.reg, "cozy_health_ingest_streams"))
 		rv.set(tok, "") // the pod is gone: its token no longer authenticates
 		_, err = st.Recv()
 		require.Error(t, err)
@@ -309,5 +310,5 @@ func TestLoopbackIsSparedPerPeerBounds(t *testing.T) {
 		require.NoError(t, err)
 		require.True(t, ack.GetAccepted(), "node %d: %s", i, ack.GetRejectReason())
 	}
-	assert.Equal(t, 10.0, metricValue(t, ts.reg, "cozy_health_ingest_streams"))
+	assert.Equal(t, 10.0, metrictest.Value(t, ts.reg, "cozy_health_ingest_streams"))
 }

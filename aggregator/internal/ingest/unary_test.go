@@ -20,6 +20,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 
+	"github.com/cozystack/cozy-health/pkg/metrictest"
 	"github.com/cozystack/cozy-health/pkg/signing"
 	"github.com/cozystack/cozy-health/pkg/tlsutil"
 )
@@ -128,7 +129,7 @@ func TestHalfSentUnaryCallsAreBounded(t *testing.T) {
 	assert.Equal(t, float64(n-4), rejected(t, ts, ReasonTooManyStreams))
 	require.Eventually(t, func() bool { return rejected(t, ts, ReasonCallTimeout) == 4 }, 2*time.Second, 20*time.Millisecond)
 	require.Eventually(t, func() bool {
-		return metricValue(t, ts.reg, "cozy_health_ingest_pending_streams") == 0
+		return metrictest.Value(t, ts.reg, "cozy_health_ingest_pending_streams") == 0
 	}, 2*time.Second, 20*time.Millisecond, "the slots are free again")
 	assert.Positive(t, ts.logs.FilterField(zap.String("reason", ReasonCallTimeout)).Len(), "call_timeout is logged")
 }
@@ -182,7 +183,7 @@ func TestCopiedTokenRefusedFromAnotherAddress(t *testing.T) {
 	assert.Equal(t, ReasonPeerAddressMismatch, ack.GetRejectReason())
 	assert.Equal(t, 1.0, rejected(t, ts, ReasonPeerAddressMismatch))
 	assert.Equal(t, 1, ts.logs.FilterField(zap.String("reason", ReasonPeerAddressMismatch)).Len())
-	assert.Zero(t, metricValue(t, ts.reg, "cozy_health_ingest_streams_replaced_total"))
+	assert.Zero(t, metrictest.Value(t, ts.reg, "cozy_health_ingest_streams_replaced_total"))
 
 	// The real agent's stream was not pushed off: it still reports.
 	a := &testAgent{t: t, signer: signer, node: "node-1", instance: "i-" + token[len(token)-6:], stream: real}

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/cozystack/cozy-health/aggregator/internal/status"
+	"github.com/cozystack/cozy-health/pkg/metrictest"
 	"github.com/cozystack/cozy-health/pkg/report"
 )
 
@@ -62,15 +63,5 @@ func TestIssueSeriesAreBounded(t *testing.T) {
 // gauge sums every series of a gauge family.
 func gauge(t *testing.T, g prometheus.Gatherer, name string) float64 {
 	t.Helper()
-	mfs, err := g.Gather()
-	require.NoError(t, err)
-	var sum float64
-	for _, mf := range mfs {
-		if mf.GetName() == name {
-			for _, m := range mf.GetMetric() {
-				sum += m.GetGauge().GetValue()
-			}
-		}
-	}
-	return sum
+	return metrictest.Sum(t, g, name)
 }

@@ -19,6 +19,7 @@ import (
 
 	"github.com/cozystack/cozy-health/aggregator/internal/metrics"
 	"github.com/cozystack/cozy-health/aggregator/internal/state"
+	"github.com/cozystack/cozy-health/pkg/metrictest"
 	"github.com/cozystack/cozy-health/pkg/report"
 	"github.com/cozystack/cozy-health/pkg/report/reporttest"
 )
@@ -95,28 +96,9 @@ func TestHeartbeatExpiryWithFakeClock(t *testing.T) {
 // sample is the first sample of metric name whose labels include labels.
 func sample(t *testing.T, reg *prometheus.Registry, name string, labels map[string]string) *dto.Metric {
 	t.Helper()
-	mfs, err := reg.Gather()
-	require.NoError(t, err)
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-	next:
-		for _, mm := range mf.GetMetric() {
-			got := map[string]string{}
-			for _, lp := range mm.GetLabel() {
-				got[lp.GetName()] = lp.GetValue()
-			}
-			for k, v := range labels {
-				if got[k] != v {
-					continue next
-				}
-			}
-			return mm
-		}
-	}
-	t.Fatalf("no %s%v", name, labels)
-	return nil
+	m := metrictest.Lookup(t, reg, name, metrictest.Pairs(labels)...)
+	require.NotNil(t, m, "no %s%v", name, labels)
+	return m
 }
 
 func gauge(t *testing.T, reg *prometheus.Registry, name string, labels map[string]string) prometheus.Collector {

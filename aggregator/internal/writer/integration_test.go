@@ -15,6 +15,7 @@ import (
 	"github.com/cozystack/cozy-health/aggregator/internal/metrics"
 	healthv1alpha1 "github.com/cozystack/cozy-health/pkg/apis/health/v1alpha1"
 	"github.com/cozystack/cozy-health/pkg/client/clientset/versioned"
+	"github.com/cozystack/cozy-health/pkg/metrictest"
 	"github.com/cozystack/cozy-health/pkg/report"
 	"github.com/cozystack/cozy-health/test/harness"
 )
@@ -110,21 +111,7 @@ func nodeBounded(t *testing.T, reg *prometheus.Registry, reason string) float64 
 // counter is the counter name{reason} of reg.
 func counter(t *testing.T, reg *prometheus.Registry, name, reason string) float64 {
 	t.Helper()
-	mfs, err := reg.Gather()
-	require.NoError(t, err)
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, mm := range mf.GetMetric() {
-			for _, l := range mm.GetLabel() {
-				if l.GetName() == "reason" && l.GetValue() == reason {
-					return mm.GetCounter().GetValue()
-				}
-			}
-		}
-	}
-	return 0
+	return metrictest.Value(t, reg, name, "reason", reason)
 }
 
 // TestTenThousandSilentNodesAreWritten, on a real apiserver over a real
