@@ -89,13 +89,8 @@ func TestFaultMatrix(t *testing.T) {
 		wait(t, "etcd Degraded naming node-2", boundFault, lab.ComponentIs("etcd", healthv1alpha1.StatusDegraded, "node-2"))
 		hs, err := l.Healths(ctx)
 		require.NoError(t, err)
-		var pinned bool
-		for _, c := range hs["etcd"].Status.Conditions {
-			if c.Status == healthv1alpha1.ConditionFalse && c.ResourceRef != nil && c.ResourceRef.Kind == "Node" && c.ResourceRef.Name == "node-2" {
-				pinned = true
-			}
-		}
-		assert.True(t, pinned, "a False etcd condition pinned to Node node-2: %+v", hs["etcd"].Status.Conditions)
+		pinned, seen := lab.ConditionIs("etcd", lab.ConditionWant{RefKind: "Node", RefName: "node-2", Status: healthv1alpha1.ConditionFalse})(hs, time.Now())
+		assert.True(t, pinned, "a False etcd condition pinned to Node node-2: %s", seen)
 
 		// The issue-14 case: one member stopped and another node's agent
 		// silent. The apiserver that accepts the write has quorum, so the
@@ -205,14 +200,8 @@ func TestFaultMatrix(t *testing.T) {
 		wait(t, "linstor Degraded", boundFault, lab.ComponentIs("linstor", healthv1alpha1.StatusDegraded, "node-2"))
 		hs, err := l.Healths(ctx)
 		require.NoError(t, err)
-		var ref *healthv1alpha1.ResourceRef
-		for _, c := range hs["linstor"].Status.Conditions {
-			if c.Status == healthv1alpha1.ConditionFalse && c.ResourceRef != nil && c.ResourceRef.Name == "pvc-lab-1" {
-				ref = c.ResourceRef
-			}
-		}
-		require.NotNil(t, ref, "a False condition pinned to the resource: %+v", hs["linstor"].Status.Conditions)
-		assert.Equal(t, "Resource", ref.Kind)
+		pinned, seen := lab.ConditionIs("linstor", lab.ConditionWant{RefKind: "Resource", RefName: "pvc-lab-1", Status: healthv1alpha1.ConditionFalse})(hs, time.Now())
+		assert.True(t, pinned, "a False condition pinned to Resource pvc-lab-1: %s", seen)
 	})
 
 	// pinned, when set, is the condition the fault must raise on node-1
@@ -315,14 +304,10 @@ func TestFaultMatrix(t *testing.T) {
 		defer func() { fault(t, "node-2", "ovn-nb-thaw", ""); healthy(t) }()
 		wait(t, "kube-ovn OvnCentralMember NB Unknown StatusTimeout, SB not failing", boundFault, lab.All(
 			conditionPinnedIs("kube-ovn", "OvnCentralMember", "OVNDatabase", "OVN_Northbound", healthv1alpha1.ConditionUnknown, "StatusTimeout"),
-			func(hs map[string]*healthv1alpha1.Health, _ time.Time) (bool, string) {
-				for _, c := range hs["kube-ovn"].Status.Conditions {
-					if c.ResourceRef != nil && c.ResourceRef.Name == "OVN_Southbound" && c.Status != healthv1alpha1.ConditionTrue {
-						return false, fmt.Sprintf("%s OVN_Southbound %s %s: %s", c.Type, c.Status, c.Reason, c.Message)
-					}
-				}
-				return true, "OVN_Southbound read and not failing"
-			},
+			lab.Not(lab.Any(
+				lab.ConditionIs("kube-ovn", lab.ConditionWant{RefName: "OVN_Southbound", Status: healthv1alpha1.ConditionFalse}),
+				lab.ConditionIs("kube-ovn", lab.ConditionWant{RefName: "OVN_Southbound", Status: healthv1alpha1.ConditionUnknown}),
+			)),
 		))
 	})
 
@@ -331,14 +316,7 @@ func TestFaultMatrix(t *testing.T) {
 		defer func() { fault(t, "node-1", "cilium-reachable", "node-2"); healthy(t) }()
 		wait(t, "cilium node-1 Degraded, its condition naming node-2", boundFault, lab.All(
 			lab.NodeEntryIs("cilium", "node-1", healthv1alpha1.StatusDegraded, "NodesUnreachable"),
-			func(hs map[string]*healthv1alpha1.Health, _ time.Time) (bool, string) {
-				for _, c := range hs["cilium"].Status.Conditions {
-					if c.Type == "CiliumNodeConnectivity" && c.Status == healthv1alpha1.ConditionFalse && strings.Contains(c.Message, "node-2") {
-						return true, c.Message
-					}
-				}
-				return false, "no False CiliumNodeConnectivity condition naming node-2"
-			},
+			lab.ConditionIs("cilium", lab.ConditionWant{Type: "CiliumNodeConnectivity", Status: healthv1alpha1.ConditionFalse, MessageHas: []string{"node-2"}}),
 		))
 	})
 
@@ -348,14 +326,7 @@ func TestFaultMatrix(t *testing.T) {
 		wait(t, "etcd node-1 Unknown MetricsEndpointUnreachable, etcd Unknown (a member's fsync latency is not known)", boundFault, lab.All(
 			lab.NodeEntryIs("etcd", "node-1", healthv1alpha1.StatusUnknown, "MetricsEndpointUnreachable"),
 			lab.ComponentIs("etcd", healthv1alpha1.StatusUnknown, ""),
-			func(hs map[string]*healthv1alpha1.Health, _ time.Time) (bool, string) {
-				for _, c := range hs["etcd"].Status.Conditions {
-					if c.Type == "FsyncLatency" && c.Status == healthv1alpha1.ConditionUnknown && strings.Contains(c.Message, "listen-metrics-urls") {
-						return true, c.Message
-					}
-				}
-				return false, "no Unknown FsyncLatency condition naming listen-metrics-urls"
-			},
+			lab.ConditionIs("etcd", lab.ConditionWant{Type: "FsyncLatency", Status: healthv1alpha1.ConditionUnknown, MessageHas: []string{"listen-metrics-urls"}}),
 		))
 	})
 
@@ -415,14 +386,8 @@ func TestFaultMatrix(t *testing.T) {
 		// The aggregator's half (the quorum rule): capacity is not failure.
 		wait(t, "etcd Degraded, Quorum not lost", boundFault, lab.All(
 			lab.ComponentIs("etcd", healthv1alpha1.StatusDegraded, ""),
-			func(hs map[string]*healthv1alpha1.Health, _ time.Time) (bool, string) {
-				for _, c := range hs["etcd"].Status.Conditions {
-					if c.Type == "Quorum" && c.ResourceRef == nil {
-						return c.Reason != "QuorumLost", "Quorum " + string(c.Status) + " " + c.Reason
-					}
-				}
-				return false, "no Quorum condition"
-			},
+			lab.ConditionIs("etcd", lab.ConditionWant{Type: "Quorum", NoRef: true}),
+			lab.Not(lab.ConditionIs("etcd", lab.ConditionWant{Type: "Quorum", NoRef: true, Reason: "QuorumLost"})),
 		))
 		agg := l.State.Aggregators[0]
 		var a drainAnswer
@@ -510,52 +475,19 @@ func TestFaultMatrix(t *testing.T) {
 // conditionPinned holds when component has a False condition of type ctype
 // pinned to resource kind/name with reason.
 func conditionPinned(component, ctype, kind, name, reason string) lab.Condition {
-	return func(hs map[string]*healthv1alpha1.Health, _ time.Time) (bool, string) {
-		h, ok := hs[component]
-		if !ok {
-			return false, component + " missing"
-		}
-		for _, c := range h.Status.Conditions {
-			if c.Type == ctype && c.ResourceRef != nil && c.ResourceRef.Kind == kind && c.ResourceRef.Name == name {
-				return c.Status == healthv1alpha1.ConditionFalse && c.Reason == reason, fmt.Sprintf("%s %s/%s %s %s", ctype, kind, name, c.Status, c.Reason)
-			}
-		}
-		return false, fmt.Sprintf("no %s condition pinned to %s/%s", ctype, kind, name)
-	}
+	return lab.ConditionIs(component, lab.ConditionWant{Type: ctype, RefKind: kind, RefName: name, Status: healthv1alpha1.ConditionFalse, Reason: reason})
 }
 
 // conditionPinnedIs holds when component's condition of type ctype pinned
 // to kind/name has status (and reason, unless empty).
 func conditionPinnedIs(component, ctype, kind, name string, status healthv1alpha1.ConditionStatus, reason string) lab.Condition {
-	return func(hs map[string]*healthv1alpha1.Health, _ time.Time) (bool, string) {
-		h, ok := hs[component]
-		if !ok {
-			return false, component + " missing"
-		}
-		for _, c := range h.Status.Conditions {
-			if c.Type == ctype && c.ResourceRef != nil && c.ResourceRef.Kind == kind && c.ResourceRef.Name == name {
-				return c.Status == status && (reason == "" || c.Reason == reason), fmt.Sprintf("%s %s/%s %s %s: %s", ctype, kind, name, c.Status, c.Reason, c.Message)
-			}
-		}
-		return false, fmt.Sprintf("no %s condition pinned to %s/%s", ctype, kind, name)
-	}
+	return lab.ConditionIs(component, lab.ConditionWant{Type: ctype, RefKind: kind, RefName: name, Status: status, Reason: reason})
 }
 
 // componentCondition holds when component's component-level condition of
 // type ctype (no resourceRef) has status and reason.
 func componentCondition(component, ctype string, status healthv1alpha1.ConditionStatus, reason string) lab.Condition {
-	return func(hs map[string]*healthv1alpha1.Health, _ time.Time) (bool, string) {
-		h, ok := hs[component]
-		if !ok {
-			return false, component + " missing"
-		}
-		for _, c := range h.Status.Conditions {
-			if c.Type == ctype && c.ResourceRef == nil {
-				return c.Status == status && c.Reason == reason, fmt.Sprintf("%s %s %s %s", component, ctype, c.Status, c.Reason)
-			}
-		}
-		return false, fmt.Sprintf("%s has no %s condition", component, ctype)
-	}
+	return lab.ConditionIs(component, lab.ConditionWant{Type: ctype, NoRef: true, Status: status, Reason: reason})
 }
 
 // drainAnswer is the JSON of GET /v1/drain-check.
@@ -633,16 +565,5 @@ func scrapeValue(t *testing.T, ctx context.Context, url, name string, labels map
 // nodeCondition holds when component's condition of type ctype on node
 // (resourceRef Node/node) has status and reason.
 func nodeCondition(component, ctype, node string, status healthv1alpha1.ConditionStatus, reason string) lab.Condition {
-	return func(hs map[string]*healthv1alpha1.Health, _ time.Time) (bool, string) {
-		h, ok := hs[component]
-		if !ok {
-			return false, component + " missing"
-		}
-		for _, c := range h.Status.Conditions {
-			if c.Type == ctype && c.ResourceRef != nil && c.ResourceRef.Kind == "Node" && c.ResourceRef.Name == node {
-				return c.Status == status && c.Reason == reason, fmt.Sprintf("%s %s on %s: %s %s", component, ctype, node, c.Status, c.Reason)
-			}
-		}
-		return false, fmt.Sprintf("%s has no %s condition on %s", component, ctype, node)
-	}
+	return lab.ConditionIs(component, lab.ConditionWant{Type: ctype, RefKind: "Node", RefName: node, Status: status, Reason: reason})
 }

@@ -3,7 +3,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -158,36 +157,15 @@ func TestPartialPartition(t *testing.T) {
 // partitioned holds when the node Health object carries the Observation
 // condition ReplicaPartitioned whose message names replica and node.
 func partitioned(replica, node string) lab.Condition {
-	return func(hs map[string]*healthv1alpha1.Health, _ time.Time) (bool, string) {
-		h, ok := hs["node"]
-		if !ok {
-			return false, "node missing"
-		}
-		for _, c := range h.Status.Conditions {
-			if c.Type == "Observation" && c.ResourceRef == nil {
-				ok := c.Status == healthv1alpha1.ConditionTrue && c.Reason == "ReplicaPartitioned" &&
-					strings.Contains(c.Message, replica) && strings.Contains(c.Message, node)
-				return ok, fmt.Sprintf("node Observation %s %s: %s", c.Status, c.Reason, c.Message)
-			}
-		}
-		return false, "node has no Observation condition"
-	}
+	return lab.ConditionIs("node", lab.ConditionWant{Type: "Observation", NoRef: true, Status: healthv1alpha1.ConditionTrue,
+		Reason: "ReplicaPartitioned", MessageHas: []string{replica, node}})
 }
 
 // partitionedNow tells whether the node object reads ReplicaPartitioned
 // (naming replica and node unless empty).
 func partitionedNow(hs map[string]*healthv1alpha1.Health, replica, node string) bool {
-	h, ok := hs["node"]
-	if !ok {
-		return false
-	}
-	for _, c := range h.Status.Conditions {
-		if c.Type == "Observation" && c.Reason == "ReplicaPartitioned" &&
-			strings.Contains(c.Message, replica) && strings.Contains(c.Message, node) {
-			return true
-		}
-	}
-	return false
+	ok, _ := lab.ConditionIs("node", lab.ConditionWant{Type: "Observation", Reason: "ReplicaPartitioned", MessageHas: []string{replica, node}})(hs, time.Time{})
+	return ok
 }
 
 // waitGauge polls read until it returns want, within bound.

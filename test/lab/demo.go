@@ -178,6 +178,100 @@ func NodeEntryIs(component, node string, want healthv1alpha1.Status, reason stri
 	}
 }
 
+// ConditionWant selects conditions of a Health object; an empty field
+// matches anything.
+type ConditionWant struct {
+	Type string
+	// RefKind and RefName: the condition's resourceRef (a Node, a
+	// Resource, an OVNDatabase...); NoRef: it has none (component-level).
+	RefKind, RefName string
+	NoRef            bool
+	Status           healthv1alpha1.ConditionStatus
+	Reason           string
+	// MessageHas: every string must be in the message.
+	MessageHas []string
+}
+
+func (w ConditionWant) where(c healthv1alpha1.HealthCondition) bool {
+	switch {
+	case w.Type != "" && c.Type != w.Type,
+		w.NoRef && c.ResourceRef != nil,
+		(w.RefKind != "" || w.RefName != "") && c.ResourceRef == nil,
+		w.RefKind != "" && c.ResourceRef.Kind != w.RefKind,
+		w.RefName != "" && c.ResourceRef.Name != w.RefName:
+		return false
+	}
+	return true
+}
+
+func (w ConditionWant) is(c healthv1alpha1.HealthCondition) bool {
+	if (w.Status != "" && c.Status != w.Status) || (w.Reason != "" && c.Reason != w.Reason) {
+		return false
+	}
+	for _, m := range w.MessageHas {
+		if !strings.Contains(c.Message, m) {
+			return false
+		}
+	}
+	return true
+}
+
+func (w ConditionWant) String() string {
+	s := w.Type
+	if w.RefKind != "" || w.RefName != "" {
+		s += " on " + w.RefKind + "/" + w.RefName
+	}
+	if w.Status != "" {
+		s += " " + string(w.Status)
+	}
+	if w.Reason != "" {
+		s += " " + w.Reason
+	}
+	if len(w.MessageHas) > 0 {
+		s += fmt.Sprintf(" naming %q", w.MessageHas)
+	}
+	return strings.TrimSpace(s)
+}
+
+// ConditionIs holds when one of component's conditions has want's type and
+// resourceRef, and its status, reason and message are as want says. What
+// it saw is the conditions of that type and resourceRef.
+func ConditionIs(component string, want ConditionWant) Condition {
+	return func(hs map[string]*healthv1alpha1.Health, _ time.Time) (bool, string) {
+		h, ok := hs[component]
+		if !ok {
+			return false, component + " missing"
+		}
+		var seen []string
+		for _, c := range h.Status.Conditions {
+			if !want.where(c) {
+				continue
+			}
+			ref := ""
+			if c.ResourceRef != nil {
+				ref = " on " + c.ResourceRef.Kind + "/" + c.ResourceRef.Name
+			}
+			d := fmt.Sprintf("%s %s%s %s %s: %s", component, c.Type, ref, c.Status, c.Reason, c.Message)
+			if want.is(c) {
+				return true, d
+			}
+			seen = append(seen, d)
+		}
+		if len(seen) == 0 {
+			return false, fmt.Sprintf("%s has no %s condition", component, want)
+		}
+		return false, fmt.Sprintf("want %s; seen: %s", want, strings.Join(seen, "; "))
+	}
+}
+
+// Not holds when cond does not.
+func Not(cond Condition) Condition {
+	return func(hs map[string]*healthv1alpha1.Health, now time.Time) (bool, string) {
+		ok, seen := cond(hs, now)
+		return !ok, "not: " + seen
+	}
+}
+
 // Any holds when at least one condition holds.
 func Any(conds ...Condition) Condition {
 	return func(hs map[string]*healthv1alpha1.Health, now time.Time) (bool, string) {
