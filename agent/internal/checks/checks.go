@@ -13,7 +13,7 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/cozystack/cozy-health/agent/internal/check"
+	"github.com/cozystack/cozy-health/agent/internal/checkkit"
 	"github.com/cozystack/cozy-health/agent/internal/checks/ciliumagent"
 	"github.com/cozystack/cozy-health/agent/internal/checks/ciliumnodes"
 	"github.com/cozystack/cozy-health/agent/internal/checks/diskstats"
@@ -36,7 +36,7 @@ import (
 type Plugin interface {
 	// Build builds the check from the node's shared sources, once per
 	// agent, after the flags are parsed and validated.
-	Build(src *sources.Set) (check.Check, error)
+	Build(src *sources.Set) (checkkit.Check, error)
 }
 
 // FlagPlugin is a Plugin with flags of its own.
@@ -105,7 +105,7 @@ func (c *Config) Validate() error {
 
 // Set is the built checks and the sources they share.
 type Set struct {
-	Checks  []check.Check
+	Checks  []checkkit.Check
 	sources *sources.Set
 }
 

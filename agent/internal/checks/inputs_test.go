@@ -14,7 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap/zaptest"
 
-	"github.com/cozystack/cozy-health/agent/internal/check"
+	"github.com/cozystack/cozy-health/agent/internal/checkkit"
 	"github.com/cozystack/cozy-health/agent/internal/checks"
 	"github.com/cozystack/cozy-health/agent/internal/checks/ciliumagent"
 	"github.com/cozystack/cozy-health/agent/internal/runner"
@@ -135,7 +135,7 @@ func TestInputMessagesFitAHealthEntry(t *testing.T) {
 		{"talosconfig", machineapi.DefaultConfigFile, machineapi.InputFix},
 		{"Cilium agent socket", "/var/run/cilium/cilium.sock", ciliumagent.InputFix},
 	} {
-		err := check.Input(m.what, m.path, m.fix, os.ErrNotExist)
+		err := checkkit.Input(m.what, m.path, m.fix, os.ErrNotExist)
 		entry := "TalosServices: " + err.Error()
 		assert.LessOrEqual(t, len(entry), 256, entry)
 	}

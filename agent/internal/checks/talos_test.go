@@ -13,7 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap/zaptest"
 
-	"github.com/cozystack/cozy-health/agent/internal/check"
+	"github.com/cozystack/cozy-health/agent/internal/checkkit"
 	"github.com/cozystack/cozy-health/agent/internal/checks/etcdalarms"
 	"github.com/cozystack/cozy-health/agent/internal/checks/etcdmember"
 	"github.com/cozystack/cozy-health/agent/internal/checks/etcdmembership"
@@ -59,7 +59,7 @@ func startTalosNodes(t *testing.T, cluster *harness.EtcdCluster, pki *talossrc.P
 	return nodes
 }
 
-func runCheck(t *testing.T, c check.Check) ([]report.Observation, error) {
+func runCheck(t *testing.T, c checkkit.Check) ([]report.Observation, error) {
 	t.Helper()
 	// The agent's default check deadline.
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
@@ -189,7 +189,7 @@ func TestTalosconfigReload(t *testing.T) {
 	// draining this node safe without evidence).
 	require.NoError(t, os.Remove(n.config))
 	_, err = runCheck(t, etcdmember.New(n.client, nil, thresholds()))
-	var ie *check.InputError
+	var ie *checkkit.InputError
 	require.ErrorAs(t, err, &ie)
 	assert.Equal(t, machineapi.ReasonTalosAPIAccessMissing, ie.Reason)
 	assert.Contains(t, ie.Message, "no talosconfig at "+n.config)
@@ -224,13 +224,13 @@ func TestTalosWorkerAndHang(t *testing.T) {
 	t.Cleanup(func() { _ = c.Close() })
 
 	_, err = runCheck(t, etcdmember.New(c, nil, thresholds()))
-	require.ErrorIs(t, err, check.ErrNotApplicable)
+	require.ErrorIs(t, err, checkkit.ErrNotApplicable)
 	_, err = runCheck(t, etcdmembership.New(c))
-	require.ErrorIs(t, err, check.ErrNotApplicable)
+	require.ErrorIs(t, err, checkkit.ErrNotApplicable)
 
 	reg := prometheus.NewRegistry()
 	r, err := runner.New(runner.Config{NodeName: "worker-1", Interval: 5 * time.Second, CheckDeadline: 500 * time.Millisecond, Concurrency: 4},
-		[]check.Check{talosservices.New(c), etcdmember.New(c, nil, thresholds())}, reg, zaptest.NewLogger(t))
+		[]checkkit.Check{talosservices.New(c), etcdmember.New(c, nil, thresholds())}, reg, zaptest.NewLogger(t))
 	require.NoError(t, err)
 	rep := r.Collect(context.Background(), 5*time.Second)
 	require.Len(t, rep.Observations, 1, "etcd-member is not applicable on a worker")
@@ -284,9 +284,9 @@ func TestTalosChecksOnALearner(t *testing.T) {
 	assert.Equal(t, "MemberLearner", obs[0].Reason)
 
 	_, err = runCheck(t, etcdmembership.New(learner.client))
-	assert.ErrorIs(t, err, check.ErrNotApplicable)
+	assert.ErrorIs(t, err, checkkit.ErrNotApplicable)
 	_, err = runCheck(t, etcdalarms.New(learner.client))
-	assert.ErrorIs(t, err, check.ErrNotApplicable)
+	assert.ErrorIs(t, err, checkkit.ErrNotApplicable)
 
 	// A voter lists the learner.
 	obs, err = runCheck(t, etcdmembership.New(nodes[0].client))
@@ -372,8 +372,8 @@ func TestEtcdChecksWithoutTalosAccess(t *testing.T) {
 		require.NoError(t, err)
 		return r
 	}
-	etcdChecks := func(c *talos.Client, r *noderole.Reader) []check.Check {
-		return []check.Check{
+	etcdChecks := func(c *talos.Client, r *noderole.Reader) []checkkit.Check {
+		return []checkkit.Check{
 			etcdmember.New(c, nil, thresholds()).WithRoles(r),
 			etcdmembership.New(c).WithRoles(r),
 			etcdalarms.New(c).WithRoles(r),
@@ -387,10 +387,10 @@ func TestEtcdChecksWithoutTalosAccess(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = noConfig.Close() })
 
-	unknown := func(t *testing.T, c check.Check, want ...string) {
+	unknown := func(t *testing.T, c checkkit.Check, want ...string) {
 		t.Helper()
 		_, err := runCheck(t, c)
-		var ie *check.InputError
+		var ie *checkkit.InputError
 		require.ErrorAs(t, err, &ie, "%s: %v", c.Name(), err)
 		assert.Equal(t, machineapi.ReasonTalosAPIAccessMissing, ie.Reason, c.Name())
 		assert.Contains(t, ie.Message, "talos/manifests/talos-api-access-patch.yaml", c.Name())
@@ -407,7 +407,7 @@ func TestEtcdChecksWithoutTalosAccess(t *testing.T) {
 	t.Run("no talosconfig on a worker: not applicable", func(t *testing.T) {
 		for _, c := range etcdChecks(noConfig, roles("worker-1")) {
 			_, err := runCheck(t, c)
-			require.ErrorIs(t, err, check.ErrNotApplicable, c.Name())
+			require.ErrorIs(t, err, checkkit.ErrNotApplicable, c.Name())
 			assert.ErrorContains(t, err, "not a control-plane node")
 		}
 	})
@@ -443,17 +443,17 @@ func TestEtcdChecksWithoutTalosAccess(t *testing.T) {
 		t.Cleanup(func() { _ = c.Close() })
 		unknown(t, etcdmember.New(c, nil, thresholds()).WithRoles(roles("cp-1")), "the Talos API refuses the agent's credentials")
 		_, err = runCheck(t, etcdmember.New(c, nil, thresholds()).WithRoles(roles("worker-1")))
-		require.ErrorIs(t, err, check.ErrNotApplicable)
+		require.ErrorIs(t, err, checkkit.ErrNotApplicable)
 	})
 	t.Run("Talos checks disabled: Unknown only on a known control-plane node", func(t *testing.T) {
 		_, err := runCheck(t, etcdmember.New(nil, nil, thresholds()).WithRoles(roles("cp-1")))
-		var ie *check.InputError
+		var ie *checkkit.InputError
 		require.ErrorAs(t, err, &ie)
 		assert.Contains(t, ie.Message, "--talosconfig empty")
 		_, err = runCheck(t, etcdmember.New(nil, nil, thresholds()).WithRoles(roles("worker-1")))
-		require.ErrorIs(t, err, check.ErrNotApplicable)
+		require.ErrorIs(t, err, checkkit.ErrNotApplicable)
 		_, err = runCheck(t, etcdmember.New(nil, nil, thresholds()))
-		require.ErrorIs(t, err, check.ErrNotApplicable)
+		require.ErrorIs(t, err, checkkit.ErrNotApplicable)
 	})
 	t.Run("through the runner: an etcd-member observation, Unknown, pinned to the node", func(t *testing.T) {
 		reg := prometheus.NewRegistry()

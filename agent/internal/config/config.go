@@ -15,7 +15,7 @@ import (
 	"os"
 	"time"
 
-	"github.com/cozystack/cozy-health/agent/internal/check"
+	"github.com/cozystack/cozy-health/agent/internal/checkkit"
 	"github.com/cozystack/cozy-health/agent/internal/checks"
 	"github.com/cozystack/cozy-health/pkg/cli"
 	"github.com/cozystack/cozy-health/pkg/logging"
@@ -123,7 +123,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.GCPercent, "gc-percent", c.GCPercent, "Go GC target percentage; 0 keeps the runtime default; $GOGC wins when set")
 	c.Runtime.RegisterFlags(fs)
 
-	fs.Var((*check.ListFlag)(&c.Uplink.Aggregators), "aggregator", "aggregator address host:port or DNS name (repeatable or comma list)")
+	fs.Var((*checkkit.ListFlag)(&c.Uplink.Aggregators), "aggregator", "aggregator address host:port or DNS name (repeatable or comma list)")
 	fs.StringVar(&c.Uplink.CAFile, "ca-file", c.Uplink.CAFile, "CA bundle verifying the aggregators")
 	fs.StringVar(&c.Uplink.TokenFile, "token-file", c.Uplink.TokenFile, "projected ServiceAccount token file")
 	fs.StringVar(&c.Uplink.InsecureDevKeyFile, "insecure-dev-key-file", c.Uplink.InsecureDevKeyFile, "DEVELOPMENT ONLY: sign with the static ed25519 key in this file")

@@ -12,7 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/cozystack/cozy-health/agent/internal/check"
+	"github.com/cozystack/cozy-health/agent/internal/checkkit"
 	"github.com/cozystack/cozy-health/agent/internal/sources/machineapi"
 )
 
@@ -51,7 +51,7 @@ func TestAggregatorList(t *testing.T) {
 	c, err := parse(t, "--node-name", "n", "--aggregator", "a:1,b:2", "--aggregator", "c:3", "--talos-endpoints", "10.0.0.1")
 	require.NoError(t, err)
 	assert.Equal(t, []string{"a:1", "b:2", "c:3"}, c.Uplink.Aggregators)
-	assert.Equal(t, check.ListFlag{"10.0.0.1"}, c.Checks.Sources.Talos.Endpoints)
+	assert.Equal(t, checkkit.ListFlag{"10.0.0.1"}, c.Checks.Sources.Talos.Endpoints)
 }
 
 func TestValidateRejects(t *testing.T) {

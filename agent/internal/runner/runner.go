@@ -24,7 +24,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/cozystack/cozy-health/agent/internal/check"
+	"github.com/cozystack/cozy-health/agent/internal/checkkit"
 	"github.com/cozystack/cozy-health/pkg/report"
 	"github.com/cozystack/cozy-health/pkg/version"
 )
@@ -55,7 +55,7 @@ type Config struct {
 // Runner runs checks and builds reports.
 type Runner struct {
 	cfg        Config
-	checks     []check.Check
+	checks     []checkkit.Check
 	log        *zap.Logger
 	metrics    *metrics
 	instanceID string
@@ -76,7 +76,7 @@ type Runner struct {
 }
 
 // New builds a Runner; it registers its metrics with reg.
-func New(cfg Config, checks []check.Check, reg prometheus.Registerer, log *zap.Logger) (*Runner, error) {
+func New(cfg Config, checks []checkkit.Check, reg prometheus.Registerer, log *zap.Logger) (*Runner, error) {
 	if cfg.NodeName == "" {
 		return nil, errors.New("runner: node name is empty")
 	}
@@ -169,7 +169,7 @@ func (r *Runner) Collect(ctx context.Context, interval time.Duration) *report.No
 }
 
 // runOne runs check i under its deadline and never waits past it.
-func (r *Runner) runOne(ctx context.Context, i int, c check.Check) outcome {
+func (r *Runner) runOne(ctx context.Context, i int, c checkkit.Check) outcome {
 	name := c.Name()
 	log := r.logs[i]
 
@@ -238,8 +238,8 @@ func (r *Runner) runOne(ctx context.Context, i int, c check.Check) outcome {
 		r.metrics.errors.WithLabelValues(name, report.ReasonCheckPanicked).Inc()
 		log.Error("check panicked", zap.Any("panic", res.panicked), zap.ByteString("stack", res.stack))
 		return outcome{obs: []report.Observation{r.unknown(c, report.ReasonCheckPanicked, fmt.Sprintf("check panicked: %v", res.panicked))}}
-	case errors.As(res.err, new(*check.InputError)):
-		var ie *check.InputError
+	case errors.As(res.err, new(*checkkit.InputError)):
+		var ie *checkkit.InputError
 		errors.As(res.err, &ie)
 		r.metrics.errors.WithLabelValues(name, ie.Reason).Inc()
 		r.metrics.applicable.WithLabelValues(name).Set(1)
@@ -247,7 +247,7 @@ func (r *Runner) runOne(ctx context.Context, i int, c check.Check) outcome {
 			log.Warn("check input unavailable; the check reads Unknown until it appears", zap.String("reason", ie.Reason), zap.String("input", ie.Message), zap.NamedError("cause", ie.Err))
 		}
 		return outcome{obs: []report.Observation{r.unknown(c, ie.Reason, ie.Message)}}
-	case errors.Is(res.err, check.ErrNotApplicable):
+	case errors.Is(res.err, checkkit.ErrNotApplicable):
 		r.metrics.notApplicable.WithLabelValues(name).Inc()
 		r.metrics.applicable.WithLabelValues(name).Set(0)
 		log.Debug("check not applicable", zap.Error(res.err))
@@ -281,12 +281,12 @@ func (r *Runner) runOne(ctx context.Context, i int, c check.Check) outcome {
 }
 
 // complete checks that an observation is whole as the check returned it
-// (check.Stamp: its name, component and a reason) and adds what only the
+// (checkkit.Stamp: its name, component and a reason) and adds what only the
 // report knows: the node itself as ResourceRef where the observation names
 // no other resource.
-func (r *Runner) complete(c check.Check, o *report.Observation) error {
+func (r *Runner) complete(c checkkit.Check, o *report.Observation) error {
 	if o.Check != c.Name() || o.Component != c.Component() || o.Reason == "" {
-		return fmt.Errorf("check %s returned an incomplete observation (check %q, component %q, reason %q): want check %q, component %q and a reason (check.Stamp)",
+		return fmt.Errorf("check %s returned an incomplete observation (check %q, component %q, reason %q): want check %q, component %q and a reason (checkkit.Stamp)",
 			c.Name(), o.Check, o.Component, o.Reason, c.Name(), c.Component())
 	}
 	if o.ResourceRef == nil {
@@ -296,7 +296,7 @@ func (r *Runner) complete(c check.Check, o *report.Observation) error {
 }
 
 // unknown is the runner's own observation of a check that gave none.
-func (r *Runner) unknown(c check.Check, reason, msg string) report.Observation {
+func (r *Runner) unknown(c checkkit.Check, reason, msg string) report.Observation {
 	return report.Observation{Component: c.Component(), Check: c.Name(), Status: report.StatusUnknown, Reason: reason, Message: msg,
 		ResourceRef: &report.ResourceRef{Kind: report.KindNode, Name: r.cfg.NodeName}}
 }

@@ -17,21 +17,21 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap/zaptest"
 
-	"github.com/cozystack/cozy-health/agent/internal/check"
+	"github.com/cozystack/cozy-health/agent/internal/checkkit"
 	"github.com/cozystack/cozy-health/pkg/report"
 )
 
 // fn is a check built from a function, to exercise the runner's own duties
 // (deadlines, panics, errors); the sources themselves are tested in each
 // check's package against real-protocol servers. Its observations are
-// completed with check.Stamp, as every check's are, unless raw.
+// completed with checkkit.Stamp, as every check's are, unless raw.
 type fn struct {
 	name string
 	run  func(ctx context.Context) ([]report.Observation, error)
 	raw  bool
 }
 
-var _ check.Check = (*fn)(nil)
+var _ checkkit.Check = (*fn)(nil)
 
 func (f *fn) Name() string      { return f.name }
 func (f *fn) Component() string { return report.ComponentNode }
@@ -40,7 +40,7 @@ func (f *fn) Run(ctx context.Context) ([]report.Observation, error) {
 	if f.raw {
 		return obs, err
 	}
-	return check.Stamp(f, obs...), err
+	return checkkit.Stamp(f, obs...), err
 }
 
 // TestIncompleteObservationIsRejected: the runner does not complete what a
@@ -79,7 +79,7 @@ func healthy(name string) *fn {
 	}}
 }
 
-func newRunner(t *testing.T, deadline time.Duration, concurrency int, checks ...check.Check) (*Runner, *prometheus.Registry) {
+func newRunner(t *testing.T, deadline time.Duration, concurrency int, checks ...checkkit.Check) (*Runner, *prometheus.Registry) {
 	reg := prometheus.NewRegistry()
 	r, err := New(Config{NodeName: "node-0", Interval: 5 * time.Second, CheckDeadline: deadline, Concurrency: concurrency}, checks, reg, zaptest.NewLogger(t))
 	require.NoError(t, err)
@@ -113,7 +113,7 @@ func TestFailuresStayInTheirCheck(t *testing.T) {
 		return nil, nil
 	}}
 	absent := &fn{name: "absent", run: func(context.Context) ([]report.Observation, error) {
-		return nil, check.NotApplicable("no such source here")
+		return nil, checkkit.NotApplicable("no such source here")
 	}}
 	r, reg := newRunner(t, 300*time.Millisecond, 8, healthy("ok"), hang, failing, panicking, absent)
 
@@ -174,7 +174,7 @@ func TestSequenceAndInstance(t *testing.T) {
 // collection still ends within twice the deadline when the slots are full.
 func TestConcurrencyBound(t *testing.T) {
 	var running, peak atomic.Int32
-	var checks []check.Check
+	var checks []checkkit.Check
 	for i := range 6 {
 		checks = append(checks, &fn{name: string(rune('a' + i)), run: func(ctx context.Context) ([]report.Observation, error) {
 			n := running.Add(1)
@@ -207,7 +207,7 @@ func TestConcurrencyBound(t *testing.T) {
 	// give up after a deadline, the whole collection after two.
 	block := make(chan struct{})
 	defer close(block)
-	var stuck []check.Check
+	var stuck []checkkit.Check
 	for i := range 4 {
 		stuck = append(stuck, &fn{name: strings.Repeat("s", i+1), run: func(context.Context) ([]report.Observation, error) {
 			<-block
@@ -226,7 +226,7 @@ func TestConcurrencyBound(t *testing.T) {
 
 func TestRunPublishesEveryInterval(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	r, err := New(Config{NodeName: "node-0", Interval: time.Second, CheckDeadline: 100 * time.Millisecond, Concurrency: 1}, []check.Check{healthy("ok")}, reg, zaptest.NewLogger(t))
+	r, err := New(Config{NodeName: "node-0", Interval: time.Second, CheckDeadline: 100 * time.Millisecond, Concurrency: 1}, []checkkit.Check{healthy("ok")}, reg, zaptest.NewLogger(t))
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	got := make(chan *report.NodeReport, 10)
@@ -247,7 +247,7 @@ func TestNewRejects(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	_, err := New(Config{Interval: time.Second, CheckDeadline: time.Second, Concurrency: 1}, nil, reg, zaptest.NewLogger(t))
 	require.Error(t, err)
-	_, err = New(Config{NodeName: "n", Interval: time.Second, CheckDeadline: time.Second, Concurrency: 1}, []check.Check{healthy("a"), healthy("a")}, reg, zaptest.NewLogger(t))
+	_, err = New(Config{NodeName: "n", Interval: time.Second, CheckDeadline: time.Second, Concurrency: 1}, []checkkit.Check{healthy("a"), healthy("a")}, reg, zaptest.NewLogger(t))
 	require.ErrorContains(t, err, "listed twice")
 }
 

@@ -20,7 +20,7 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/cozystack/cozy-health/agent/internal/check"
+	"github.com/cozystack/cozy-health/agent/internal/checkkit"
 	"github.com/cozystack/cozy-health/agent/internal/sources/etcdmetrics"
 	"github.com/cozystack/cozy-health/agent/internal/sources/machineapi"
 	"github.com/cozystack/cozy-health/agent/internal/sources/noderole"
@@ -60,8 +60,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 // Validate rejects values the sources cannot be opened with.
 func (c *Config) Validate() error {
 	errs := []error{
-		check.ValidateURL("etcd-metrics-url", c.EtcdMetricsURL),
-		check.ValidateURL("kube-api-server", c.KubeAPIServer),
+		checkkit.ValidateURL("etcd-metrics-url", c.EtcdMetricsURL),
+		checkkit.ValidateURL("kube-api-server", c.KubeAPIServer),
 	}
 	return errors.Join(errs...)
 }

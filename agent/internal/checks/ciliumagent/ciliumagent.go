@@ -14,7 +14,7 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/cozystack/cozy-health/agent/internal/check"
+	"github.com/cozystack/cozy-health/agent/internal/checkkit"
 	"github.com/cozystack/cozy-health/agent/internal/sources/unixhttp"
 	"github.com/cozystack/cozy-health/pkg/report"
 )
@@ -70,33 +70,33 @@ type Check struct {
 	client *unixhttp.Client
 }
 
-var _ check.Check = (*Check)(nil)
+var _ checkkit.Check = (*Check)(nil)
 
 // New returns the check talking to socket.
 func New(socket string) *Check {
 	return &Check{socket: socket, client: unixhttp.New(socket)}
 }
 
-// Name implements check.Check.
+// Name implements checkkit.Check.
 func (*Check) Name() string { return report.CheckCiliumAgent }
 
-// Component implements check.Check.
+// Component implements checkkit.Check.
 func (*Check) Component() string { return report.ComponentCilium }
 
-// Run implements check.Check.
+// Run implements checkkit.Check.
 func (c *Check) Run(ctx context.Context) ([]report.Observation, error) {
 	if c.socket == "" {
-		return nil, check.NotApplicable("no cilium socket configured")
+		return nil, checkkit.NotApplicable("no cilium socket configured")
 	}
 	if _, err := os.Stat(c.socket); err != nil {
-		return nil, check.Input("Cilium agent socket", c.socket, InputFix, err)
+		return nil, checkkit.Input("Cilium agent socket", c.socket, InputFix, err)
 	}
 	body, err := c.client.Get(ctx, HealthzURL)
 	if errors.Is(err, fs.ErrPermission) {
-		return nil, check.Input("Cilium agent socket", c.socket, InputFix, err)
+		return nil, checkkit.Input("Cilium agent socket", c.socket, InputFix, err)
 	}
 	if errors.Is(err, syscall.ECONNREFUSED) {
-		return check.Stamp(c, report.Observation{Status: report.StatusDown, Reason: "AgentNotListening",
+		return checkkit.Stamp(c, report.Observation{Status: report.StatusDown, Reason: "AgentNotListening",
 			Message: fmt.Sprintf("cilium socket %s exists but nothing accepts connections: %v", c.socket, err)}), nil
 	}
 	if err != nil {
@@ -106,7 +106,7 @@ func (c *Check) Run(ctx context.Context) ([]report.Observation, error) {
 	if err != nil {
 		return nil, err
 	}
-	return check.Stamp(c, Judge(sr)), nil
+	return checkkit.Stamp(c, Judge(sr)), nil
 }
 
 // Parse decodes a StatusResponse; one without a "cilium" state is rejected.

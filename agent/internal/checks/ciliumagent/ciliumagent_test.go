@@ -11,7 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/cozystack/cozy-health/agent/internal/check"
+	"github.com/cozystack/cozy-health/agent/internal/checkkit"
 	"github.com/cozystack/cozy-health/pkg/report"
 	ciliumsrc "github.com/cozystack/cozy-health/test/sources/cilium"
 	"github.com/cozystack/cozy-health/test/sources/fault"
@@ -89,10 +89,10 @@ func TestCiliumOverUnixSocket(t *testing.T) {
 
 func TestCiliumAbsentOrDead(t *testing.T) {
 	_, err := New("").Run(context.Background())
-	require.ErrorIs(t, err, check.ErrNotApplicable)
+	require.ErrorIs(t, err, checkkit.ErrNotApplicable)
 	sock := socketPath(t)
 	_, err = New(sock).Run(context.Background())
-	var ie *check.InputError
+	var ie *checkkit.InputError
 	require.ErrorAs(t, err, &ie, "no socket: the mount is missing or Cilium does not run here; Unknown, never omitted")
 	assert.Equal(t, report.ReasonInputMissing, ie.Reason)
 	assert.Contains(t, ie.Message, "Cilium agent socket "+sock+" not found: mount hostPath /var/run/cilium")

@@ -3,7 +3,7 @@ package ciliumagent
 import (
 	"flag"
 
-	"github.com/cozystack/cozy-health/agent/internal/check"
+	"github.com/cozystack/cozy-health/agent/internal/checkkit"
 	"github.com/cozystack/cozy-health/agent/internal/sources"
 )
 
@@ -16,4 +16,4 @@ func (p *Plugin) RegisterFlags(fs *flag.FlagSet) {
 }
 
 // Build implements checks.Plugin.
-func (p *Plugin) Build(*sources.Set) (check.Check, error) { return New(p.socket), nil }
+func (p *Plugin) Build(*sources.Set) (checkkit.Check, error) { return New(p.socket), nil }

@@ -23,7 +23,7 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/cozystack/cozy-health/agent/internal/check"
+	"github.com/cozystack/cozy-health/agent/internal/checkkit"
 	"github.com/cozystack/cozy-health/agent/internal/sources/unixhttp"
 	"github.com/cozystack/cozy-health/pkg/report"
 )
@@ -92,30 +92,30 @@ type Check struct {
 	client       *unixhttp.Client
 }
 
-var _ check.Check = (*Check)(nil)
+var _ checkkit.Check = (*Check)(nil)
 
 // New returns the check reading socket for node.
 func New(socket, node string) *Check {
 	return &Check{socket: socket, node: node, client: unixhttp.New(socket)}
 }
 
-// Name implements check.Check.
+// Name implements checkkit.Check.
 func (*Check) Name() string { return report.CheckCiliumNodeConnectivity }
 
-// Component implements check.Check.
+// Component implements checkkit.Check.
 func (*Check) Component() string { return report.ComponentCilium }
 
-// Run implements check.Check.
+// Run implements checkkit.Check.
 func (c *Check) Run(ctx context.Context) ([]report.Observation, error) {
 	if c.socket == "" {
-		return nil, check.NotApplicable("no cilium-health socket configured")
+		return nil, checkkit.NotApplicable("no cilium-health socket configured")
 	}
 	if _, err := os.Stat(c.socket); errors.Is(err, fs.ErrNotExist) {
-		return nil, check.NotApplicable(fmt.Sprintf("cilium-health socket %s does not exist (health checking disabled, or no Cilium here)", c.socket))
+		return nil, checkkit.NotApplicable(fmt.Sprintf("cilium-health socket %s does not exist (health checking disabled, or no Cilium here)", c.socket))
 	}
 	body, err := c.client.Get(ctx, StatusURL)
 	if errors.Is(err, syscall.ECONNREFUSED) {
-		return check.Stamp(c, report.Observation{Status: report.StatusUnknown, Reason: ReasonHealthAPINotListening,
+		return checkkit.Stamp(c, report.Observation{Status: report.StatusUnknown, Reason: ReasonHealthAPINotListening,
 			Message: fmt.Sprintf("cilium-health socket %s exists but nothing accepts connections: node-to-node connectivity unknown: %v", c.socket, err)}), nil
 	}
 	if err != nil {
@@ -125,7 +125,7 @@ func (c *Check) Run(ctx context.Context) ([]report.Observation, error) {
 	if err != nil {
 		return nil, err
 	}
-	return check.Stamp(c, Judge(st, c.node)...), nil
+	return checkkit.Stamp(c, Judge(st, c.node)...), nil
 }
 
 // Parse decodes a HealthStatusResponse.

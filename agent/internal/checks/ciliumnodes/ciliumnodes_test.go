@@ -11,7 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/cozystack/cozy-health/agent/internal/check"
+	"github.com/cozystack/cozy-health/agent/internal/checkkit"
 	"github.com/cozystack/cozy-health/pkg/report"
 	ciliumsrc "github.com/cozystack/cozy-health/test/sources/cilium"
 	"github.com/cozystack/cozy-health/test/sources/fault"
@@ -76,9 +76,9 @@ func TestNodeToNodeThroughCiliumHealth(t *testing.T) {
 	require.Error(t, err)
 
 	_, err = New(filepath.Join(t.TempDir(), "none.sock"), "node-1").Run(context.Background())
-	require.ErrorIs(t, err, check.ErrNotApplicable)
+	require.ErrorIs(t, err, checkkit.ErrNotApplicable)
 	_, err = New("", "node-1").Run(context.Background())
-	require.ErrorIs(t, err, check.ErrNotApplicable)
+	require.ErrorIs(t, err, checkkit.ErrNotApplicable)
 }
 
 func TestJudgeEdges(t *testing.T) {

@@ -3,7 +3,7 @@ package ciliumnodes
 import (
 	"flag"
 
-	"github.com/cozystack/cozy-health/agent/internal/check"
+	"github.com/cozystack/cozy-health/agent/internal/checkkit"
 	"github.com/cozystack/cozy-health/agent/internal/sources"
 )
 
@@ -17,4 +17,4 @@ func (p *Plugin) RegisterFlags(fs *flag.FlagSet) {
 }
 
 // Build implements checks.Plugin.
-func (p *Plugin) Build(src *sources.Set) (check.Check, error) { return New(p.socket, src.Node), nil }
+func (p *Plugin) Build(src *sources.Set) (checkkit.Check, error) { return New(p.socket, src.Node), nil }

@@ -18,7 +18,7 @@ import (
 
 	"github.com/prometheus/procfs/blockdevice"
 
-	"github.com/cozystack/cozy-health/agent/internal/check"
+	"github.com/cozystack/cozy-health/agent/internal/checkkit"
 	"github.com/cozystack/cozy-health/pkg/report"
 )
 
@@ -41,26 +41,26 @@ type Check struct {
 	prev map[string]blockdevice.Diskstats
 }
 
-var _ check.Check = (*Check)(nil)
+var _ checkkit.Check = (*Check)(nil)
 
 // New returns the check.
 func New(cfg Config) *Check { return &Check{cfg: cfg, prev: map[string]blockdevice.Diskstats{}} }
 
-// Name implements check.Check.
+// Name implements checkkit.Check.
 func (*Check) Name() string { return report.CheckDiskstats }
 
-// Component implements check.Check.
+// Component implements checkkit.Check.
 func (*Check) Component() string { return report.ComponentDisk }
 
-// Run implements check.Check.
+// Run implements checkkit.Check.
 func (c *Check) Run(_ context.Context) ([]report.Observation, error) {
 	if c.cfg.ProcRoot == "" {
-		return nil, check.NotApplicable("no proc root configured")
+		return nil, checkkit.NotApplicable("no proc root configured")
 	}
 	stats, err := Read(c.cfg.ProcRoot)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
-			return nil, check.NotApplicable(err.Error())
+			return nil, checkkit.NotApplicable(err.Error())
 		}
 		return nil, err
 	}
@@ -77,7 +77,7 @@ func (c *Check) Run(_ context.Context) ([]report.Observation, error) {
 	}
 	c.prev = cur
 	sort.Slice(out, func(i, j int) bool { return out[i].ResourceRef.Name < out[j].ResourceRef.Name })
-	return check.Stamp(c, out...), nil
+	return checkkit.Stamp(c, out...), nil
 }
 
 // Read parses <procRoot>/diskstats.

@@ -12,7 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/cozystack/cozy-health/agent/internal/check"
+	"github.com/cozystack/cozy-health/agent/internal/checkkit"
 	"github.com/cozystack/cozy-health/pkg/report"
 )
 
@@ -94,9 +94,9 @@ func TestDeltaBetweenRuns(t *testing.T) {
 
 func TestAbsentAndGarbage(t *testing.T) {
 	_, err := newCheck("").Run(context.Background())
-	require.ErrorIs(t, err, check.ErrNotApplicable)
+	require.ErrorIs(t, err, checkkit.ErrNotApplicable)
 	_, err = newCheck(t.TempDir()).Run(context.Background())
-	require.ErrorIs(t, err, check.ErrNotApplicable)
+	require.ErrorIs(t, err, checkkit.ErrNotApplicable)
 	dir := t.TempDir()
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "diskstats"), []byte("garbage line\n\x00\x01"), 0o644))
 	obs, err := newCheck(dir).Run(context.Background())

@@ -7,7 +7,7 @@ import (
 	"regexp"
 	"time"
 
-	"github.com/cozystack/cozy-health/agent/internal/check"
+	"github.com/cozystack/cozy-health/agent/internal/checkkit"
 	"github.com/cozystack/cozy-health/agent/internal/sources"
 )
 
@@ -31,11 +31,11 @@ func (p *Plugin) Validate() error {
 	if _, err := regexp.Compile(p.devices); err != nil {
 		errs = append(errs, fmt.Errorf("--diskstats-devices: %w", err))
 	}
-	return errors.Join(append(errs, check.ValidateDurations("disk-latency", p.degraded, p.down))...)
+	return errors.Join(append(errs, checkkit.ValidateDurations("disk-latency", p.degraded, p.down))...)
 }
 
 // Build implements checks.Plugin.
-func (p *Plugin) Build(src *sources.Set) (check.Check, error) {
+func (p *Plugin) Build(src *sources.Set) (checkkit.Check, error) {
 	devices, err := regexp.Compile(p.devices)
 	if err != nil {
 		return nil, fmt.Errorf("compile --diskstats-devices: %w", err)

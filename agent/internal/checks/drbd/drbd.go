@@ -19,7 +19,7 @@ import (
 	"slices"
 	"sort"
 
-	"github.com/cozystack/cozy-health/agent/internal/check"
+	"github.com/cozystack/cozy-health/agent/internal/checkkit"
 	"github.com/cozystack/cozy-health/pkg/linstorapi/diskstate"
 	"github.com/cozystack/cozy-health/pkg/report"
 )
@@ -30,7 +30,7 @@ type Check struct {
 	node      string
 }
 
-var _ check.Check = (*Check)(nil)
+var _ checkkit.Check = (*Check)(nil)
 
 // New returns the check; an empty drbdsetup makes it not applicable.
 func New(drbdsetup, node string) *Check {
@@ -41,28 +41,28 @@ func New(drbdsetup, node string) *Check {
 // is missing tells the operator.
 const Fix = "ship drbd-utils in the agent image or unset --drbdsetup (the aggregator reads DRBD state from the LINSTOR controller: aggregator.linstor.url)"
 
-// Name implements check.Check.
+// Name implements checkkit.Check.
 func (*Check) Name() string { return report.CheckDRBDResource }
 
-// Component implements check.Check.
+// Component implements checkkit.Check.
 func (*Check) Component() string { return report.ComponentLinstor }
 
-// Run implements check.Check.
+// Run implements checkkit.Check.
 func (c *Check) Run(ctx context.Context) ([]report.Observation, error) {
 	if c.drbdsetup == "" {
-		return nil, check.NotApplicable("no drbdsetup configured: DRBD state comes from the LINSTOR controller's view, read by the aggregator")
+		return nil, checkkit.NotApplicable("no drbdsetup configured: DRBD state comes from the LINSTOR controller's view, read by the aggregator")
 	}
 	bin, err := exec.LookPath(c.drbdsetup)
 	if err != nil {
 		// Asked for, not there: the operator expects local DRBD state.
-		return nil, &check.InputError{Reason: report.ReasonInputMissing,
+		return nil, &checkkit.InputError{Reason: report.ReasonInputMissing,
 			Message: fmt.Sprintf("drbdsetup %q not found (%v): %s", c.drbdsetup, err, Fix), Err: err}
 	}
 	local, err := Status(ctx, bin)
 	if err != nil {
 		return nil, err
 	}
-	return check.Stamp(c, Judge(c.node, local)...), nil
+	return checkkit.Stamp(c, Judge(c.node, local)...), nil
 }
 
 // localState is a resource's worst local device state from drbdsetup.

@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/cozystack/cozy-health/agent/internal/check"
+	"github.com/cozystack/cozy-health/agent/internal/checkkit"
 	"github.com/cozystack/cozy-health/pkg/report"
 	"github.com/cozystack/cozy-health/test/sources/drbdsetup"
 )
@@ -68,7 +68,7 @@ func TestDrbdsetupOnly(t *testing.T) {
 	// No drbdsetup configured (the shipped image): the aggregator reads
 	// the controller's view; nothing to read here.
 	_, err = New("", "node-0").Run(context.Background())
-	require.ErrorIs(t, err, check.ErrNotApplicable)
+	require.ErrorIs(t, err, checkkit.ErrNotApplicable)
 }
 
 // A configured drbdsetup that is not there reads Unknown with the fix,
@@ -76,12 +76,12 @@ func TestDrbdsetupOnly(t *testing.T) {
 func TestMissingDrbdsetupIsUnknown(t *testing.T) {
 	missing := filepath.Join(t.TempDir(), "no-drbdsetup")
 	_, err := New(missing, "node-0").Run(context.Background())
-	var ie *check.InputError
+	var ie *checkkit.InputError
 	require.ErrorAs(t, err, &ie)
 	assert.Equal(t, report.ReasonInputMissing, ie.Reason)
 	assert.Contains(t, ie.Message, missing)
 	assert.Contains(t, ie.Message, "aggregator.linstor.url")
-	assert.NotErrorIs(t, err, check.ErrNotApplicable)
+	assert.NotErrorIs(t, err, checkkit.ErrNotApplicable)
 }
 
 // TestDrbdsetupHangs: a stuck drbdsetup is killed at the deadline.

@@ -3,7 +3,7 @@ package drbd
 import (
 	"flag"
 
-	"github.com/cozystack/cozy-health/agent/internal/check"
+	"github.com/cozystack/cozy-health/agent/internal/checkkit"
 	"github.com/cozystack/cozy-health/agent/internal/sources"
 )
 
@@ -18,6 +18,6 @@ func (p *Plugin) RegisterFlags(fs *flag.FlagSet) {
 }
 
 // Build implements checks.Plugin.
-func (p *Plugin) Build(src *sources.Set) (check.Check, error) {
+func (p *Plugin) Build(src *sources.Set) (checkkit.Check, error) {
 	return New(p.drbdsetup, src.Node), nil
 }

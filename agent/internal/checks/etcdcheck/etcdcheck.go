@@ -11,7 +11,7 @@ import (
 
 	"github.com/siderolabs/talos/pkg/machinery/api/machine"
 
-	"github.com/cozystack/cozy-health/agent/internal/check"
+	"github.com/cozystack/cozy-health/agent/internal/checkkit"
 	"github.com/cozystack/cozy-health/agent/internal/sources/machineapi"
 	"github.com/cozystack/cozy-health/agent/internal/sources/noderole"
 	"github.com/cozystack/cozy-health/pkg/report"
@@ -29,7 +29,7 @@ type Check struct {
 // Talos lists it.
 type Read func(ctx context.Context, c *machineapi.Client, etcd *machine.ServiceInfo) (report.Observation, error)
 
-var _ check.Check = (*Check)(nil)
+var _ checkkit.Check = (*Check)(nil)
 
 // New returns the check name (component etcd) asking c; a nil c makes it
 // not applicable, or Unknown on a known control-plane node.
@@ -44,13 +44,13 @@ func (c *Check) WithRoles(r *noderole.Reader) *Check {
 	return c
 }
 
-// Name implements check.Check.
+// Name implements checkkit.Check.
 func (c *Check) Name() string { return c.name }
 
-// Component implements check.Check.
+// Component implements checkkit.Check.
 func (*Check) Component() string { return report.ComponentEtcd }
 
-// Run implements check.Check.
+// Run implements checkkit.Check.
 func (c *Check) Run(ctx context.Context) ([]report.Observation, error) {
 	etcd, err := machineapi.RequireEtcd(ctx, c.talos, c.roles)
 	if err != nil {
@@ -60,5 +60,5 @@ func (c *Check) Run(ctx context.Context) ([]report.Observation, error) {
 	if err != nil {
 		return nil, err
 	}
-	return check.Stamp(c, o), nil
+	return checkkit.Stamp(c, o), nil
 }

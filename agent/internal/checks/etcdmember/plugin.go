@@ -5,7 +5,7 @@ import (
 	"flag"
 	"fmt"
 
-	"github.com/cozystack/cozy-health/agent/internal/check"
+	"github.com/cozystack/cozy-health/agent/internal/checkkit"
 	"github.com/cozystack/cozy-health/agent/internal/sources"
 )
 
@@ -33,6 +33,6 @@ func (p *Plugin) Validate() error {
 }
 
 // Build implements checks.Plugin.
-func (p *Plugin) Build(src *sources.Set) (check.Check, error) {
+func (p *Plugin) Build(src *sources.Set) (checkkit.Check, error) {
 	return New(src.Talos, src.EtcdMetrics, p.th).WithRoles(src.Roles), nil
 }

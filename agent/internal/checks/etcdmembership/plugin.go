@@ -1,7 +1,7 @@
 package etcdmembership
 
 import (
-	"github.com/cozystack/cozy-health/agent/internal/check"
+	"github.com/cozystack/cozy-health/agent/internal/checkkit"
 	"github.com/cozystack/cozy-health/agent/internal/sources"
 )
 
@@ -10,6 +10,6 @@ import (
 type Plugin struct{}
 
 // Build implements checks.Plugin.
-func (Plugin) Build(src *sources.Set) (check.Check, error) {
+func (Plugin) Build(src *sources.Set) (checkkit.Check, error) {
 	return New(src.Talos).WithRoles(src.Roles), nil
 }

@@ -23,7 +23,7 @@ import (
 
 	dto "github.com/prometheus/client_model/go"
 
-	"github.com/cozystack/cozy-health/agent/internal/check"
+	"github.com/cozystack/cozy-health/agent/internal/checkkit"
 	"github.com/cozystack/cozy-health/agent/internal/sources/etcdmetrics"
 	"github.com/cozystack/cozy-health/agent/internal/sources/httpsource"
 	"github.com/cozystack/cozy-health/agent/internal/sources/machineapi"
@@ -74,7 +74,7 @@ type Check struct {
 	prev map[string]Histogram
 }
 
-var _ check.Check = (*Check)(nil)
+var _ checkkit.Check = (*Check)(nil)
 
 // New returns the check reading etcd's metrics through m (shared with the
 // etcd-member check); tc (may be nil) tells whether etcd runs on this node
@@ -90,16 +90,16 @@ func (c *Check) WithRoles(r *noderole.Reader) *Check {
 	return c
 }
 
-// Name implements check.Check.
+// Name implements checkkit.Check.
 func (*Check) Name() string { return report.CheckFsyncLatency }
 
-// Component implements check.Check.
+// Component implements checkkit.Check.
 func (*Check) Component() string { return report.ComponentEtcd }
 
-// Run implements check.Check.
+// Run implements checkkit.Check.
 func (c *Check) Run(ctx context.Context) ([]report.Observation, error) {
 	if c.url == "" {
-		return nil, check.NotApplicable("no etcd metrics URL configured")
+		return nil, checkkit.NotApplicable("no etcd metrics URL configured")
 	}
 	fams, err := c.metrics.Read(ctx)
 	if err != nil {
@@ -117,25 +117,25 @@ func (c *Check) Run(ctx context.Context) ([]report.Observation, error) {
 	wal := hs[WALFsyncMetric].Sub(c.prev[WALFsyncMetric])
 	commit := hs[BackendCommitMetric].Sub(c.prev[BackendCommitMetric])
 	c.prev = hs
-	return check.Stamp(c, c.judge(wal, commit)), nil
+	return checkkit.Stamp(c, c.judge(wal, commit)), nil
 }
 
 // absent judges a metrics URL where nothing listens: not applicable where
 // Talos says there is no etcd, Unknown where etcd runs.
 func (c *Check) absent(ctx context.Context, cause error) ([]report.Observation, error) {
 	svc, err := machineapi.RequireEtcd(ctx, c.talos, c.roles)
-	if errors.Is(err, check.ErrNotApplicable) {
-		return nil, check.NotApplicable(fmt.Sprintf("no etcd metrics at %s (%v) and %v", c.url, cause, err))
+	if errors.Is(err, checkkit.ErrNotApplicable) {
+		return nil, checkkit.NotApplicable(fmt.Sprintf("no etcd metrics at %s (%v) and %v", c.url, cause, err))
 	}
 	if err != nil {
 		return nil, fmt.Errorf("read etcd metrics: nothing answers at %s and Talos cannot tell whether etcd runs here: %w", c.url, err)
 	}
 	if svc.GetState() != "Running" {
-		return check.Stamp(c, report.Observation{Status: report.StatusUnknown, Reason: ReasonEtcdNotRunning,
+		return checkkit.Stamp(c, report.Observation{Status: report.StatusUnknown, Reason: ReasonEtcdNotRunning,
 			Message: fmt.Sprintf("no etcd metrics at %s: %s", c.url, machineapi.Describe(svc))}), nil
 	}
 	// The fix first: consumers see the message cut at 256 characters.
-	return check.Stamp(c, report.Observation{Status: report.StatusUnknown, Reason: ReasonMetricsEndpointUnreachable,
+	return checkkit.Stamp(c, report.Observation{Status: report.StatusUnknown, Reason: ReasonMetricsEndpointUnreachable,
 		Message: fmt.Sprintf("nothing answers at %s though etcd runs here (Talos service %s): set %s on control-plane nodes (talos/manifests/etcd-metrics-patch.yaml); "+
 			"WAL fsync and backend commit latency unknown until then (%v)",
 			c.url, machineapi.Describe(svc), MetricsPatch, cause)}), nil

@@ -17,7 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap/zaptest"
 
-	"github.com/cozystack/cozy-health/agent/internal/check"
+	"github.com/cozystack/cozy-health/agent/internal/checkkit"
 	"github.com/cozystack/cozy-health/agent/internal/sources/etcdmetrics"
 	"github.com/cozystack/cozy-health/pkg/report"
 	"github.com/cozystack/cozy-health/talos"
@@ -181,7 +181,7 @@ func TestBadSources(t *testing.T) {
 	defer garbage.Close()
 	_, err := New(etcdmetrics.New(garbage.URL, 0), nil, defaults()).Run(context.Background())
 	require.Error(t, err)
-	assert.NotErrorIs(t, err, check.ErrNotApplicable)
+	assert.NotErrorIs(t, err, checkkit.ErrNotApplicable)
 
 	wrongType := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		_, _ = w.Write([]byte("# TYPE etcd_disk_wal_fsync_duration_seconds gauge\netcd_disk_wal_fsync_duration_seconds 1\n"))
@@ -200,11 +200,11 @@ func TestBadSources(t *testing.T) {
 	assert.Less(t, time.Since(start), 2*time.Second)
 
 	_, err = New(etcdmetrics.New("", 0), nil, defaults()).Run(context.Background())
-	require.ErrorIs(t, err, check.ErrNotApplicable)
+	require.ErrorIs(t, err, checkkit.ErrNotApplicable)
 	// Nothing listens there and no talosconfig to tell whether etcd runs
 	// here: not applicable (the Talos case is TestMetricsEndpointAbsent).
 	_, err = New(etcdmetrics.New("http://127.0.0.1:1/metrics", 0), nil, defaults()).Run(context.Background())
-	require.ErrorIs(t, err, check.ErrNotApplicable)
+	require.ErrorIs(t, err, checkkit.ErrNotApplicable)
 }
 
 func FuzzParse(f *testing.F) {
@@ -282,7 +282,7 @@ func TestMetricsEndpointAbsent(t *testing.T) {
 
 	worker := talosFor(t, "")
 	_, err = New(etcdmetrics.New(absent, 0), worker, defaults()).Run(ctx)
-	require.ErrorIs(t, err, check.ErrNotApplicable)
+	require.ErrorIs(t, err, checkkit.ErrNotApplicable)
 	assert.ErrorContains(t, err, "no etcd service")
 
 	// The metrics URL answers: the Talos client is not even asked.

@@ -5,7 +5,7 @@ import (
 	"flag"
 	"time"
 
-	"github.com/cozystack/cozy-health/agent/internal/check"
+	"github.com/cozystack/cozy-health/agent/internal/checkkit"
 	"github.com/cozystack/cozy-health/agent/internal/sources"
 )
 
@@ -26,11 +26,11 @@ func (p *Plugin) RegisterFlags(fs *flag.FlagSet) {
 // Validate implements checks.Plugin.
 func (p *Plugin) Validate() error {
 	return errors.Join(
-		check.ValidateDurations("etcd-wal-fsync-p99", p.th.WALFsyncDegraded, p.th.WALFsyncDown),
-		check.ValidateDurations("etcd-backend-commit-p99", p.th.BackendCommitDegraded, p.th.BackendCommitDown))
+		checkkit.ValidateDurations("etcd-wal-fsync-p99", p.th.WALFsyncDegraded, p.th.WALFsyncDown),
+		checkkit.ValidateDurations("etcd-backend-commit-p99", p.th.BackendCommitDegraded, p.th.BackendCommitDown))
 }
 
 // Build implements checks.Plugin.
-func (p *Plugin) Build(src *sources.Set) (check.Check, error) {
+func (p *Plugin) Build(src *sources.Set) (checkkit.Check, error) {
 	return New(src.EtcdMetrics, src.Talos, p.th).WithRoles(src.Roles), nil
 }

@@ -16,7 +16,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/cozystack/cozy-health/agent/internal/check"
+	"github.com/cozystack/cozy-health/agent/internal/checkkit"
 	"github.com/cozystack/cozy-health/pkg/report"
 )
 
@@ -48,7 +48,7 @@ type Check struct {
 	next   int
 }
 
-var _ check.Check = (*Check)(nil)
+var _ checkkit.Check = (*Check)(nil)
 
 // New returns the check.
 func New(cfg Config) *Check {
@@ -59,20 +59,20 @@ func New(cfg Config) *Check {
 	return &Check{cfg: cfg, buf: buf}
 }
 
-// Name implements check.Check.
+// Name implements checkkit.Check.
 func (*Check) Name() string { return report.CheckFsyncProbe }
 
-// Component implements check.Check.
+// Component implements checkkit.Check.
 func (*Check) Component() string { return report.ComponentDisk }
 
-// Run implements check.Check.
+// Run implements checkkit.Check.
 func (c *Check) Run(ctx context.Context) ([]report.Observation, error) {
 	if c.cfg.Dir == "" {
-		return nil, check.NotApplicable("no fsync probe directory configured")
+		return nil, checkkit.NotApplicable("no fsync probe directory configured")
 	}
 	st, err := os.Stat(c.cfg.Dir)
 	if errors.Is(err, fs.ErrNotExist) {
-		return nil, check.NotApplicable(fmt.Sprintf("fsync probe directory %s does not exist", c.cfg.Dir))
+		return nil, checkkit.NotApplicable(fmt.Sprintf("fsync probe directory %s does not exist", c.cfg.Dir))
 	}
 	if err != nil {
 		return nil, fmt.Errorf("stat fsync probe directory: %w", err)
@@ -109,7 +109,7 @@ func (c *Check) Run(ctx context.Context) ([]report.Observation, error) {
 	}
 	o.Message = fmt.Sprintf("fdatasync p99 %s, max %s over the last %d probes of %d bytes in %s (degraded > %s, down > %s)",
 		p99, maxD, n, WriteSize, c.cfg.Dir, c.cfg.DegradedP99, c.cfg.DownP99)
-	return check.Stamp(c, o), nil
+	return checkkit.Stamp(c, o), nil
 }
 
 // probe appends and syncs cfg.Samples times and returns each sync's duration.

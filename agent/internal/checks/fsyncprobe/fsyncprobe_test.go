@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/cozystack/cozy-health/agent/internal/check"
+	"github.com/cozystack/cozy-health/agent/internal/checkkit"
 	"github.com/cozystack/cozy-health/pkg/report"
 )
 
@@ -47,9 +47,9 @@ func TestProbeThresholds(t *testing.T) {
 
 func TestProbeAbsentOrBroken(t *testing.T) {
 	_, err := New(Config{Samples: 1, Window: 1}).Run(context.Background())
-	require.ErrorIs(t, err, check.ErrNotApplicable)
+	require.ErrorIs(t, err, checkkit.ErrNotApplicable)
 	_, err = New(Config{Dir: filepath.Join(t.TempDir(), "missing"), Samples: 1, Window: 1}).Run(context.Background())
-	require.ErrorIs(t, err, check.ErrNotApplicable)
+	require.ErrorIs(t, err, checkkit.ErrNotApplicable)
 	f := filepath.Join(t.TempDir(), "file")
 	require.NoError(t, os.WriteFile(f, nil, 0o600))
 	_, err = New(Config{Dir: f, Samples: 1, Window: 1}).Run(context.Background())

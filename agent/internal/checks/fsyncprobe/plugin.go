@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/cozystack/cozy-health/agent/internal/check"
+	"github.com/cozystack/cozy-health/agent/internal/checkkit"
 	"github.com/cozystack/cozy-health/agent/internal/sources"
 )
 
@@ -33,8 +33,8 @@ func (p *Plugin) Validate() error {
 	if p.cfg.Window < p.cfg.Samples || p.cfg.Window > 10000 {
 		errs = append(errs, fmt.Errorf("--fsync-probe-window %d: want --fsync-probe-samples..10000", p.cfg.Window))
 	}
-	return errors.Join(append(errs, check.ValidateDurations("fsync-probe-p99", p.cfg.DegradedP99, p.cfg.DownP99))...)
+	return errors.Join(append(errs, checkkit.ValidateDurations("fsync-probe-p99", p.cfg.DegradedP99, p.cfg.DownP99))...)
 }
 
 // Build implements checks.Plugin.
-func (p *Plugin) Build(*sources.Set) (check.Check, error) { return New(p.cfg), nil }
+func (p *Plugin) Build(*sources.Set) (checkkit.Check, error) { return New(p.cfg), nil }

@@ -16,7 +16,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
-	"github.com/cozystack/cozy-health/agent/internal/check"
+	"github.com/cozystack/cozy-health/agent/internal/checkkit"
 	"github.com/cozystack/cozy-health/agent/internal/sources/httpsource"
 	"github.com/cozystack/cozy-health/pkg/report"
 )
@@ -48,23 +48,23 @@ type Check struct {
 	prev *Pinger
 }
 
-var _ check.Check = (*Check)(nil)
+var _ checkkit.Check = (*Check)(nil)
 
 // New returns the check scraping url for node.
 func New(url, node string, th Thresholds) *Check {
 	return &Check{url: url, node: node, client: httpsource.NewClient(), th: th}
 }
 
-// Name implements check.Check.
+// Name implements checkkit.Check.
 func (*Check) Name() string { return report.CheckKubeOVNPinger }
 
-// Component implements check.Check.
+// Component implements checkkit.Check.
 func (*Check) Component() string { return report.ComponentKubeOVN }
 
-// Run implements check.Check.
+// Run implements checkkit.Check.
 func (c *Check) Run(ctx context.Context) ([]report.Observation, error) {
 	if c.url == "" {
-		return nil, check.NotApplicable("no kube-ovn pinger URL configured")
+		return nil, checkkit.NotApplicable("no kube-ovn pinger URL configured")
 	}
 	body, err := httpsource.Get(ctx, c.client, c.url, nil)
 	if err != nil {
@@ -78,7 +78,7 @@ func (c *Check) Run(ctx context.Context) ([]report.Observation, error) {
 	prev := c.prev
 	c.prev = p
 	c.mu.Unlock()
-	return check.Stamp(c, c.judge(p, prev)), nil
+	return checkkit.Stamp(c, c.judge(p, prev)), nil
 }
 
 // Pinger is what the check reads from one scrape.

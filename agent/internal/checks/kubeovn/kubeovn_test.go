@@ -8,7 +8,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/cozystack/cozy-health/agent/internal/check"
+	"github.com/cozystack/cozy-health/agent/internal/checkkit"
 	"github.com/cozystack/cozy-health/pkg/report"
 	"github.com/cozystack/cozy-health/test/sources/fault"
 	kubeovnsrc "github.com/cozystack/cozy-health/test/sources/kubeovn"
@@ -89,7 +89,7 @@ func TestPingerForAnotherNode(t *testing.T) {
 	_, err = New(srv.URL, "node-0", th()).Run(context.Background())
 	require.ErrorContains(t, err, `no pinger metric for node "node-0"`)
 	_, err = New("", "node-0", th()).Run(context.Background())
-	require.ErrorIs(t, err, check.ErrNotApplicable)
+	require.ErrorIs(t, err, checkkit.ErrNotApplicable)
 }
 
 func FuzzParse(f *testing.F) {

@@ -5,7 +5,7 @@ import (
 	"flag"
 	"fmt"
 
-	"github.com/cozystack/cozy-health/agent/internal/check"
+	"github.com/cozystack/cozy-health/agent/internal/checkkit"
 	"github.com/cozystack/cozy-health/agent/internal/sources"
 )
 
@@ -29,8 +29,10 @@ func (p *Plugin) Validate() error {
 	if p.th.PingLossDegraded <= 0 || p.th.PingLossDown < p.th.PingLossDegraded || p.th.PingLossDown > 1 {
 		errs = append(errs, fmt.Errorf("--kube-ovn-ping-loss-degraded %v / -down %v: want 0 < degraded <= down <= 1", p.th.PingLossDegraded, p.th.PingLossDown))
 	}
-	return errors.Join(append(errs, check.ValidateURL("kube-ovn-pinger-url", p.url))...)
+	return errors.Join(append(errs, checkkit.ValidateURL("kube-ovn-pinger-url", p.url))...)
 }
 
 // Build implements checks.Plugin.
-func (p *Plugin) Build(src *sources.Set) (check.Check, error) { return New(p.url, src.Node, p.th), nil }
+func (p *Plugin) Build(src *sources.Set) (checkkit.Check, error) {
+	return New(p.url, src.Node, p.th), nil
+}

@@ -23,7 +23,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/cozystack/cozy-health/agent/internal/check"
+	"github.com/cozystack/cozy-health/agent/internal/checkkit"
 	"github.com/cozystack/cozy-health/agent/internal/sources/ovsrpc"
 	"github.com/cozystack/cozy-health/pkg/report"
 )
@@ -79,15 +79,15 @@ type Config struct {
 // Check is the ovn-central-member check.
 type Check struct{ cfg Config }
 
-var _ check.Check = (*Check)(nil)
+var _ checkkit.Check = (*Check)(nil)
 
 // New returns the check.
 func New(cfg Config) *Check { return &Check{cfg: cfg} }
 
-// Name implements check.Check.
+// Name implements checkkit.Check.
 func (*Check) Name() string { return report.CheckOVNCentralMember }
 
-// Component implements check.Check.
+// Component implements checkkit.Check.
 func (*Check) Component() string { return report.ComponentKubeOVN }
 
 type database struct{ name, ctl, file string }
@@ -100,7 +100,7 @@ type outcome struct {
 	unsure string
 }
 
-// Run implements check.Check. The databases are read at once, each within
+// Run implements checkkit.Check. The databases are read at once, each within
 // three quarters of what is left of the deadline, so a frozen
 // ovsdb-server of one reads Unknown naming its database while the other
 // is still reported.
@@ -112,7 +112,7 @@ func (c *Check) Run(ctx context.Context) ([]report.Observation, error) {
 		}
 	}
 	if len(dbs) == 0 {
-		return nil, check.NotApplicable("no ovn-central control socket configured")
+		return nil, checkkit.NotApplicable("no ovn-central control socket configured")
 	}
 	if dl, ok := ctx.Deadline(); ok {
 		var cancel context.CancelFunc
@@ -151,14 +151,14 @@ func (c *Check) Run(ctx context.Context) ([]report.Observation, error) {
 					ResourceRef: &report.ResourceRef{Kind: report.KindOVNDatabase, Name: dbs[i].name}})
 			}
 		}
-		return check.Stamp(c, out...), nil
+		return checkkit.Stamp(c, out...), nil
 	}
 	if len(unsure) > 0 {
 		// "I could not ask" is not "none here": the runner reports the
 		// check Unknown with this error.
 		return nil, fmt.Errorf("cannot tell whether this node hosts an ovn-central member: %s", strings.Join(unsure, "; "))
 	}
-	return nil, check.NotApplicable(fmt.Sprintf("no ovn-central member on this node: no %s and no database file in %q", strings.Join(absent, ", "), c.cfg.DBDir))
+	return nil, checkkit.NotApplicable(fmt.Sprintf("no ovn-central member on this node: no %s and no database file in %q", strings.Join(absent, ", "), c.cfg.DBDir))
 }
 
 // member reads one database's member.

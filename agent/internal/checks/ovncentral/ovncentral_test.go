@@ -13,7 +13,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/cozystack/cozy-health/agent/internal/check"
+	"github.com/cozystack/cozy-health/agent/internal/checkkit"
 	"github.com/cozystack/cozy-health/pkg/report"
 	ovssrc "github.com/cozystack/cozy-health/test/sources/ovs"
 )
@@ -200,9 +200,9 @@ func TestNoMemberHere(t *testing.T) {
 	require.NoError(t, os.Mkdir(dbdir, 0o755))
 	c := New(Config{NBCtl: filepath.Join(dir, "ovnnb_db.ctl"), SBCtl: filepath.Join(dir, "ovnsb_db.ctl"), DBDir: dbdir})
 	_, err := c.Run(context.Background())
-	require.ErrorIs(t, err, check.ErrNotApplicable)
+	require.ErrorIs(t, err, checkkit.ErrNotApplicable)
 	_, err = New(Config{}).Run(context.Background())
-	require.ErrorIs(t, err, check.ErrNotApplicable)
+	require.ErrorIs(t, err, checkkit.ErrNotApplicable)
 }
 
 // TestCannotTellIsNotNotApplicable is issue 22 item 2 for ovn-central: a
@@ -216,7 +216,7 @@ func TestCannotTellIsNotNotApplicable(t *testing.T) {
 	c := New(Config{NBCtl: filepath.Join(dir, "ovnnb_db.ctl"), SBCtl: filepath.Join(dir, "ovnsb_db.ctl"), DBDir: missing})
 	_, err := c.Run(context.Background())
 	require.Error(t, err)
-	require.NotErrorIs(t, err, check.ErrNotApplicable)
+	require.NotErrorIs(t, err, checkkit.ErrNotApplicable)
 	assert.Contains(t, err.Error(), missing)
 	assert.Contains(t, err.Error(), "cannot tell whether this node hosts an ovn-central member")
 
@@ -227,7 +227,7 @@ func TestCannotTellIsNotNotApplicable(t *testing.T) {
 	require.NoError(t, os.WriteFile(notDir, nil, 0o644))
 	_, err = New(Config{NBCtl: filepath.Join(dir, "ovnnb_db.ctl"), DBDir: notDir}).Run(context.Background())
 	require.Error(t, err)
-	require.NotErrorIs(t, err, check.ErrNotApplicable)
+	require.NotErrorIs(t, err, checkkit.ErrNotApplicable)
 }
 
 // TestDebianSamples judges the cluster/status texts recorded from Debian's

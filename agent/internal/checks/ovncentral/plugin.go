@@ -3,7 +3,7 @@ package ovncentral
 import (
 	"flag"
 
-	"github.com/cozystack/cozy-health/agent/internal/check"
+	"github.com/cozystack/cozy-health/agent/internal/checkkit"
 	"github.com/cozystack/cozy-health/agent/internal/sources"
 )
 
@@ -21,4 +21,4 @@ func (p *Plugin) RegisterFlags(fs *flag.FlagSet) {
 }
 
 // Build implements checks.Plugin.
-func (p *Plugin) Build(*sources.Set) (check.Check, error) { return New(p.cfg), nil }
+func (p *Plugin) Build(*sources.Set) (checkkit.Check, error) { return New(p.cfg), nil }

@@ -31,7 +31,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/cozystack/cozy-health/agent/internal/check"
+	"github.com/cozystack/cozy-health/agent/internal/checkkit"
 	"github.com/cozystack/cozy-health/agent/internal/sources/ovsrpc"
 	"github.com/cozystack/cozy-health/pkg/report"
 )
@@ -67,15 +67,15 @@ type Config struct {
 // Check is the ovs check.
 type Check struct{ cfg Config }
 
-var _ check.Check = (*Check)(nil)
+var _ checkkit.Check = (*Check)(nil)
 
 // New returns the check.
 func New(cfg Config) *Check { return &Check{cfg: cfg} }
 
-// Name implements check.Check.
+// Name implements checkkit.Check.
 func (*Check) Name() string { return report.CheckOVS }
 
-// Component implements check.Check.
+// Component implements checkkit.Check.
 func (*Check) Component() string { return report.ComponentKubeOVN }
 
 // Columns read of the Interface table.
@@ -105,13 +105,13 @@ type finding struct {
 	text   string
 }
 
-// Run implements check.Check.
+// Run implements checkkit.Check.
 func (c *Check) Run(ctx context.Context) ([]report.Observation, error) {
 	if c.cfg.DBSocket == "" {
-		return nil, check.NotApplicable("no ovsdb-server socket configured")
+		return nil, checkkit.NotApplicable("no ovsdb-server socket configured")
 	}
 	if _, err := os.Stat(c.cfg.DBSocket); errors.Is(err, fs.ErrNotExist) {
-		return check.Stamp(c, report.Observation{Status: report.StatusDown, Reason: ReasonOVSDBSocketMissing,
+		return checkkit.Stamp(c, report.Observation{Status: report.StatusDown, Reason: ReasonOVSDBSocketMissing,
 			Message: fmt.Sprintf("no ovsdb-server socket at %s: kube-ovn's ovs-ovn does not run on this node (its DaemonSet pod is missing, not rolled out here, orphaned or crashed)", c.cfg.DBSocket)}), nil
 	}
 	// A wedged ovsdb-server must not hide the daemons: it is asked within
@@ -124,7 +124,7 @@ func (c *Check) Run(ctx context.Context) ([]report.Observation, error) {
 	}
 	db, err := ReadDB(dbCtx, c.cfg.DBSocket)
 	if errors.Is(err, syscall.ECONNREFUSED) {
-		return check.Stamp(c, report.Observation{Status: report.StatusDown, Reason: ReasonOVSDBNotListening,
+		return checkkit.Stamp(c, report.Observation{Status: report.StatusDown, Reason: ReasonOVSDBNotListening,
 			Message: fmt.Sprintf("ovsdb-server socket %s exists but nothing accepts connections (ovs-ovn crashed or is being replaced): %v", c.cfg.DBSocket, err)}), nil
 	}
 	var found []finding
@@ -211,7 +211,7 @@ func (c *Check) Run(ctx context.Context) ([]report.Observation, error) {
 	// The worst finding first: the message is cut at 256 characters.
 	sort.SliceStable(parts, func(i, j int) bool { return found[i].status.Rank() > found[j].status.Rank() })
 	o.Message = strings.Join(parts, "; ")
-	return check.Stamp(c, o), nil
+	return checkkit.Stamp(c, o), nil
 }
 
 // daemon asks a daemon found through its pidfile one unixctl command.

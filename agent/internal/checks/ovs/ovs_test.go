@@ -11,7 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/cozystack/cozy-health/agent/internal/check"
+	"github.com/cozystack/cozy-health/agent/internal/checkkit"
 	"github.com/cozystack/cozy-health/pkg/report"
 	ovssrc "github.com/cozystack/cozy-health/test/sources/ovs"
 )
@@ -125,7 +125,7 @@ func TestOVSFromItsSockets(t *testing.T) {
 	assert.Contains(t, o.Message, "ovs-ovn does not run on this node")
 
 	_, err := New(Config{}).Run(context.Background())
-	require.ErrorIs(t, err, check.ErrNotApplicable)
+	require.ErrorIs(t, err, checkkit.ErrNotApplicable)
 }
 
 func TestOVSDBSocketLeftBehind(t *testing.T) {

@@ -1,7 +1,7 @@
 package talosservices
 
 import (
-	"github.com/cozystack/cozy-health/agent/internal/check"
+	"github.com/cozystack/cozy-health/agent/internal/checkkit"
 	"github.com/cozystack/cozy-health/agent/internal/sources"
 )
 
@@ -9,4 +9,4 @@ import (
 type Plugin struct{}
 
 // Build implements checks.Plugin.
-func (Plugin) Build(src *sources.Set) (check.Check, error) { return New(src.Talos), nil }
+func (Plugin) Build(src *sources.Set) (checkkit.Check, error) { return New(src.Talos), nil }

@@ -9,7 +9,7 @@ import (
 
 	"github.com/siderolabs/talos/pkg/machinery/api/machine"
 
-	"github.com/cozystack/cozy-health/agent/internal/check"
+	"github.com/cozystack/cozy-health/agent/internal/checkkit"
 	"github.com/cozystack/cozy-health/agent/internal/sources/machineapi"
 	"github.com/cozystack/cozy-health/pkg/report"
 )
@@ -26,24 +26,24 @@ var required = map[string]bool{"kubelet": true, "cri": true}
 // Check is the talos-services check.
 type Check struct{ talos *machineapi.Client }
 
-var _ check.Check = (*Check)(nil)
+var _ checkkit.Check = (*Check)(nil)
 
 // New returns the check reading services through c.
 func New(c *machineapi.Client) *Check { return &Check{talos: c} }
 
-// Name implements check.Check.
+// Name implements checkkit.Check.
 func (*Check) Name() string { return report.CheckTalosServices }
 
-// Component implements check.Check.
+// Component implements checkkit.Check.
 func (*Check) Component() string { return report.ComponentNode }
 
-// Run implements check.Check.
+// Run implements checkkit.Check.
 func (c *Check) Run(ctx context.Context) ([]report.Observation, error) {
 	svcs, err := machineapi.ServiceList(ctx, c.talos)
 	if err != nil {
 		return nil, err
 	}
-	return check.Stamp(c, Judge(svcs)), nil
+	return checkkit.Stamp(c, Judge(svcs)), nil
 }
 
 // Judge turns a ServiceList into the talos-services observation.

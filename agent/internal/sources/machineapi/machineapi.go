@@ -20,7 +20,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/cozystack/cozy-health/agent/internal/check"
+	"github.com/cozystack/cozy-health/agent/internal/checkkit"
 	"github.com/cozystack/cozy-health/agent/internal/sources/noderole"
 	"github.com/cozystack/cozy-health/pkg/report"
 	"github.com/cozystack/cozy-health/talos"
@@ -34,16 +34,16 @@ const InputFix = "mount Secret cozy-health-agent-talos-secrets there; Talos issu
 
 // ServiceList reads the services. No talosconfig configured is "not
 // applicable"; one configured but missing or unusable is a
-// *check.InputError (Unknown, saying what to mount).
+// *checkkit.InputError (Unknown, saying what to mount).
 func ServiceList(ctx context.Context, c *Client) ([]*machine.ServiceInfo, error) {
 	if c == nil {
-		return nil, check.NotApplicable("no talosconfig configured")
+		return nil, checkkit.NotApplicable("no talosconfig configured")
 	}
 	svcs, err := c.ServiceList(ctx)
 	if err != nil {
 		var ce *talos.ConfigError
 		if errors.As(err, &ce) {
-			return nil, check.Input("talosconfig", ce.Path, InputFix, ce.Err)
+			return nil, checkkit.Input("talosconfig", ce.Path, InputFix, ce.Err)
 		}
 		return nil, err
 	}
@@ -104,7 +104,7 @@ func LearnerUnsupported(msg string) bool { return strings.Contains(msg, learnerU
 // members report them for the cluster. Other errors pass unchanged.
 func LearnerNotApplicable(err error, what string) error {
 	if err != nil && LearnerUnsupported(err.Error()) {
-		return check.NotApplicable("this etcd member is a learner: the voting members report the " + what)
+		return checkkit.NotApplicable("this etcd member is a learner: the voting members report the " + what)
 	}
 	return err
 }
@@ -123,7 +123,7 @@ const AccessPatch = "apply talos/manifests/talos-api-access-patch.yaml (Talos th
 //   - not applicable when the node is known not to be a control-plane
 //     node: Talos lists no etcd service, or (Talos cannot be asked) its
 //     Node object has no node-role.kubernetes.io/control-plane label;
-//   - a *check.InputError with ReasonTalosAPIAccessMissing (Unknown,
+//   - a *checkkit.InputError with ReasonTalosAPIAccessMissing (Unknown,
 //     naming what is missing) when Talos cannot be asked (no talosconfig,
 //     a broken one, credentials refused) and the node is a control-plane
 //     node or its role cannot be read: "could not ask" is never "not
@@ -135,16 +135,16 @@ const AccessPatch = "apply talos/manifests/talos-api-access-patch.yaml (Talos th
 func RequireEtcd(ctx context.Context, c *Client, roles *noderole.Reader) (*machine.ServiceInfo, error) {
 	if c == nil {
 		if role, _ := roles.Role(ctx); role == noderole.ControlPlane {
-			return nil, &check.InputError{Reason: ReasonTalosAPIAccessMissing,
+			return nil, &checkkit.InputError{Reason: ReasonTalosAPIAccessMissing,
 				Message: "the Talos checks are disabled (--talosconfig empty) on a control-plane node: enable agent.sources.talos and " + AccessPatch}
 		}
-		return nil, check.NotApplicable("no talosconfig configured")
+		return nil, checkkit.NotApplicable("no talosconfig configured")
 	}
 	svcs, err := c.ServiceList(ctx)
 	if err == nil {
 		etcd := Find(svcs, "etcd")
 		if etcd == nil {
-			return nil, check.NotApplicable("Talos lists no etcd service on this node: not a control-plane node")
+			return nil, checkkit.NotApplicable("Talos lists no etcd service on this node: not a control-plane node")
 		}
 		return etcd, nil
 	}
@@ -155,12 +155,12 @@ func RequireEtcd(ctx context.Context, c *Client, roles *noderole.Reader) (*machi
 	role, roleErr := roles.Role(ctx)
 	switch role {
 	case noderole.Worker:
-		return nil, check.NotApplicable(fmt.Sprintf("%s, and the Node has no %s label: not a control-plane node", missing, noderole.ControlPlaneLabel))
+		return nil, checkkit.NotApplicable(fmt.Sprintf("%s, and the Node has no %s label: not a control-plane node", missing, noderole.ControlPlaneLabel))
 	case noderole.ControlPlane:
-		return nil, &check.InputError{Reason: ReasonTalosAPIAccessMissing, Err: err,
+		return nil, &checkkit.InputError{Reason: ReasonTalosAPIAccessMissing, Err: err,
 			Message: fmt.Sprintf("%s: %s; this control-plane node's etcd member is unknown until then", missing, AccessPatch)}
 	}
-	return nil, &check.InputError{Reason: ReasonTalosAPIAccessMissing, Err: err,
+	return nil, &checkkit.InputError{Reason: ReasonTalosAPIAccessMissing, Err: err,
 		Message: fmt.Sprintf("%s: %s; whether this node runs an etcd member is unknown (%v)", missing, AccessPatch, roleErr)}
 }
 
@@ -190,7 +190,7 @@ type Flags struct {
 	// Talos checks.
 	ConfigFile string
 	// Endpoints override the talosconfig's endpoints (--talos-endpoints).
-	Endpoints check.ListFlag
+	Endpoints checkkit.ListFlag
 	// Node is sent as the "node" metadata so the endpoint proxies to this
 	// node; "" asks the endpoint itself (--talos-node).
 	Node string

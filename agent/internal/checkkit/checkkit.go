@@ -1,7 +1,10 @@
-// Package check defines the one-method unit every node-local check
-// implements. Timing, deadlines, panic recovery, metrics and the
-// "not applicable" sentinel live in the runner, so checks stay small.
-package check
+// Package checkkit is what every node-local check is built from, as
+// aggregator/internal/adapterkit is for the cluster adapters: the Check
+// interface each implements, Stamp, the "not applicable" and input-error
+// answers, and flag helpers. Timing, deadlines, panic recovery and metrics
+// live in the runner, so checks stay small; the checks themselves are the
+// packages under agent/internal/checks, listed in checks.Table.
+package checkkit
 
 import (
 	"context"
