@@ -19,9 +19,9 @@
 //   - -key FILE: that cosign private key (COSIGN_PASSWORD from the
 //     environment). No transparency log: nothing is uploaded to Rekor
 //     (--tlog-upload=false) and verification takes --insecure-ignore-tlog.
-//   - no -key, with an OIDC token (GitHub Actions with `id-token: write`, or
-//     SIGSTORE_ID_TOKEN): keyless, Sigstore's public Fulcio and Rekor; the
-//     identity is the workflow (GITHUB_WORKFLOW_REF).
+//   - no -key, in GitHub Actions with an OIDC token (`id-token: write`):
+//     keyless, Sigstore's public Fulcio and Rekor; the identity is the
+//     workflow (GITHUB_WORKFLOW_REF), the issuer GitHub's.
 //   - no -key and no token, outside GitHub Actions: a key pair generated for
 //     this release beside release.json (cosign.key with COSIGN_PASSWORD, empty
 //     when unset, and cosign.pub), signed as with -key. Verification needs
@@ -105,7 +105,7 @@ func main() {
 	var o options
 	flags := flag.NewFlagSet("sign", flag.ContinueOnError)
 	flags.StringVar(&o.Release, "release", "", "release.json that hack/release wrote; the notes, SBOMs (and a generated key pair) go beside it")
-	flags.StringVar(&o.Key, "key", "", "cosign private key (COSIGN_PASSWORD from the environment); without it: keyless with an OIDC token (GitHub Actions), else a key pair generated beside release.json")
+	flags.StringVar(&o.Key, "key", "", "cosign private key (COSIGN_PASSWORD from the environment); without it: keyless in GitHub Actions with id-token: write, else a key pair generated beside release.json")
 	flags.StringVar(&o.Cosign, "cosign", "", "the cosign binary (default $COZY_HEALTH_COSIGN/cosign, else hack/tooldir.sh cosign)")
 	flags.StringVar(&o.Syft, "syft", "", "the syft binary (default $COZY_HEALTH_SYFT/syft, else hack/tooldir.sh syft)")
 	flags.BoolVar(&o.Verify, "verify", true, "verify every signature and SBOM attestation after signing")
@@ -337,11 +337,11 @@ func run(ctx context.Context, o options) error {
 	if o.Verify {
 		t = time.Now()
 		for _, s := range all {
-			if err := c.run(ctx, append([]string{"verify"}, append(c.verifyFlags(rel), s.Subject.String())...)...); err != nil {
+			if err := c.run(ctx, append([]string{"verify"}, append(c.verifyFlags(), s.Subject.String())...)...); err != nil {
 				return fmt.Errorf("verify %s: %w", s.What, err)
 			}
 			if len(s.SBOMs) > 0 {
-				if err := c.run(ctx, append([]string{"verify-attestation", "--type", "spdxjson"}, append(c.verifyFlags(rel), s.Subject.String())...)...); err != nil {
+				if err := c.run(ctx, append([]string{"verify-attestation", "--type", "spdxjson"}, append(c.verifyFlags(), s.Subject.String())...)...); err != nil {
 					return fmt.Errorf("verify the SBOM attestation of %s: %w", s.What, err)
 				}
 			}
@@ -373,10 +373,9 @@ func countSBOMs(all []*signed) int {
 }
 
 // oidcToken reports whether cosign can sign keyless here: GitHub Actions
-// with id-token: write, or an explicit SIGSTORE_ID_TOKEN.
+// with id-token: write (cosign asks GitHub for the token itself).
 func oidcToken() bool {
-	return os.Getenv("SIGSTORE_ID_TOKEN") != "" ||
-		(os.Getenv("ACTIONS_ID_TOKEN_REQUEST_URL") != "" && os.Getenv("ACTIONS_ID_TOKEN_REQUEST_TOKEN") != "")
+	return os.Getenv("ACTIONS_ID_TOKEN_REQUEST_URL") != "" && os.Getenv("ACTIONS_ID_TOKEN_REQUEST_TOKEN") != ""
 }
 
 // indexPlatforms lists the platform manifests of an image index (an
@@ -565,12 +564,12 @@ func (c cosign) signFlags() []string {
 
 // verifyFlags: the public key without a transparency log, or the workflow's
 // identity from GitHub's OIDC issuer.
-func (c cosign) verifyFlags(rel Release) []string {
+func (c cosign) verifyFlags() []string {
 	f := c.registryFlags()
 	if c.pub != "" {
 		return append(f, "--key", c.pub, "--insecure-ignore-tlog")
 	}
-	return append(f, "--certificate-identity", keylessIdentity(), "--certificate-oidc-issuer", keylessIssuer())
+	return append(f, "--certificate-identity", keylessIdentity(), "--certificate-oidc-issuer", githubIssuer)
 }
 
 // keylessIdentity is the certificate identity of a keyless signature made
@@ -582,16 +581,6 @@ func keylessIdentity() string {
 		server = "https://github.com"
 	}
 	return server + "/" + os.Getenv("GITHUB_WORKFLOW_REF")
-}
-
-func keylessIssuer() string {
-	if os.Getenv("ACTIONS_ID_TOKEN_REQUEST_URL") != "" {
-		return githubIssuer
-	}
-	if i := os.Getenv("SIGSTORE_OIDC_ISSUER"); i != "" {
-		return i
-	}
-	return githubIssuer
 }
 
 // generateKeyPair writes dir/cosign.key and dir/cosign.pub (an existing
@@ -638,7 +627,7 @@ func releaseNotes(rel Release, all []*signed, c cosign, o options, dir string) s
 		ref = all[0].Subject.String()
 	}
 	w("## Verify\n\n")
-	flags := strings.Join(c.verifyFlags(rel), " ")
+	flags := strings.Join(c.verifyFlags(), " ")
 	switch {
 	case c.key == "":
 		w("Signed keyless (Sigstore: Fulcio certificate for the release workflow, Rekor entry):\n\n")

@@ -368,7 +368,7 @@ func TestSignRefusals(t *testing.T) {
 		"ref mismatch": {edit: func(r map[string]any) {
 			r["package"] = map[string]string{"ref": "127.0.0.1:1/p@sha256:" + strings.Repeat("b", 64), "digest": d}
 		}, want: "release.json says"},
-		"ci, no token": {edit: func(map[string]any) {}, env: []string{"GITHUB_ACTIONS=true", "ACTIONS_ID_TOKEN_REQUEST_URL=", "SIGSTORE_ID_TOKEN="}, want: "id-token: write"},
+		"ci, no token": {edit: func(map[string]any) {}, env: []string{"GITHUB_ACTIONS=true", "ACTIONS_ID_TOKEN_REQUEST_URL=", "ACTIONS_ID_TOKEN_REQUEST_TOKEN="}, want: "id-token: write"},
 		"missing key":  {edit: func(map[string]any) {}, args: []string{"-key", filepath.Join(dir, "absent.key")}, want: "-key"},
 	} {
 		t.Run(name, func(t *testing.T) {
