@@ -35,12 +35,7 @@ func TestDrainCheckWait(t *testing.T) {
 	harness.SkipShort(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
-	l, err := lab.Up(ctx, lab.Options{
-		Dir: t.TempDir(), Nodes: 3, BinDir: binDir(t), LeaseDuration: leaseDuration,
-		Log: func(f string, a ...any) { t.Logf(f, a...) },
-	})
-	require.NoError(t, err)
-	t.Cleanup(func() { assert.NoError(t, l.Down()) })
+	l := upLab(ctx, t)
 	plugin := filepath.Join(binDir(t), "kubectl-health")
 	// writerURL is the drain check of the replica holding the Lease: the
 	// one whose state the Health objects are written from.

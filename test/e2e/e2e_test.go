@@ -51,16 +51,24 @@ func binDir(t *testing.T) string {
 	return d
 }
 
-func TestFaultMatrix(t *testing.T) {
-	harness.SkipShort(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
-	defer cancel()
+// upLab starts the lab every e2e test runs on (3 nodes, the binaries of
+// bin/, the e2e's Lease duration) and takes it down when the test ends.
+func upLab(ctx context.Context, t *testing.T) *lab.Lab {
+	t.Helper()
 	l, err := lab.Up(ctx, lab.Options{
 		Dir: t.TempDir(), Nodes: 3, BinDir: binDir(t), LeaseDuration: leaseDuration,
 		Log: func(f string, a ...any) { t.Logf(f, a...) },
 	})
 	require.NoError(t, err)
 	t.Cleanup(func() { assert.NoError(t, l.Down()) })
+	return l
+}
+
+func TestFaultMatrix(t *testing.T) {
+	harness.SkipShort(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
+	l := upLab(ctx, t)
 	dir := l.State.Dir
 
 	fault := func(t *testing.T, node, f, arg string) {

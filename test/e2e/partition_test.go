@@ -48,12 +48,7 @@ func TestPartialPartition(t *testing.T) {
 	harness.SkipShort(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	l, err := lab.Up(ctx, lab.Options{
-		Dir: t.TempDir(), Nodes: 3, BinDir: binDir(t), LeaseDuration: leaseDuration,
-		Log: func(f string, a ...any) { t.Logf(f, a...) },
-	})
-	require.NoError(t, err)
-	t.Cleanup(func() { assert.NoError(t, l.Down()) })
+	l := upLab(ctx, t)
 	dir := l.State.Dir
 
 	took, err := l.WaitFor(ctx, nil, "all Healthy", boundRecover, lab.AllHealthy(components))
