@@ -627,7 +627,12 @@ func releaseNotes(rel Release, all []*signed, c cosign, o options, dir string) s
 		ref = all[0].Subject.String()
 	}
 	w("## Verify\n\n")
-	flags := strings.Join(c.verifyFlags(), " ")
+	// The notes travel with the release: cosign.pub by its name beside them.
+	nc := c
+	if nc.pub != "" {
+		nc.pub = filepath.Base(nc.pub)
+	}
+	flags := strings.Join(nc.verifyFlags(), " ")
 	switch {
 	case c.key == "":
 		w("Signed keyless (Sigstore: Fulcio certificate for the release workflow, Rekor entry):\n\n")
@@ -665,7 +670,11 @@ func releaseNotes(rel Release, all []*signed, c cosign, o options, dir string) s
 		w("| %s | `%s` | `%s` | %s |\n", s.What, s.Subject.Context().String(), s.Subject.DigestStr(), codes(s.Signatures))
 	}
 	if d, err := subject(rel.Chart.Ref, rel.Chart.Digest); err == nil && rel.Chart.Version != "" {
-		w("\nChart version %s: `helm install cozy-health oci://%s --version %s`.\n", rel.Chart.Version, d.Context(), rel.Chart.Version)
+		plain := ""
+		if loopback(d.RegistryStr()) {
+			plain = " --plain-http"
+		}
+		w("\nChart version %s: `helm install cozy-health oci://%s --version %s%s`.\n", rel.Chart.Version, d.Context(), rel.Chart.Version, plain)
 	}
 
 	w("\n## SBOMs (SPDX JSON, in sbom/)\n\n| file | packages | bytes |\n| --- | --- | --- |\n")
