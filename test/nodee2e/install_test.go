@@ -454,7 +454,10 @@ func guardOnRealNode(ctx context.Context, t *testing.T, c *realnode.Cluster, cs 
 		require.NoError(t, err)
 	}
 	setNode(func(n *corev1.Node) { n.Spec.Unschedulable = true })
-	defer setNode(func(n *corev1.Node) { n.Spec.Unschedulable = false; delete(n.Annotations, "health.cozystack.io/drain-guard") })
+	defer setNode(func(n *corev1.Node) {
+		n.Spec.Unschedulable = false
+		delete(n.Annotations, "health.cozystack.io/drain-guard")
+	})
 
 	decided := func() float64 {
 		var sum float64

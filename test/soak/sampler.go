@@ -71,9 +71,9 @@ type sampler struct {
 	warnings *warningLog
 	// gateOn asks the drain guard every sample.
 	gateOn bool
-	http     *http.Client
-	nodes    []string
-	turn     int
+	http   *http.Client
+	nodes  []string
+	turn   int
 }
 
 func newSampler(dir string, nodes []string, gate bool) (*sampler, error) {
