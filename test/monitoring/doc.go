@@ -10,7 +10,7 @@
 // `make vmalert`) for every fault of the lab's fault matrix, with the
 // time from fault to firing and from repair to resolved measured. The
 // fault matrix is one table (faultmatrix_test.go) both lab tests read; the
-// rules file is the one source of the alert names, and the README's
-// tables, the runbook's sections and the promtool unit tests are compared
+// rules file is the one source of the alert names, and the tables of
+// docs/reference/alerts.md, the runbook's sections and the promtool unit tests are compared
 // with these two as sets (TestAlertTables).
 package monitoring

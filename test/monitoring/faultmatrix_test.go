@@ -31,7 +31,7 @@ const backupFault, backupRepair = "CNPG backup 50 h old", "CNPG backup succeeded
 // faultMatrix is the one table of the lab's faults and the alerts they
 // fire. TestScrapeCrossCheck waits for each expression to hold on the
 // scrape; TestAlertEvaluation (and TestAlertTiming) for each alert to fire
-// and resolve on Prometheus and vmalert; the README's tables of both are
+// and resolve on Prometheus and vmalert; docs/reference/alerts.md's tables of both are
 // compared with it as sets (TestAlertTables). Both end with watchdog.
 var faultMatrix = []faultAlert{
 	{alert: "CozyHealthEtcdFsyncSlow", fault: "node-1 fsync-slow", repair: "node-1 fsync-ok", labels: map[string]string{"node": "node-1"},
@@ -67,7 +67,7 @@ var faultMatrix = []faultAlert{
 var watchdog = faultAlert{alert: "CozyHealthNotPublishing", fault: "every aggregator SIGKILLed", repair: "aggregator-start",
 	labels: map[string]string{"cause": "NoAggregatorScraped"}}
 
-// key is how the README's tables name the row: the alert, and in
+// key is how docs/reference/alerts.md's tables name the row: the alert, and in
 // parentheses the component or cause its labels pin.
 func (f faultAlert) key() string {
 	for _, l := range []string{"component", "cause"} {

@@ -113,11 +113,12 @@ func TestAlertRuleShape(t *testing.T) {
 }
 
 // TestAlertTables: the shipped rules (alerts.yaml) are the one source of
-// the alert names; the README's alert table, docs/runbook.md's sections and
-// the promtool unit tests name the same set. The fault matrix
-// (faultMatrix, then watchdog) is the one source of the measured faults;
-// the README's fault-to-alert table (TestScrapeCrossCheck) and its table of
-// times on the real evaluators (TestAlertEvaluation) list the same set.
+// the alert names; the alert table of docs/reference/alerts.md,
+// docs/runbook.md's sections and the promtool unit tests name the same set.
+// The fault matrix (faultMatrix, then watchdog) is the one source of the
+// measured faults; that page's fault-to-alert table (TestScrapeCrossCheck)
+// and its table of times on the real evaluators (TestAlertEvaluation) list
+// the same set.
 // Every comparison is of sets, reporting what is missing and what is extra
 // by name.
 func TestAlertTables(t *testing.T) {
@@ -127,15 +128,15 @@ func TestAlertTables(t *testing.T) {
 			rules = append(rules, r.Alert)
 		}
 	}
-	readme, err := os.ReadFile(filepath.Join(harness.RepoRoot(), "README.md"))
+	page, err := os.ReadFile(filepath.Join(harness.RepoRoot(), alertsPage))
 	require.NoError(t, err)
 	runbook, err := os.ReadFile(filepath.Join(harness.RepoRoot(), "docs", "runbook.md"))
 	require.NoError(t, err)
 	tests, err := os.ReadFile(filepath.Join("testdata", "alerts_test.yaml"))
 	require.NoError(t, err)
 
-	sameSet(t, "alerts.yaml", rules, "README.md's alert table (Monitoring and alerts)",
-		tableColumn(t, string(readme), "| alert | severity | fires when | runbook |", 0, alertName))
+	sameSet(t, "alerts.yaml", rules, alertsPage+"'s alert table",
+		tableColumn(t, string(page), "| alert | severity | fires when | runbook |", 0, alertName))
 	var sections []string
 	for _, m := range regexp.MustCompile(`(?m)^## (CozyHealth\w+)\s*$`).FindAllStringSubmatch(string(runbook), -1) {
 		sections = append(sections, m[1])
@@ -153,11 +154,14 @@ func TestAlertTables(t *testing.T) {
 		matrixAlerts = append(matrixAlerts, f.alert)
 	}
 	assert.Empty(t, missingFrom(rules, matrixAlerts), "the fault matrix names these, which alerts.yaml has not")
-	sameSet(t, "the fault matrix (faultMatrix, watchdog)", matrix, "README.md's fault-to-alert table (TestScrapeCrossCheck)",
-		tableColumn(t, string(readme), "| fault (lab) | alert | expression holds after |", 1, alertKey))
-	sameSet(t, "the fault matrix (faultMatrix, watchdog)", matrix, "README.md's alert times on the real evaluators (TestAlertEvaluation)",
-		tableColumn(t, string(readme), "| alert | fault (repair) | `for` |", 0, alertKey))
+	sameSet(t, "the fault matrix (faultMatrix, watchdog)", matrix, alertsPage+"'s fault-to-alert table (TestScrapeCrossCheck)",
+		tableColumn(t, string(page), "| fault (lab) | alert | expression holds after |", 1, alertKey))
+	sameSet(t, "the fault matrix (faultMatrix, watchdog)", matrix, alertsPage+"'s alert times on the real evaluators (TestAlertEvaluation)",
+		tableColumn(t, string(page), "| alert | fault (repair) | `for` |", 0, alertKey))
 }
+
+// alertsPage is the reference page of the alerts, from the repository root.
+const alertsPage = "docs/reference/alerts.md"
 
 // sameSet compares got (from gotFrom) with want (from the source wantFrom)
 // as sets: what got lacks, what it has beyond want, and what it lists
