@@ -3,7 +3,8 @@
 // node_exporter's collectors declare their flags beside themselves); the
 // node-local sources several checks share are opened once by
 // agent/internal/sources. Adding a check is its package under checks/, its
-// test, one line in Table and its row in agent/README.md.
+// test, one line in Table and its rows in docs/reference/checks.md
+// (TestChecksReference compares them).
 package checks
 
 import (
