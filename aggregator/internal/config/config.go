@@ -345,7 +345,7 @@ func Default() Config {
 		// core, measured), and with a second P idle every report readied a
 		// goroutine that woke a thread to spin looking for work (5,000
 		// nodes: 19.3 % of a core with two Ps, 15.9 % with one, the same
-		// staleness; README "Measured figures").
+		// staleness; docs/performance.md "Measured figures").
 		Runtime:              cli.Runtime{MaxProcs: 1, TrimStartupPages: true},
 		WarmUp:               6 * time.Second,
 		WarmUpMax:            45 * time.Second,

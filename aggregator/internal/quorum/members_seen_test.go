@@ -14,7 +14,7 @@ import (
 )
 
 // belowMembersSeen is ReasonBelowMembersSeen, spelled out: the metric's
-// label value is part of the contract (README).
+// label value is part of the contract (docs/security.md).
 const belowMembersSeen = "below_members_seen"
 
 // sizeless is a member observation without a size claim: a Down member
