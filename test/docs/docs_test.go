@@ -3,8 +3,15 @@
 // against a lab-node (the chart installed on a real kubelet node, a real
 // aggregator Deployment and agent DaemonSet, Health objects, the Lease),
 // the make targets and go tests against this repository. Commands of tools
-// that run only on a real Talos or LINSTOR installation are listed, with why,
-// in external: a new one fails the test until it is run or listed.
+// that run only on a real Talos, LINSTOR or kube-ovn installation are listed,
+// with why, in external, and code spans that name a command in a sentence
+// rather than give one to type in named: a new one fails the test until it
+// is run or listed. What it runs: every line of a ```sh block and every code
+// span in prose that starts with one of tools; a block fenced otherwise
+// (```text, ```console) is shown, not run, which is how the docs show what
+// only a real cluster can run (helm, talm, talosctl loops) and the lab's own
+// commands. TestLinks checks that every relative link of the Markdown files
+// resolves.
 package docs
 
 import (
@@ -39,8 +46,9 @@ type Command struct {
 var tools = []string{"kubectl", "talosctl", "linstor", "drbdsetup", "make", "go"}
 
 // external are the commands of tools that run only against a real Talos
-// node or LINSTOR controller, which cannot run here (DESIGN: Talos machined
-// and LINSTOR are served by real-protocol stand-ins, not their CLIs).
+// node, LINSTOR controller or kube-ovn installation, which cannot run here
+// (DESIGN: Talos machined and LINSTOR are served by real-protocol
+// stand-ins, not their CLIs).
 var external = map[string]string{
 	"talosctl etcd defrag":                                             "Talos machined",
 	"talosctl etcd alarm disarm":                                       "Talos machined",
@@ -52,6 +60,20 @@ var external = map[string]string{
 	"drbdsetup status RESOURCE --verbose":                              "DRBD kernel module on a LINSTOR satellite",
 	"linstor storage-pool list -n NODE":                                "LINSTOR controller",
 	"linstor resource set-property NODE RESOURCE DrbdOptions/SkipDisk": "LINSTOR controller",
+	"talosctl patch":                                                   "Talos machined",
+	"talosctl reboot --drain":                                          "Talos machined",
+	"drbdsetup events2":                                                "DRBD kernel module on a LINSTOR satellite",
+	"kubectl ko nb status":                                             "kube-ovn's kubectl plugin and its ovn-central pods",
+	"kubectl apply --server-side -f deploy/manifests/talos-serviceaccount.yaml": "a Talos cluster (serves talos.dev/v1alpha1)",
+}
+
+// named are code spans that name a command in a sentence rather than give
+// one to type: the command alone, or its form with the reader's own files.
+var named = map[string]string{
+	"kubectl apply":                      "the tool the plain manifests are written for",
+	"kubectl apply --server-side -f ...": "the form of the commands make release prints, with its files",
+	"kubectl health drain-check":         "the command by name, the node left to the reader",
+	"go test -short":                     "the flag make test-unit passes",
 }
 
 var (
@@ -123,6 +145,9 @@ func TestExtract(t *testing.T) {
 	assert.Contains(t, texts, "make soak SOAK_MINUTES=7 SOAK_SEED=42")
 	for e := range external {
 		assert.Contains(t, texts, e, "an external command no document names any more")
+	}
+	for e := range named {
+		assert.Contains(t, texts, e, "a named command no document names any more")
 	}
 	assert.Equal(t, []string{"make", "soak", "SOAK_ARGS=--only etcd-stop,agent-kill"}, words("make soak SOAK_ARGS='--only etcd-stop,agent-kill'"))
 	assert.Equal(t, []Command{{"x.md", "kubectl get pods -A"}, {"x.md", "kubectl get chz"}},
@@ -212,9 +237,10 @@ func repoSh(t *testing.T, cmd string) (int, string) {
 var ansi = regexp.MustCompile(`\x1b\[[0-9;]*m`)
 
 // The make targets and go tests the docs name exist: the target is in
-// `make help`, every VAR= is a variable the Makefile reads, the -run test is
-// in `go test -list` of its package. Running them is what make test and
-// make soak do.
+// `make help` (a pattern such as bench-* matches one there), every VAR= (an
+// optional one in [brackets] too) is a variable the Makefile reads, the
+// -run test (or, with -run '^$', the -bench benchmark) is in `go test -list`
+// of its package. Running them is what make test and make soak do.
 func TestDocsMakeAndGoCommands(t *testing.T) {
 	code, help := repoSh(t, "make help")
 	require.Equal(t, 0, code, help)
@@ -224,34 +250,44 @@ func TestDocsMakeAndGoCommands(t *testing.T) {
 	seen := map[string]bool{}
 	for _, cmd := range documents(t) {
 		f := words(cmd.Text)
-		if seen[cmd.Text] || (f[0] != "make" && f[0] != "go") {
+		if seen[cmd.Text] || (f[0] != "make" && f[0] != "go") || named[cmd.Text] != "" {
 			continue
 		}
 		seen[cmd.Text] = true
 		t.Run(cmd.Doc+": "+cmd.Text, func(t *testing.T) {
 			if f[0] == "make" {
 				for _, a := range f[1:] {
+					a = strings.TrimSuffix(strings.TrimPrefix(a, "["), "]")
 					if k, _, ok := strings.Cut(a, "="); ok {
 						assert.Regexp(t, `\$\{?`+regexp.QuoteMeta(k)+`\b|\$\(`+regexp.QuoteMeta(k)+`\)`, string(mk), "make variable %s is read by the Makefile", k)
 						continue
 					}
-					assert.Regexp(t, `(?m)^\s+`+regexp.QuoteMeta(a)+`\s`, help, "make target %s", a)
+					target := strings.ReplaceAll(regexp.QuoteMeta(a), `\*`, `[\w-]*`)
+					assert.Regexp(t, `(?m)^\s+`+target+`\s`, help, "make target %s", a)
 				}
 				return
 			}
 			require.Equal(t, "test", f[1], "go commands in docs are go test")
-			run := ""
+			run, bench := "", ""
 			var pkgs []string
 			for i := 2; i < len(f); i++ {
 				switch {
 				case f[i] == "-run" && i+1 < len(f):
 					run = strings.Trim(f[i+1], "^$")
 					i++
+				case f[i] == "-bench" && i+1 < len(f):
+					bench = strings.Trim(f[i+1], "^$")
+					i++
+				case f[i] == "-benchtime" && i+1 < len(f):
+					i++
 				case !strings.HasPrefix(f[i], "-"):
 					pkgs = append(pkgs, f[i])
 				}
 			}
-			require.NotEmpty(t, run, "a go test command in docs names its test with -run")
+			if run == "" {
+				run = bench
+			}
+			require.NotEmpty(t, run, "a go test command in docs names its test with -run (or its benchmark with -bench)")
 			code, out := repoSh(t, "go test -list '^"+run+"$' "+strings.Join(pkgs, " "))
 			require.Equal(t, 0, code, out)
 			assert.Regexp(t, `(?m)^`+regexp.QuoteMeta(run)+`$`, out, "the test %s exists in %v", run, pkgs)
@@ -374,6 +410,8 @@ EOF`)
 			switch {
 			case external[cmd.Text] != "":
 				t.Logf("not run here: needs %s", external[cmd.Text])
+			case named[cmd.Text] != "":
+				t.Logf("not run: %s", named[cmd.Text])
 			case strings.HasPrefix(cmd.Text, "kubectl health drain-check "):
 				// Its exit code is its answer: 0 safe, 1 blocked, 2 unknown.
 				code, out := sh(fill(cmd.Text))
