@@ -58,9 +58,10 @@ image: ## OCI images of the agent and aggregator (linux/amd64+arm64, no Docker) 
 	go run ./hack/image -out $(BIN)/images -version $(VERSION) -registry $(REGISTRY) $(if $(IMAGE_TAG),-tag $(IMAGE_TAG))
 
 .PHONY: push
-push: image ## Push both images (whole amd64+arm64 index, digests kept) to REGISTRY (ghcr.io/cozystack/cozystack), pin REGISTRY/NAME:TAG@DIGEST in the chart and package values, render deploy/manifests.
+push: image ## Push both images (whole amd64+arm64 index, digests kept) to REGISTRY (ghcr.io/cozystack/cozystack), pin REGISTRY/NAME:TAG@DIGEST in the chart and package values, render deploy/manifests and the reference pages (docs/reference/values.md names the images).
 	go run ./hack/image push -in $(BIN)/images -registry $(REGISTRY) $(if $(IMAGE_TAG),-tag $(IMAGE_TAG)) $(foreach v,$(PUSH_VALUES),-values $(v)) $(if $(filter 0,$(PUSH)),-dry-run)
 	go run ./hack/manifests
+	go run ./hack/reference
 
 .PHONY: release
 release: image ## One release into REGISTRY at VERSION: images, chart (OCI), Cozystack package (Flux OCI artifact), the Flux objects a user applies, signatures, SBOMs and the krew manifest, in bin/release/VERSION.
@@ -113,7 +114,7 @@ test-unit: ## The inner loop: every test that needs no apiserver, etcd, kubelet 
 	COZY_HEALTH_TESTBIN=/nonexistent/test-unit-starts-no-control-plane COZY_HEALTH_BIN=/nonexistent/test-unit-runs-no-built-binary go test -short $(GO_TEST_FLAGS) ./...
 
 .PHONY: generate
-generate: ## Regenerate deepcopy, applyconfigurations, clientset, CRD and protobuf code, the adapters' RBAC rules (chart files/adapter-rbac.yaml), the rendered manifests, and the adapters' upstream-typed fixtures (test/fixtures).
+generate: ## Regenerate deepcopy, applyconfigurations, clientset, CRD and protobuf code, the adapters' RBAC rules (chart files/adapter-rbac.yaml), the rendered manifests, the reference pages read from the code (docs/reference: flags, metrics, chart values), and the adapters' upstream-typed fixtures (test/fixtures).
 	bash hack/generate.sh
 
 .PHONY: manifests
