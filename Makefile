@@ -58,10 +58,9 @@ image: ## OCI images of the agent and aggregator (linux/amd64+arm64, no Docker) 
 	go run ./hack/image -out $(BIN)/images -version $(VERSION) -registry $(REGISTRY) $(if $(IMAGE_TAG),-tag $(IMAGE_TAG))
 
 .PHONY: push
-push: image ## Push both images (whole amd64+arm64 index, digests kept) to REGISTRY (ghcr.io/cozystack/cozystack), pin REGISTRY/NAME:TAG@DIGEST in the chart and package values, render deploy/manifests and the reference pages (docs/reference/values.md names the images).
+push: image ## Push both images (whole amd64+arm64 index, digests kept) to REGISTRY (ghcr.io/cozystack/cozystack), pin REGISTRY/NAME:TAG@DIGEST in the chart and package values, render deploy/manifests.
 	go run ./hack/image push -in $(BIN)/images -registry $(REGISTRY) $(if $(IMAGE_TAG),-tag $(IMAGE_TAG)) $(foreach v,$(PUSH_VALUES),-values $(v)) $(if $(filter 0,$(PUSH)),-dry-run)
 	go run ./hack/manifests
-	go run ./hack/reference
 
 .PHONY: release
 release: image ## One release into REGISTRY at VERSION: images, chart (OCI), Cozystack package (Flux OCI artifact), the Flux objects a user applies, signatures, SBOMs and the krew manifest, in bin/release/VERSION.
@@ -114,7 +113,7 @@ test-unit: ## The inner loop: every test that needs no apiserver, etcd, kubelet 
 	COZY_HEALTH_TESTBIN=/nonexistent/test-unit-starts-no-control-plane COZY_HEALTH_BIN=/nonexistent/test-unit-runs-no-built-binary go test -short $(GO_TEST_FLAGS) ./...
 
 .PHONY: generate
-generate: ## Regenerate deepcopy, applyconfigurations, clientset, CRD and protobuf code, the adapters' RBAC rules (chart files/adapter-rbac.yaml), the rendered manifests, the reference pages read from the code (docs/reference: flags, metrics, chart values), and the adapters' upstream-typed fixtures (test/fixtures).
+generate: ## Regenerate deepcopy, applyconfigurations, clientset, CRD and protobuf code, the adapters' RBAC rules (chart files/adapter-rbac.yaml), the rendered manifests, and the adapters' upstream-typed fixtures (test/fixtures).
 	bash hack/generate.sh
 
 .PHONY: manifests
@@ -155,18 +154,25 @@ soak: build testbin ## Soak: a 3-node lab under a seeded fault schedule for SOAK
 BENCH_RESULTS ?= $(CURDIR)/$(BIN)/bench
 # The node counts bench-aggregator runs at, one after the other.
 BENCH_NODES ?= 1000,5000,10000
+# How many times bench-aggregator runs at each node count (`make bench`: 2,
+# both in its table with the load average each started at).
+BENCH_RUNS ?= 1
+# bench-faults: the node count and the aggregator replicas.
+BENCH_FAULT_NODES ?= 10000
+BENCH_FAULT_REPLICAS ?= 3
 # The machine named above `make bench`'s table.
 BENCH_MACHINE ?= $(shell nproc) cores ($(shell grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//'); $(shell awk '/MemTotal/ {printf "%.0f GiB", $$2/1048576}' /proc/meminfo)), $(shell uname -sr)
 
 .PHONY: bench
-bench: ## Run every bench (drain, ingest, agent, aggregator at BENCH_NODES, adapters) and print one table: figure, goal, measured, ratio (also in bin/bench/table.md).
+bench: ## Run every bench (drain, ingest, agent, aggregator twice at each BENCH_NODES, adapters, the aggregator under faults) and print the tables: figure, goal, measured (a column per run), ratio (also in bin/bench/table.md).
 	mkdir -p "$(BENCH_RESULTS)"
-	rm -f "$(BENCH_RESULTS)"/agent.txt "$(BENCH_RESULTS)"/ingest.txt "$(BENCH_RESULTS)"/aggregator.txt "$(BENCH_RESULTS)"/adapters.txt "$(BENCH_RESULTS)"/drain.txt
+	rm -f "$(BENCH_RESULTS)"/agent.txt "$(BENCH_RESULTS)"/ingest.txt "$(BENCH_RESULTS)"/aggregator.txt "$(BENCH_RESULTS)"/adapters.txt "$(BENCH_RESULTS)"/drain.txt "$(BENCH_RESULTS)"/faults.txt
 	$(MAKE) bench-drain
 	$(MAKE) bench-ingest
 	$(MAKE) bench-agent
-	$(MAKE) bench-aggregator
+	$(MAKE) bench-aggregator BENCH_RUNS=2
 	$(MAKE) bench-adapters
+	$(MAKE) bench-faults
 	go run ./test/bench/collect -dir "$(BENCH_RESULTS)" -machine "$(BENCH_MACHINE)"
 
 .PHONY: bench-agent
@@ -180,10 +186,16 @@ bench-ingest: ## Measure verified reports per second per core against bare ed255
 	go test -run '^$$' -bench . -benchmem ./aggregator/internal/ingest/ | tee "$(BENCH_RESULTS)/ingest.txt"
 
 .PHONY: bench-aggregator
-bench-aggregator: build testbin ## Simulated nodes (BENCH_NODES, default 1000,5000,10000) through the real ingest path: CPU, RSS, writes/s, report -> Health, staleness per size and their growth; CPU and heap profiles' top 15.
+bench-aggregator: build testbin ## Simulated nodes (BENCH_NODES, default 1000,5000,10000; BENCH_RUNS runs each) through the real ingest path: CPU, RSS, writes/s, report -> Health, staleness per size and their growth, the load average before each run; CPU and heap profiles' top 15.
 	mkdir -p "$(BENCH_RESULTS)/aggregator"
-	BENCH_NODES="$(BENCH_NODES)" COZY_HEALTH_BENCH_PROFILE_DIR="$(BENCH_RESULTS)/aggregator" COZY_HEALTH_TESTBIN="$(TESTBIN)" COZY_HEALTH_BIN="$(CURDIR)/$(BIN)" go test -run '^$$' -bench . -benchtime 1x -timeout 90m ./test/bench/aggregator/ | tee "$(BENCH_RESULTS)/aggregator.txt"
+	BENCH_NODES="$(BENCH_NODES)" COZY_HEALTH_BENCH_PROFILE_DIR="$(BENCH_RESULTS)/aggregator" COZY_HEALTH_TESTBIN="$(TESTBIN)" COZY_HEALTH_BIN="$(CURDIR)/$(BIN)" go test -run '^$$' -bench '^BenchmarkAggregator$$' -benchtime 1x -count $(BENCH_RUNS) -timeout $$((90 * $(BENCH_RUNS)))m ./test/bench/aggregator/ | tee "$(BENCH_RESULTS)/aggregator.txt"
 	go run ./test/bench/collect -dir "$(BENCH_RESULTS)" -only aggregator
+
+.PHONY: bench-faults
+bench-faults: build testbin ## The aggregator under faults (issue 40): BENCH_FAULT_NODES (10,000) agents streaming to BENCH_FAULT_REPLICAS (3) replicas; 10 % flap, 5 % go silent at once, the Lease holder is SIGKILLed: silent -> Unknown, worsening -> Health, lost writes, writes/s, largest object.
+	mkdir -p "$(BENCH_RESULTS)"
+	BENCH_FAULT_NODES="$(BENCH_FAULT_NODES)" BENCH_FAULT_REPLICAS="$(BENCH_FAULT_REPLICAS)" COZY_HEALTH_TESTBIN="$(TESTBIN)" COZY_HEALTH_BIN="$(CURDIR)/$(BIN)" go test -run '^$$' -bench '^BenchmarkAggregatorFaults$$' -benchtime 1x -timeout 60m ./test/bench/aggregator/ | tee "$(BENCH_RESULTS)/faults.txt"
+	go run ./test/bench/collect -dir "$(BENCH_RESULTS)" -only faults
 
 .PHONY: bench-lab
 bench-lab: build testbin ## Start and stop the lab COZY_HEALTH_BENCH_LAB_RUNS times (default 20, 1-3 nodes) and count failed starts.

@@ -73,17 +73,6 @@ type Options struct {
 	RestConfig *rest.Config
 	// Clock defaults to the real clock.
 	Clock clock.WithTicker
-	// Registry, when set, is the registry every metric is registered on
-	// and /metrics serves, instead of a new one: the metrics reference
-	// (docs/reference/metrics.md) is generated from what New registers.
-	Registry Registry
-}
-
-// Registry is where the aggregator's metrics are registered and gathered
-// from (a *prometheus.Registry).
-type Registry interface {
-	prometheus.Registerer
-	prometheus.Gatherer
 }
 
 // App is a wired aggregator.
@@ -119,7 +108,7 @@ type App struct {
 	// watchdog's freshUntil metric); kept beside the factory, as it is a
 	// CRD, and started with it.
 	healths cache.SharedIndexInformer
-	reg     Registry
+	reg     *prometheus.Registry
 	metrics *metrics.Metrics
 	state   *state.State
 	nodes   labels.Selector
@@ -232,9 +221,7 @@ func New(cfg config.Config, log *zap.Logger, opts Options) (a *App, err error) {
 		return nil, fmt.Errorf("leader election client: %w", err)
 	}
 
-	if a.reg = opts.Registry; a.reg == nil {
-		a.reg = prometheus.NewRegistry()
-	}
+	a.reg = prometheus.NewRegistry()
 	if err := a.reg.Register(collectors.NewGoCollector()); err != nil {
 		return nil, fmt.Errorf("register go collector: %w", err)
 	}

@@ -30,6 +30,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
@@ -226,9 +227,22 @@ func nodeCounts() ([]int, error) {
 	return sizes, nil
 }
 
-func runBench(b *testing.B, nodes int, window time.Duration) {
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
-	defer cancel()
+// cluster is what a run of an aggregator bench stands on: the harness's
+// kube-apiserver and etcd with the CRDs and the namespace, the simulated
+// agents with their keys, their Node objects, and the aggregator's serving
+// certificate.
+type cluster struct {
+	cp        *harness.ControlPlane
+	hc        versioned.Interface
+	dir, keys string
+	agents    []*agent
+	nodesTook time.Duration
+	tls       tlsutil.Files
+}
+
+// newCluster starts the control plane and lays out nodes simulated agents
+// (the first three control-plane nodes) and their Node objects.
+func newCluster(ctx context.Context, b *testing.B, nodes int) *cluster {
 	cp := harness.Start(b)
 	require.NoError(b, cp.InstallCRDs(ctx))
 	require.NoError(b, cp.EnsureNamespace(ctx, namespace))
@@ -257,43 +271,88 @@ func runBench(b *testing.B, nodes int, window time.Duration) {
 	nodesTook := time.Since(nodesStart)
 	tlsFiles, err := tlsutil.WriteServing(filepath.Join(dir, "tls"), "127.0.0.1")
 	require.NoError(b, err)
+	return &cluster{cp: cp, hc: hc, dir: dir, keys: keys, agents: agents, nodesTook: nodesTook, tls: tlsFiles}
+}
 
-	listen, metricsAddr, httpAddr := benchproc.FreeAddr(b), benchproc.FreeAddr(b), benchproc.FreeAddr(b)
-	logPath := filepath.Join(dir, "aggregator.log")
-	logf, err := os.Create(logPath)
+// aggregatorProc is one cozy-health-aggregator process of a bench.
+type aggregatorProc struct {
+	identity                               string
+	cmd                                    *exec.Cmd
+	pid                                    int
+	listen, metricsAddr, httpAddr, logPath string
+	// env is the runtime settings it was given
+	// (COZY_HEALTH_BENCH_AGGREGATOR_ENV).
+	env  []string
+	logf *os.File
+}
+
+// startAggregator starts the aggregator binary against c's apiserver with
+// leader-election identity identity, on free loopback ports, and waits for
+// its /healthz.
+func startAggregator(b *testing.B, c *cluster, identity string) *aggregatorProc {
+	p := &aggregatorProc{identity: identity, listen: benchproc.FreeAddr(b), metricsAddr: benchproc.FreeAddr(b), httpAddr: benchproc.FreeAddr(b),
+		logPath: filepath.Join(c.dir, identity+".log")}
+	var err error
+	p.logf, err = os.Create(p.logPath)
 	require.NoError(b, err)
-	defer logf.Close()
-	cmd := exec.Command(benchproc.AggregatorBinary(b),
-		"--kubeconfig", cp.Kubeconfig, "--namespace", namespace, "--identity", "bench-aggregator",
-		"--listen", listen, "--metrics-addr", metricsAddr, "--http-addr", httpAddr,
-		"--tls-cert", tlsFiles.CertFile, "--tls-key", tlsFiles.KeyFile, "--insecure-dev-keys-dir", keys,
+	p.cmd = exec.Command(benchproc.AggregatorBinary(b),
+		"--kubeconfig", c.cp.Kubeconfig, "--namespace", namespace, "--identity", identity,
+		"--listen", p.listen, "--metrics-addr", p.metricsAddr, "--http-addr", p.httpAddr,
+		"--tls-cert", c.tls.CertFile, "--tls-key", c.tls.KeyFile, "--insecure-dev-keys-dir", c.keys,
 		"--log-level", "warn", "--pprof")
-	cmd.Stdout, cmd.Stderr = logf, logf
+	p.cmd.Stdout, p.cmd.Stderr = p.logf, p.logf
 	// The aggregator's runtime settings as the deployment sets them
 	// (the chart's aggregator.goMemLimit), e.g. "GOMEMLIMIT=170MiB".
-	aggEnv := strings.Fields(os.Getenv("COZY_HEALTH_BENCH_AGGREGATOR_ENV"))
-	cmd.Env = append(os.Environ(), aggEnv...)
-	require.NoError(b, cmd.Start())
-	pid := cmd.Process.Pid
-	defer func() {
-		_ = cmd.Process.Signal(os.Interrupt)
-		done := make(chan struct{})
-		go func() { _ = cmd.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(20 * time.Second):
-			_ = cmd.Process.Kill()
-			<-done
-		}
-	}()
-	require.Eventually(b, func() bool {
-		resp, err := http.Get("http://" + httpAddr + "/healthz")
+	p.env = strings.Fields(os.Getenv("COZY_HEALTH_BENCH_AGGREGATOR_ENV"))
+	p.cmd.Env = append(os.Environ(), p.env...)
+	if err := p.cmd.Start(); err != nil {
+		p.logf.Close()
+		require.NoError(b, err)
+	}
+	p.pid = p.cmd.Process.Pid
+	ok := assert.Eventually(b, func() bool {
+		resp, err := http.Get("http://" + p.httpAddr + "/healthz")
 		if err != nil {
 			return false
 		}
 		resp.Body.Close()
 		return resp.StatusCode == http.StatusOK
-	}, time.Minute, 100*time.Millisecond, "aggregator did not start; log: %s", logPath)
+	}, time.Minute, 100*time.Millisecond, "aggregator did not start; log: %s", p.logPath)
+	if !ok {
+		p.stop()
+		b.FailNow()
+	}
+	return p
+}
+
+// stop interrupts the aggregator, kills it if it has not ended within
+// 20 s, and closes its log. A process already ended (killed by a bench)
+// is only reaped.
+func (p *aggregatorProc) stop() {
+	_ = p.cmd.Process.Signal(os.Interrupt)
+	done := make(chan struct{})
+	go func() { _ = p.cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(20 * time.Second):
+		_ = p.cmd.Process.Kill()
+		<-done
+	}
+	p.logf.Close()
+}
+
+func runBench(b *testing.B, nodes int, window time.Duration) {
+	load, err := benchproc.LoadAvg()
+	require.NoError(b, err)
+	fmt.Printf("    load average before this run: %s\n", load)
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
+	c := newCluster(ctx, b, nodes)
+	hc, agents, nodesTook := c.hc, c.agents, c.nodesTook
+
+	agg := startAggregator(b, c, "bench-aggregator")
+	defer agg.stop()
+	pid, listen, metricsAddr, logPath, aggEnv := agg.pid, agg.listen, agg.metricsAddr, agg.logPath, agg.env
 
 	// The aggregator's own floor, before any agent: live heap and stacks
 	// after a collection.
@@ -304,7 +363,7 @@ func runBench(b *testing.B, nodes int, window time.Duration) {
 	// connection, as in a cluster (COZY_HEALTH_BENCH_CONNS=25 multiplexes
 	// them on a few, which hides the per-connection cost), phases spread
 	// over the interval as real agents' are.
-	creds, err := tlsutil.ClientConfig(tlsFiles.CAFile, "127.0.0.1")
+	creds, err := tlsutil.ClientConfig(c.tls.CAFile, "127.0.0.1")
 	require.NoError(b, err)
 	conns := min(benchproc.EnvInt("COZY_HEALTH_BENCH_CONNS", nodes), nodes)
 	clients := make([]*grpc.ClientConn, conns)
@@ -556,6 +615,7 @@ func runBench(b *testing.B, nodes int, window time.Duration) {
 	say("  mean rollup             %.1f ms (%.0f full, %.0f retimed since start); mean status apply %.1f ms", rollupMean*1000, full, retimed, writeMean*1000)
 	say("  Health objects          %s: %d nodes; bytes as JSON: %s; largest %s %.0f KiB (etcd's request limit 1536 KiB)", h.Name, len(h.Status.Nodes), strings.Join(objSizes, ", "), largestName, float64(largest)/1024)
 	b.ReportMetric(float64(largest)/1024, "largest_object_KiB")
+	b.ReportMetric(load.Load1, "load1_before")
 	if pdir != "" {
 		printProfileTops(b, pdir)
 	}

@@ -181,8 +181,7 @@ func Gather(addr string) (map[string]*dto.MetricFamily, error) {
 		return nil, err
 	}
 	defer resp.Body.Close()
-	p := expfmt.NewTextParser(model.UTF8Validation)
-	return p.TextToMetricFamilies(resp.Body)
+	return ParseMetrics(resp.Body)
 }
 
 // Value is the sum of every sample of metric name in mfs whose labels
@@ -284,4 +283,49 @@ func ThreadsCPU(pid int) (time.Duration, error) {
 		total += time.Duration(st.RunningNanoseconds)
 	}
 	return total, nil
+}
+
+// Load is the machine's load average (/proc/loadavg) at one instant.
+type Load struct{ Load1, Load5, Load15 float64 }
+
+func (l Load) String() string {
+	return fmt.Sprintf("%.2f %.2f %.2f (1, 5, 15 min)", l.Load1, l.Load5, l.Load15)
+}
+
+// LoadAvg is the machine's load average now. A bench prints it before each
+// run: on a shared machine the figures of a run mean little without it.
+func LoadAvg() (Load, error) {
+	fs, err := procfs.NewDefaultFS()
+	if err != nil {
+		return Load{}, err
+	}
+	l, err := fs.LoadAvg()
+	if err != nil {
+		return Load{}, err
+	}
+	return Load{l.Load1, l.Load5, l.Load15}, nil
+}
+
+// MachineCPU is the machine's CPU time (/proc/stat, every CPU together):
+// busy (everything but idle and iowait) and total, in seconds.
+func MachineCPU() (busy, total float64, err error) {
+	fs, err := procfs.NewDefaultFS()
+	if err != nil {
+		return 0, 0, err
+	}
+	st, err := fs.Stat()
+	if err != nil {
+		return 0, 0, err
+	}
+	c := st.CPUTotal
+	idle := c.Idle + c.Iowait
+	busy = c.User + c.Nice + c.System + c.IRQ + c.SoftIRQ + c.Steal
+	return busy, busy + idle, nil
+}
+
+// ParseMetrics reads metrics in Prometheus' text format (an apiserver's
+// /metrics, say).
+func ParseMetrics(r io.Reader) (map[string]*dto.MetricFamily, error) {
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	return p.TextToMetricFamilies(r)
 }

@@ -1,6 +1,7 @@
 package benchproc
 
 import (
+	"fmt"
 	"os"
 	"sync/atomic"
 	"syscall"
@@ -44,4 +45,29 @@ func TestStatAndSample(t *testing.T) {
 	assert.LessOrEqual(t, cpu, seconds(after)+0.02, "/proc's CPU time against getrusage after the read")
 	assert.Positive(t, rss)
 	assert.Contains(t, RSSParts(os.Getpid()), "RssAnon ")
+}
+
+// LoadAvg reads /proc/loadavg as it stands, and MachineCPU counts busy
+// time that grows while this process spins.
+func TestLoadAvgAndMachineCPU(t *testing.T) {
+	l, err := LoadAvg()
+	require.NoError(t, err)
+	raw, err := os.ReadFile("/proc/loadavg")
+	require.NoError(t, err)
+	var l1 float64
+	_, err = fmt.Sscan(string(raw), &l1)
+	require.NoError(t, err)
+	assert.InDelta(t, l1, l.Load1, 0.5, "the 1-minute load of /proc/loadavg")
+	assert.Contains(t, l.String(), "(1, 5, 15 min)")
+
+	busy0, total0, err := MachineCPU()
+	require.NoError(t, err)
+	deadline := time.Now().Add(200 * time.Millisecond)
+	for x := 0; time.Now().Before(deadline); x++ {
+		_ = x * x
+	}
+	busy1, total1, err := MachineCPU()
+	require.NoError(t, err)
+	assert.Greater(t, busy1, busy0, "spinning is busy time")
+	assert.GreaterOrEqual(t, total1-total0, busy1-busy0)
 }

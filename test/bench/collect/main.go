@@ -1,14 +1,19 @@
 // Command collect turns the output of the benchmarks (`make bench` tees each
 // bench's `go test -bench` output into a results directory) into one table:
 // figure, goal, measured, ratio; and, when the aggregator ran at more than
-// one node count, a table of how its figures grow with the node count.
+// one node count, a table of how its figures grow with the node count; and
+// the aggregator under faults (BenchmarkAggregatorFaults) in a table of its
+// own.
 //
-//	go run ./test/bench/collect [-dir bin/bench] [-machine "..."]
+//	go run ./test/bench/collect [-dir bin/bench] [-machine "..."] [-only bench]
 //
 // It reads the benchmark result lines (the standard `go test -bench` format:
 // name, iterations, then value/unit pairs, including b.ReportMetric's), so
-// the benchmarks need nothing but ReportMetric to feed it. The tables are
-// Markdown, printed and written to <dir>/table.md.
+// the benchmarks need nothing but ReportMetric to feed it. A benchmark run
+// more than once (go test -count, as `make bench` runs the aggregator) has a
+// column per run: on a shared machine one run alone says little, and the
+// load average each run started at (load1_before) is a row beside them. The
+// tables are Markdown, printed and written to <dir>/table.md.
 package main
 
 import (
@@ -24,16 +29,46 @@ import (
 	"strings"
 )
 
+// Figures are one run's figures: unit -> value.
+type Figures map[string]float64
+
 // Results are the figures of one results file: benchmark name (without the
-// -GOMAXPROCS suffix) -> unit -> value.
-type Results map[string]map[string]float64
+// -GOMAXPROCS suffix) -> its runs in the order they ran.
+type Results map[string][]Figures
+
+// Get is unit's value in run (from 0) of bench.
+func (r Results) Get(bench, unit string, run int) (float64, bool) {
+	runs := r[bench]
+	if run >= len(runs) {
+		return 0, false
+	}
+	v, ok := runs[run][unit]
+	return v, ok
+}
+
+// Mean is unit's mean over the runs of bench that have it.
+func (r Results) Mean(bench, unit string) (float64, bool) {
+	var sum float64
+	n := 0
+	for _, f := range r[bench] {
+		if v, ok := f[unit]; ok {
+			sum += v
+			n++
+		}
+	}
+	if n == 0 {
+		return 0, false
+	}
+	return sum / float64(n), true
+}
 
 var procSuffix = regexp.MustCompile(`-\d+$`)
 
 // Parse reads `go test -bench` output. A benchmark whose own output is
 // printed while it runs has its name and its result on different lines; a
 // result line (iterations, then value/unit pairs with ns/op) belongs to the
-// last benchmark name seen.
+// last benchmark name seen. A benchmark with more than one result line ran
+// more than once (-count): each is a run.
 func Parse(r io.Reader) (Results, error) {
 	res := Results{}
 	var name string
@@ -66,7 +101,7 @@ func Parse(r io.Reader) (Results, error) {
 		if _, ok := vals["ns/op"]; !ok {
 			continue
 		}
-		res[name] = vals
+		res[name] = append(res[name], vals)
 	}
 	return res, sc.Err()
 }
@@ -104,7 +139,9 @@ func Rows(aggregatorSizes []int) []Row {
 			cpu.Op, cpu.Goal, cpu.Source = "<=", 15, "issue 26"
 			rss.Op, rss.Goal, rss.Source = "<=", 200, "README"
 		}
-		rows = append(rows, cpu, rss,
+		rows = append(rows,
+			Row{File: "aggregator", Bench: b, Unit: "load1_before", Figure: at + "the machine's load average (1 min) before the run", Show: ""},
+			cpu, rss,
 			Row{File: "aggregator", Bench: b, Unit: "writes/s", Figure: at + "apiserver writes", Show: "/s", Op: "<=", Goal: 2, Source: "README"},
 			Row{File: "aggregator", Bench: b, Unit: "report_to_health_p50_s", Figure: at + "report -> Health p50 (a recovery: published at once)", Show: "s"},
 			Row{File: "aggregator", Bench: b, Unit: "report_to_health_max_s", Figure: at + "report -> Health max (a recovery)", Show: "s"},
@@ -134,13 +171,17 @@ const agentSplitPrefix = "cpu-millicores:"
 func WithAgentSplit(rows []Row, agent Results) []Row {
 	const bench = "BenchmarkAgentFootprint"
 	var units []string
-	for u := range agent[bench] {
+	var first Figures
+	if runs := agent[bench]; len(runs) > 0 {
+		first = runs[0]
+	}
+	for u := range first {
 		if strings.HasPrefix(u, agentSplitPrefix) {
 			units = append(units, u)
 		}
 	}
 	slices.SortFunc(units, func(a, b string) int {
-		if va, vb := agent[bench][a], agent[bench][b]; va != vb {
+		if va, vb := first[a], first[b]; va != vb {
 			if va > vb {
 				return -1
 			}
@@ -162,10 +203,22 @@ func WithAgentSplit(rows []Row, agent Results) []Row {
 }
 
 // AggregatorSizes are the node counts the aggregator ran at, ascending.
-func AggregatorSizes(r Results) []int {
+func AggregatorSizes(r Results) []int { return sizes(r, aggregatorBench) }
+
+// FaultSizes are the node counts the aggregator under faults ran at,
+// ascending.
+func FaultSizes(r Results) []int { return sizes(r, faultsBench) }
+
+// The benchmarks whose names carry their node count.
+const (
+	aggregatorBench = "BenchmarkAggregator"
+	faultsBench     = "BenchmarkAggregatorFaults"
+)
+
+func sizes(r Results, bench string) []int {
 	var sizes []int
 	for name := range r {
-		if n, ok := strings.CutPrefix(name, "BenchmarkAggregator/nodes="); ok {
+		if n, ok := strings.CutPrefix(name, bench+"/nodes="); ok {
 			if v, err := strconv.Atoi(n); err == nil {
 				sizes = append(sizes, v)
 			}
@@ -175,37 +228,106 @@ func AggregatorSizes(r Results) []int {
 	return sizes
 }
 
-// Table is the Markdown table of rows against the results per file.
+// Table is the Markdown table of rows against the results per file: one
+// value column, or one per run when a row's benchmark ran more than once
+// (a benchmark with fewer runs leaves the later columns empty); the ratio
+// of each run to the goal, met only when every run meets it.
 func Table(rows []Row, results map[string]Results) string {
+	runs := 1
+	for _, r := range rows {
+		runs = max(runs, len(results[r.File][r.Bench]))
+	}
 	var sb strings.Builder
-	sb.WriteString("| figure | goal | measured | ratio |\n|---|---|---|---|\n")
+	if runs == 1 {
+		sb.WriteString("| figure | goal | measured | ratio |\n|---|---|---|---|\n")
+	} else {
+		sb.WriteString("| figure | goal |")
+		for i := range runs {
+			fmt.Fprintf(&sb, " run %d |", i+1)
+		}
+		sb.WriteString(" ratio |\n|---|---|" + strings.Repeat("---|", runs) + "---|\n")
+	}
 	for _, r := range rows {
 		goal := "none (current figure)"
 		if r.Op != "" {
-			goal = fmt.Sprintf("%s %s %s (%s)", r.Op, num(r.Goal), r.Show, r.Source)
+			goal = strings.TrimSpace(r.Op+" "+num(r.Goal)+" "+r.Show) + " (" + r.Source + ")"
 		}
-		v, ok := results[r.File][r.Bench][r.Unit]
-		if !ok {
-			fmt.Fprintf(&sb, "| %s | %s | not measured | |\n", r.Figure, goal)
-			continue
+		var cells, ratios []string
+		measured, met := 0, true
+		for run := range runs {
+			v, ok := results[r.File].Get(r.Bench, r.Unit, run)
+			if !ok {
+				cells = append(cells, "")
+				continue
+			}
+			measured++
+			if r.Scale != 0 {
+				v *= r.Scale
+			}
+			cells = append(cells, strings.TrimSpace(num(v)+" "+r.Show))
+			if r.Op == "" {
+				continue
+			}
+			if r.Goal != 0 {
+				ratios = append(ratios, fmt.Sprintf("%.2f", v/r.Goal))
+			}
+			met = met && ((r.Op == "<=" && v <= r.Goal) || (r.Op == ">=" && v >= r.Goal))
 		}
-		if r.Scale != 0 {
-			v *= r.Scale
+		if measured == 0 {
+			cells[0] = "not measured"
 		}
 		ratio := ""
-		if r.Op != "" && r.Goal != 0 {
-			q := v / r.Goal
-			met := (r.Op == "<=" && q <= 1) || (r.Op == ">=" && q >= 1)
-			ratio = fmt.Sprintf("%.2f", q)
-			if met {
-				ratio += " (met)"
-			} else {
-				ratio += " (**not met**)"
+		if r.Op != "" && measured > 0 {
+			verdict := "(met)"
+			if !met {
+				verdict = "(**not met**)"
 			}
+			ratio = strings.TrimSpace(strings.Join(ratios, " / ") + " " + verdict)
 		}
-		fmt.Fprintf(&sb, "| %s | %s | %s %s | %s |\n", r.Figure, goal, num(v), r.Show, ratio)
+		fmt.Fprintf(&sb, "| %s | %s | %s | %s |\n", r.Figure, goal, strings.Join(cells, " | "), ratio)
 	}
 	return sb.String()
+}
+
+// FaultRows are the figures of the aggregator under faults (issue 40 item
+// 3) at each node count it ran at, with the issue's goals.
+func FaultRows(sizes []int) []Row {
+	var rows []Row
+	for _, n := range sizes {
+		b := fmt.Sprintf("%s/nodes=%d", faultsBench, n)
+		at := fmt.Sprintf("%s nodes under faults: ", thousands(n))
+		row := func(unit, figure, show string) Row {
+			return Row{File: "faults", Bench: b, Unit: unit, Figure: at + figure, Show: show}
+		}
+		goal := func(r Row, op string, v float64, source string) Row {
+			r.Op, r.Goal, r.Source = op, v, source
+			return r
+		}
+		rows = append(rows,
+			row("load1_before", "the machine's load average (1 min) before the run", ""),
+			row("replicas", "aggregator replicas (the Lease holder killed)", ""),
+			goal(row("silent_to_unknown_max_s", "silent -> Unknown, max over the nodes silent at once", "s"), "<=", 15, "issue 40"),
+			row("silent_to_unknown_p50_s", "silent -> Unknown p50", "s"),
+			goal(row("worsening_to_health_p50_s", "worsening -> Health p50 of the flapping nodes (damper hold included)", "s"), "<=", 15, "issue 40"),
+			row("worsening_to_health_p90_s", "worsening -> Health p90", "s"),
+			row("worsenings_missed", "degraded spells never shown (in the p50 as infinite)", ""),
+			goal(row("lost_writes", "lost writes: entries not as they must be, the settle bound after the kill", ""), "<=", 0, "issue 40"),
+			goal(row("writes/s", "apiserver writes of Health objects (the apiserver's count)", "/s"), "<=", 2, "issue 40"),
+			goal(row("largest_object_KiB", "largest Health object (JSON)", "KiB"), "<=", 1536, "etcd's request limit"),
+			row("lease_takeover_s", "leader killed -> Lease taken by another replica", "s"),
+			row("failover_first_write_s", "leader killed -> the next leader's first write", "s"),
+			row("failover_worsening_p50_s", "worsening begun at the kill -> Health p50", "s"),
+			row("false_unknown_nodes", "nodes read Unknown that never went silent", ""),
+			row("replicas_cpu_%core", "CPU of the replicas together", "% of a core"),
+			row("apiserver_cpu_%core", "CPU of the apiserver", "% of a core"),
+			row("etcd_cpu_%core", "CPU of etcd", "% of a core"),
+			row("simulator_cpu_%core", "CPU of the simulated agents", "% of a core"),
+			row("machine_busy_%", "the machine's CPU busy", "%"),
+			row("sim_late_p99_s", "simulated reports late against their schedule, p99 (bucket bound)", "s"),
+			row("replica_peak_rss_MiB", "RSS peak of a replica", "MiB"),
+		)
+	}
+	return rows
 }
 
 // growthFigures are the aggregator's figures the growth table shows;
@@ -228,7 +350,7 @@ var growthFigures = []struct {
 }
 
 // Growth is the Markdown table of the aggregator's figures at each node
-// count: the value, the value per 1,000 nodes, the marginal cost of each
+// count (the mean of its runs): the value, the value per 1,000 nodes, the marginal cost of each
 // further 1,000 nodes between consecutive sizes, and the growth from the
 // smallest to the largest size next to the growth of the node count. Linear
 // growth shows as a marginal per 1,000 that stays flat.
@@ -252,7 +374,7 @@ func Growth(r Results) string {
 		vals := make([]float64, len(sizes))
 		ok := true
 		for i, n := range sizes {
-			v, found := r[fmt.Sprintf("BenchmarkAggregator/nodes=%d", n)][g.Unit]
+			v, found := r.Mean(fmt.Sprintf("BenchmarkAggregator/nodes=%d", n), g.Unit)
 			ok = ok && found
 			vals[i] = v
 		}
@@ -284,6 +406,8 @@ func Growth(r Results) string {
 // num prints v with three significant digits, without an exponent.
 func num(v float64) string {
 	switch a := max(v, -v); {
+	case v == 0:
+		return "0"
 	case a >= 100:
 		return strconv.FormatFloat(v, 'f', 0, 64)
 	case a >= 10:
@@ -295,6 +419,15 @@ func num(v float64) string {
 	}
 }
 
+// maxRuns is the most runs any benchmark of r has.
+func maxRuns(r Results) int {
+	n := 0
+	for _, runs := range r {
+		n = max(n, len(runs))
+	}
+	return n
+}
+
 func thousands(n int) string {
 	s := strconv.Itoa(n)
 	for i := len(s) - 3; i > 0; i -= 3 {
@@ -304,7 +437,7 @@ func thousands(n int) string {
 }
 
 // Files are the results files `make bench` writes, by bench.
-var Files = []string{"agent", "ingest", "aggregator", "adapters", "drain"}
+var Files = []string{"agent", "ingest", "aggregator", "adapters", "drain", "faults"}
 
 func main() {
 	dir := flag.String("dir", "bin/bench", "the results directory (one <bench>.txt per bench)")
@@ -351,9 +484,22 @@ func main() {
 			rows = append(rows, r)
 		}
 	}
-	sb.WriteString(Table(WithAgentSplit(rows, results["agent"]), results))
+	if len(rows) > 0 {
+		sb.WriteString(Table(WithAgentSplit(rows, results["agent"]), results))
+	}
 	if g := Growth(results["aggregator"]); g != "" {
-		sb.WriteString("\nThe aggregator by node count:\n\n" + g)
+		label := "The aggregator by node count"
+		if runs := maxRuns(results["aggregator"]); runs > 1 {
+			label += fmt.Sprintf(" (each figure the mean of its size's %d runs)", runs)
+		}
+		sb.WriteString("\n" + label + ":\n\n" + g)
+	}
+	if fr := FaultRows(FaultSizes(results["faults"])); len(fr) > 0 {
+		if sb.Len() > 0 {
+			sb.WriteString("\n")
+		}
+		sb.WriteString("The aggregator under faults (BenchmarkAggregatorFaults, issue 40): replicas on a Lease, " +
+			"a tenth of the nodes flapping, many nodes silent at once, the Lease holder killed:\n\n" + Table(fr, results))
 	}
 	fmt.Print(sb.String())
 	if err := os.WriteFile(filepath.Join(*dir, out), []byte(sb.String()), 0o644); err != nil {

@@ -1,34 +1,33 @@
-package drainserver
+package drain
 
 import (
 	"fmt"
 
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	"github.com/cozystack/cozy-health/aggregator/internal/drain"
 	pb "github.com/cozystack/cozy-health/proto/cozyhealth/v1"
 )
 
-// verdictToProto converts a verdict to its wire form.
-func verdictToProto(v drain.Verdict) pb.Verdict {
+// VerdictToProto converts a verdict to its wire form.
+func VerdictToProto(v Verdict) pb.Verdict {
 	switch v {
-	case drain.Safe:
+	case Safe:
 		return pb.Verdict_VERDICT_SAFE
-	case drain.Blocked:
+	case Blocked:
 		return pb.Verdict_VERDICT_BLOCKED
-	case drain.Unknown:
+	case Unknown:
 		return pb.Verdict_VERDICT_UNKNOWN
 	}
 	return pb.Verdict_VERDICT_UNSPECIFIED
 }
 
-// resultToProto converts a result to its wire form. It is the only place
+// ResultToProto converts a result to its wire form. It is the only place
 // drain results become protobuf.
-func resultToProto(r drain.Result) *pb.DrainCheckResponse {
-	out := &pb.DrainCheckResponse{Node: r.Node, Verdict: verdictToProto(r.Verdict), EvaluatedAt: timestamppb.New(r.EvaluatedAt), Intent: intentToProto(r.Intent),
+func ResultToProto(r Result) *pb.DrainCheckResponse {
+	out := &pb.DrainCheckResponse{Node: r.Node, Verdict: VerdictToProto(r.Verdict), EvaluatedAt: timestamppb.New(r.EvaluatedAt), Intent: IntentToProto(r.Intent),
 		Reasons: make([]*pb.DrainReason, 0, len(r.Reasons))}
 	for _, rs := range r.Reasons {
-		pr := &pb.DrainReason{Rule: rs.Rule, Component: rs.Component, Verdict: verdictToProto(rs.Verdict), Message: rs.Message, Attributes: rs.Attributes}
+		pr := &pb.DrainReason{Rule: rs.Rule, Component: rs.Component, Verdict: VerdictToProto(rs.Verdict), Message: rs.Message, Attributes: rs.Attributes}
 		if rs.ResourceRef != nil {
 			pr.ResourceRef = &pb.ResourceRef{Kind: rs.ResourceRef.Kind, Name: rs.ResourceRef.Name, Namespace: rs.ResourceRef.Namespace}
 		}
@@ -37,24 +36,24 @@ func resultToProto(r drain.Result) *pb.DrainCheckResponse {
 	return out
 }
 
-// intentFromProto converts a requested intent; unspecified is a reboot, a
+// IntentFromProto converts a requested intent; unspecified is a reboot, a
 // value this server does not know is an error.
-func intentFromProto(i pb.DrainIntent) (drain.Intent, error) {
+func IntentFromProto(i pb.DrainIntent) (Intent, error) {
 	switch i {
 	case pb.DrainIntent_DRAIN_INTENT_UNSPECIFIED, pb.DrainIntent_DRAIN_INTENT_REBOOT:
-		return drain.IntentReboot, nil
+		return IntentReboot, nil
 	case pb.DrainIntent_DRAIN_INTENT_DECOMMISSION:
-		return drain.IntentDecommission, nil
+		return IntentDecommission, nil
 	}
 	return "", fmt.Errorf("intent %d: want DRAIN_INTENT_REBOOT or DRAIN_INTENT_DECOMMISSION", int32(i))
 }
 
-// intentToProto converts an intent to its wire form (empty: unspecified).
-func intentToProto(i drain.Intent) pb.DrainIntent {
+// IntentToProto converts an intent to its wire form (empty: unspecified).
+func IntentToProto(i Intent) pb.DrainIntent {
 	switch i {
-	case drain.IntentReboot:
+	case IntentReboot:
 		return pb.DrainIntent_DRAIN_INTENT_REBOOT
-	case drain.IntentDecommission:
+	case IntentDecommission:
 		return pb.DrainIntent_DRAIN_INTENT_DECOMMISSION
 	}
 	return pb.DrainIntent_DRAIN_INTENT_UNSPECIFIED

@@ -1,4 +1,4 @@
-package drainserver
+package drain
 
 import (
 	"context"
@@ -9,7 +9,6 @@ import (
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
-	"github.com/cozystack/cozy-health/aggregator/internal/delegated"
 	pb "github.com/cozystack/cozy-health/proto/cozyhealth/v1"
 )
 
@@ -40,7 +39,7 @@ func (g *GRPCServer) DrainCheck(ctx context.Context, req *pb.DrainCheckRequest) 
 	var token string
 	if md, ok := metadata.FromIncomingContext(ctx); ok {
 		if v := md.Get("authorization"); len(v) > 0 {
-			token = delegated.BearerToken(v[0])
+			token = BearerToken(v[0])
 		}
 	}
 	var from string
@@ -49,31 +48,31 @@ func (g *GRPCServer) DrainCheck(ctx context.Context, req *pb.DrainCheckRequest) 
 	}
 	_, err := g.auth.Authorize(ctx, token, from)
 	switch {
-	case errors.Is(err, delegated.ErrUnauthenticated):
+	case errors.Is(err, ErrUnauthenticated):
 		g.svc.reject("grpc", "unauthenticated", req.GetNode())
 		return nil, status.Error(codes.Unauthenticated, err.Error())
-	case errors.Is(err, delegated.ErrForbidden):
+	case errors.Is(err, ErrForbidden):
 		g.svc.reject("grpc", "forbidden", req.GetNode())
 		return nil, status.Error(codes.PermissionDenied, err.Error())
-	case errors.Is(err, delegated.ErrThrottled):
+	case errors.Is(err, ErrThrottled):
 		g.svc.reject("grpc", "throttled", req.GetNode())
 		return nil, status.Error(codes.ResourceExhausted, err.Error())
 	case err != nil:
 		return nil, status.Error(codes.Unavailable, err.Error())
 	}
-	intent, err := intentFromProto(req.GetIntent())
+	intent, err := IntentFromProto(req.GetIntent())
 	if err != nil {
 		g.svc.reject("grpc", "invalid_intent", req.GetNode())
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
 	res, err := g.svc.CheckIntent(req.GetNode(), "grpc", intent)
 	switch {
-	case errors.Is(err, errInvalidNode):
+	case errors.Is(err, ErrInvalidNode):
 		return nil, status.Error(codes.InvalidArgument, err.Error())
-	case errors.Is(err, errNodeNotFound):
+	case errors.Is(err, ErrNodeNotFound):
 		return nil, status.Error(codes.NotFound, err.Error())
 	case err != nil:
 		return nil, status.Error(codes.Internal, err.Error())
 	}
-	return resultToProto(res), nil
+	return ResultToProto(res), nil
 }

@@ -1,4 +1,4 @@
-package drainserver
+package drain
 
 import (
 	"encoding/json"
@@ -7,8 +7,6 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/cozystack/cozy-health/aggregator/internal/delegated"
-	"github.com/cozystack/cozy-health/aggregator/internal/drain"
 	"github.com/cozystack/cozy-health/pkg/drainapi"
 )
 
@@ -44,7 +42,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if !authorizeHTTP(h.svc, h.auth, w, r, "http") {
 		return
 	}
-	intent, err := drain.ParseIntent(r.URL.Query().Get("intent"))
+	intent, err := ParseIntent(r.URL.Query().Get("intent"))
 	if err != nil {
 		h.svc.reject("http", "invalid_intent", r.URL.Query().Get("node"))
 		writeJSON(w, http.StatusBadRequest, drainapi.Error{Error: err.Error()})
@@ -52,9 +50,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	res, err := h.svc.CheckIntent(r.URL.Query().Get("node"), "http", intent)
 	switch {
-	case errors.Is(err, errInvalidNode):
+	case errors.Is(err, ErrInvalidNode):
 		writeJSON(w, http.StatusBadRequest, drainapi.Error{Error: err.Error()})
-	case errors.Is(err, errNodeNotFound):
+	case errors.Is(err, ErrNodeNotFound):
 		writeJSON(w, http.StatusNotFound, drainapi.Error{Error: err.Error()})
 	case err != nil:
 		writeJSON(w, http.StatusInternalServerError, drainapi.Error{Error: err.Error()})
@@ -69,18 +67,18 @@ func authorizeHTTP(svc *Service, auth *Authorizer, w http.ResponseWriter, r *htt
 	if auth == nil {
 		return true
 	}
-	user, err := auth.Authorize(r.Context(), delegated.BearerToken(r.Header.Get("Authorization")), r.RemoteAddr)
+	user, err := auth.Authorize(r.Context(), BearerToken(r.Header.Get("Authorization")), r.RemoteAddr)
 	switch {
-	case errors.Is(err, delegated.ErrUnauthenticated):
+	case errors.Is(err, ErrUnauthenticated):
 		svc.reject(via, "unauthenticated", r.URL.Query().Get("node"))
 		w.Header().Set("WWW-Authenticate", `Bearer realm="cozy-health"`)
 		writeJSON(w, http.StatusUnauthorized, drainapi.Error{Error: err.Error()})
 		return false
-	case errors.Is(err, delegated.ErrForbidden):
+	case errors.Is(err, ErrForbidden):
 		svc.reject(via, "forbidden", r.URL.Query().Get("node"))
 		writeJSON(w, http.StatusForbidden, drainapi.Error{Error: err.Error()})
 		return false
-	case errors.Is(err, delegated.ErrThrottled):
+	case errors.Is(err, ErrThrottled):
 		svc.reject(via, "throttled", r.URL.Query().Get("node"))
 		w.Header().Set("Retry-After", "1")
 		writeJSON(w, http.StatusTooManyRequests, drainapi.Error{Error: err.Error()})

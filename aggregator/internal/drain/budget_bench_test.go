@@ -1,4 +1,4 @@
-package drainserver
+package drain
 
 import (
 	"io"
@@ -7,9 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cozystack/cozy-health/aggregator/internal/drain"
-	"github.com/cozystack/cozy-health/aggregator/internal/drain/draintest"
-	"github.com/cozystack/cozy-health/pkg/drainapi"
 	clocktesting "k8s.io/utils/clock/testing"
 )
 
@@ -17,8 +14,8 @@ import (
 // per-5-s cost on every replica) and GET /v1/drain-budget served from it,
 // at the bench's 5,000 nodes.
 func BenchmarkBudget5000Nodes(b *testing.B) {
-	nodes := draintest.SimulatedCluster()
-	svc, err := NewService(Config{}, func(time.Time) map[string]drain.NodeInfo { return nodes }, clocktesting.NewFakeClock(t0), nil, nil)
+	nodes := simulatedCluster()
+	svc, err := NewService(Config{}, func(time.Time) map[string]NodeInfo { return nodes }, clocktesting.NewFakeClock(t0), nil, nil)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -37,7 +34,7 @@ func BenchmarkBudget5000Nodes(b *testing.B) {
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		t := time.Now()
-		resp, err := http.Get(base + drainapi.BudgetPath)
+		resp, err := http.Get(base + BudgetPath)
 		if err != nil {
 			b.Fatal(err)
 		}
