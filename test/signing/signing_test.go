@@ -50,7 +50,7 @@ var platforms = []v1.Platform{{OS: "linux", Architecture: "amd64"}, {OS: "linux"
 
 // startRegistry serves go-containerregistry's registry on loopback and
 // returns its host:port. Its referrers API is off, as in the registry the
-// README starts (cmd/registry) and on ghcr.io: cosign falls back to the
+// docs/release.md starts (cmd/registry) and on ghcr.io: cosign falls back to the
 // sha256-<digest> tag index, whose entries carry no annotations.
 func startRegistry(t *testing.T) string {
 	t.Helper()
