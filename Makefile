@@ -58,9 +58,10 @@ image: ## OCI images of the agent and aggregator (linux/amd64+arm64, no Docker) 
 	go run ./hack/image -out $(BIN)/images -version $(VERSION) -registry $(REGISTRY) $(if $(IMAGE_TAG),-tag $(IMAGE_TAG))
 
 .PHONY: push
-push: image ## Push both images (whole amd64+arm64 index, digests kept) to REGISTRY (ghcr.io/cozystack/cozystack), pin REGISTRY/NAME:TAG@DIGEST in the chart and package values, render deploy/manifests.
+push: image ## Push both images (whole amd64+arm64 index, digests kept) to REGISTRY (ghcr.io/cozystack/cozystack), pin REGISTRY/NAME:TAG@DIGEST in the chart and package values, render deploy/manifests and the reference pages (docs/reference/values.md names the images).
 	go run ./hack/image push -in $(BIN)/images -registry $(REGISTRY) $(if $(IMAGE_TAG),-tag $(IMAGE_TAG)) $(foreach v,$(PUSH_VALUES),-values $(v)) $(if $(filter 0,$(PUSH)),-dry-run)
 	go run ./hack/manifests
+	go run ./hack/reference
 
 .PHONY: release
 release: image ## One release into REGISTRY at VERSION: images, chart (OCI), Cozystack package (Flux OCI artifact), the Flux objects a user applies, signatures, SBOMs and the krew manifest, in bin/release/VERSION.
@@ -113,7 +114,7 @@ test-unit: ## The inner loop: every test that needs no apiserver, etcd, kubelet 
 	COZY_HEALTH_TESTBIN=/nonexistent/test-unit-starts-no-control-plane COZY_HEALTH_BIN=/nonexistent/test-unit-runs-no-built-binary go test -short $(GO_TEST_FLAGS) ./...
 
 .PHONY: generate
-generate: ## Regenerate deepcopy, applyconfigurations, clientset, CRD and protobuf code, the adapters' RBAC rules (chart files/adapter-rbac.yaml), the rendered manifests, and the adapters' upstream-typed fixtures (test/fixtures).
+generate: ## Regenerate deepcopy, applyconfigurations, clientset, CRD and protobuf code, the adapters' RBAC rules (chart files/adapter-rbac.yaml), the rendered manifests, the reference pages read from the code (docs/reference: flags, metrics, chart values), and the adapters' upstream-typed fixtures (test/fixtures).
 	bash hack/generate.sh
 
 .PHONY: manifests
@@ -207,9 +208,9 @@ bench-adapters: build testbin ## 5,000 HelmReleases and 2,000 CNPG Clusters: ada
 	COZY_HEALTH_TESTBIN="$(TESTBIN)" COZY_HEALTH_BIN="$(CURDIR)/$(BIN)" go test -run '^$$' -bench . -benchtime 1x -timeout 30m ./test/bench/adapters/ | tee "$(BENCH_RESULTS)/adapters.txt"
 
 .PHONY: bench-drain
-bench-drain: ## drain-check latency with 5,000 simulated nodes.
+bench-drain: ## drain-check latency with 5,000 simulated nodes (the rules: drain; the Service and its front ends: drainserver).
 	mkdir -p "$(BENCH_RESULTS)"
-	go test -run '^$$' -bench . -benchmem ./aggregator/internal/drain/ | tee "$(BENCH_RESULTS)/drain.txt"
+	go test -run '^$$' -bench . -benchmem ./aggregator/internal/drain/ ./aggregator/internal/drainserver/ | tee "$(BENCH_RESULTS)/drain.txt"
 
 .PHONY: clean
 clean: ## Remove bin/ (the test binaries' cache outside the repo is kept).

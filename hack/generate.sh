@@ -3,8 +3,9 @@
 # deepcopy, applyconfigurations and the CRD (controller-gen), the typed clientset
 # (client-gen), and the protobuf/gRPC Go code (buf with protoc-gen-go and
 # protoc-gen-go-grpc), the chart's copy of the CRD and the plain manifests
-# rendered from the chart, the adapters' RBAC rules, and the cluster
-# adapters' upstream-typed fixtures (test/fixtures).
+# rendered from the chart, the adapters' RBAC rules, the reference pages
+# generated from the code (docs/reference: flags, metrics, chart values), and
+# the cluster adapters' upstream-typed fixtures (test/fixtures).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -38,6 +39,11 @@ go run ./aggregator/internal/adapters/cmd/adapter-rbac
 
 # Plain manifests rendered from the chart (make manifests).
 go run ./hack/manifests
+
+# The reference pages read from the code: every flag of both binaries and
+# the plugin, every metric they register, every chart value with its
+# comment (docs/reference/flags.md, metrics.md, values.md).
+go run ./hack/reference
 
 # The cluster adapters' fixtures marshalled from the upstream projects' Go
 # types (CNPG, velero, Kamaji): test-only modules, at the versions Cozystack

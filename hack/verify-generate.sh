@@ -7,6 +7,7 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 paths=(pkg/apis pkg/applyconfiguration pkg/client deploy/crds deploy/charts/cozy-health/crds deploy/manifests deploy/charts/cozy-health/files/adapter-rbac.yaml deploy/cozystack/dashboards deploy/cozystack/snippets proto
+	docs/reference/flags.md docs/reference/metrics.md docs/reference/values.md
 	test/fixtures/generated aggregator/internal/adapters/cnpg/testdata aggregator/internal/adapters/velero/testdata aggregator/internal/adapters/kamaji/testdata)
 tmp="$(mktemp -d "${TMPDIR:-/tmp}/cozy-health-verify-generate.XXXXXX")"
 trap 'rm -rf "${tmp}"' EXIT

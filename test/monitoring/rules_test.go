@@ -5,7 +5,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"sort"
 	"strings"
 	"testing"
 
@@ -13,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"sigs.k8s.io/yaml"
 
+	"github.com/cozystack/cozy-health/pkg/doctable"
 	"github.com/cozystack/cozy-health/test/harness"
 )
 
@@ -119,8 +119,8 @@ func TestAlertRuleShape(t *testing.T) {
 // measured faults; that page's fault-to-alert table (TestScrapeCrossCheck)
 // and its table of times on the real evaluators (TestAlertEvaluation) list
 // the same set.
-// Every comparison is of sets, reporting what is missing and what is extra
-// by name.
+// Every comparison is of sets (pkg/doctable, as for the other reference
+// pages), reporting what is missing and what is extra by name.
 func TestAlertTables(t *testing.T) {
 	var rules []string
 	for _, r := range loadRules(t) {
@@ -135,106 +135,33 @@ func TestAlertTables(t *testing.T) {
 	tests, err := os.ReadFile(filepath.Join("testdata", "alerts_test.yaml"))
 	require.NoError(t, err)
 
-	sameSet(t, "alerts.yaml", rules, alertsPage+"'s alert table",
-		tableColumn(t, string(page), "| alert | severity | fires when | runbook |", 0, alertName))
+	doctable.SameSet(t, "alerts.yaml", rules, alertsPage+"'s alert table",
+		doctable.Column(t, string(page), "| alert | severity | fires when | runbook |", 0, alertName))
 	var sections []string
 	for _, m := range regexp.MustCompile(`(?m)^## (CozyHealth\w+)\s*$`).FindAllStringSubmatch(string(runbook), -1) {
 		sections = append(sections, m[1])
 	}
-	sameSet(t, "alerts.yaml", rules, "docs/runbook.md's alert sections", sections)
+	doctable.SameSet(t, "alerts.yaml", rules, "docs/runbook.md's alert sections", sections)
 	var tested []string
 	for _, m := range regexp.MustCompile(`(?m)^\s*alertname:\s*(\S+)\s*$`).FindAllStringSubmatch(string(tests), -1) {
 		tested = append(tested, m[1])
 	}
-	sameSet(t, "alerts.yaml", rules, "the promtool unit tests (testdata/alerts_test.yaml)", unique(tested))
+	doctable.SameSet(t, "alerts.yaml", rules, "the promtool unit tests (testdata/alerts_test.yaml)", doctable.Unique(tested))
 
 	var matrix, matrixAlerts []string
 	for _, f := range append(append([]faultAlert{}, faultMatrix...), watchdog) {
 		matrix = append(matrix, f.key())
 		matrixAlerts = append(matrixAlerts, f.alert)
 	}
-	assert.Empty(t, missingFrom(rules, matrixAlerts), "the fault matrix names these, which alerts.yaml has not")
-	sameSet(t, "the fault matrix (faultMatrix, watchdog)", matrix, alertsPage+"'s fault-to-alert table (TestScrapeCrossCheck)",
-		tableColumn(t, string(page), "| fault (lab) | alert | expression holds after |", 1, alertKey))
-	sameSet(t, "the fault matrix (faultMatrix, watchdog)", matrix, alertsPage+"'s alert times on the real evaluators (TestAlertEvaluation)",
-		tableColumn(t, string(page), "| alert | fault (repair) | `for` |", 0, alertKey))
+	assert.Empty(t, doctable.Missing(rules, matrixAlerts), "the fault matrix names these, which alerts.yaml has not")
+	doctable.SameSet(t, "the fault matrix (faultMatrix, watchdog)", matrix, alertsPage+"'s fault-to-alert table (TestScrapeCrossCheck)",
+		doctable.Column(t, string(page), "| fault (lab) | alert | expression holds after |", 1, alertKey))
+	doctable.SameSet(t, "the fault matrix (faultMatrix, watchdog)", matrix, alertsPage+"'s alert times on the real evaluators (TestAlertEvaluation)",
+		doctable.Column(t, string(page), "| alert | fault (repair) | `for` |", 0, alertKey))
 }
 
 // alertsPage is the reference page of the alerts, from the repository root.
 const alertsPage = "docs/reference/alerts.md"
-
-// sameSet compares got (from gotFrom) with want (from the source wantFrom)
-// as sets: what got lacks, what it has beyond want, and what it lists
-// twice, each by name.
-func sameSet(t *testing.T, wantFrom string, want []string, gotFrom string, got []string) {
-	t.Helper()
-	count := map[string]int{}
-	for _, g := range got {
-		count[g]++
-	}
-	var twice []string
-	for g, n := range count {
-		if n > 1 {
-			twice = append(twice, g)
-		}
-	}
-	sort.Strings(twice)
-	assert.Empty(t, missingFrom(got, want), "%s lacks these of %s", gotFrom, wantFrom)
-	assert.Empty(t, missingFrom(want, got), "%s has these beyond %s", gotFrom, wantFrom)
-	assert.Empty(t, twice, "%s lists these more than once", gotFrom)
-}
-
-// missingFrom is what of names is not in set, sorted, each once.
-func missingFrom(set, names []string) []string {
-	in := map[string]bool{}
-	for _, s := range set {
-		in[s] = true
-	}
-	var out []string
-	for _, n := range unique(names) {
-		if !in[n] {
-			out = append(out, n)
-		}
-	}
-	return out
-}
-
-// unique is names sorted, each once.
-func unique(names []string) []string {
-	seen := map[string]bool{}
-	var out []string
-	for _, n := range names {
-		if !seen[n] {
-			seen[n] = true
-			out = append(out, n)
-		}
-	}
-	sort.Strings(out)
-	return out
-}
-
-// tableColumn reads the Markdown table whose header row starts with header
-// and returns column col of every row, through name; a row whose cell
-// names no alert ("") is left out.
-func tableColumn(t *testing.T, doc, header string, col int, name func(string) string) []string {
-	t.Helper()
-	i := strings.Index(doc, "\n"+header)
-	require.GreaterOrEqual(t, i, 0, "no table headed %q", header)
-	lines := strings.Split(doc[i+1:], "\n")
-	var out []string
-	for _, line := range lines[2:] { // the header and its |---| row
-		if !strings.HasPrefix(line, "|") {
-			break
-		}
-		cells := strings.Split(strings.Trim(line, "|"), " | ")
-		require.Greater(t, len(cells), col, "row %q", line)
-		if n := name(strings.TrimSpace(cells[col])); n != "" {
-			out = append(out, n)
-		}
-	}
-	require.NotEmpty(t, out, "table headed %q lists no alert", header)
-	return out
-}
 
 var alertCell = regexp.MustCompile("^`(CozyHealth\\w+)`(?: \\((.+?)\\))?")
 

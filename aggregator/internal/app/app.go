@@ -47,7 +47,7 @@ import (
 	linstoradapter "github.com/cozystack/cozy-health/aggregator/internal/adapters/linstor"
 	"github.com/cozystack/cozy-health/aggregator/internal/config"
 	"github.com/cozystack/cozy-health/aggregator/internal/delegated"
-	"github.com/cozystack/cozy-health/aggregator/internal/drain"
+	"github.com/cozystack/cozy-health/aggregator/internal/drainserver"
 	"github.com/cozystack/cozy-health/aggregator/internal/ingest"
 	"github.com/cozystack/cozy-health/aggregator/internal/leader"
 	"github.com/cozystack/cozy-health/aggregator/internal/metrics"
@@ -73,6 +73,17 @@ type Options struct {
 	RestConfig *rest.Config
 	// Clock defaults to the real clock.
 	Clock clock.WithTicker
+	// Registry, when set, is the registry every metric is registered on
+	// and /metrics serves, instead of a new one: the metrics reference
+	// (docs/reference/metrics.md) is generated from what New registers.
+	Registry Registry
+}
+
+// Registry is where the aggregator's metrics are registered and gathered
+// from (a *prometheus.Registry).
+type Registry interface {
+	prometheus.Registerer
+	prometheus.Gatherer
 }
 
 // App is a wired aggregator.
@@ -108,7 +119,7 @@ type App struct {
 	// watchdog's freshUntil metric); kept beside the factory, as it is a
 	// CRD, and started with it.
 	healths cache.SharedIndexInformer
-	reg     *prometheus.Registry
+	reg     Registry
 	metrics *metrics.Metrics
 	state   *state.State
 	nodes   labels.Selector
@@ -125,7 +136,7 @@ type App struct {
 	// linstor reads the LINSTOR controller's view (nil without
 	// --linstor-url); the engine and the drain check read it.
 	linstor *linstoradapter.Reader
-	drain   *drain.Service
+	drain   *drainserver.Service
 	// claims counts and logs the cluster claims the rollup and the drain
 	// check do not believe (quorum.Auditor).
 	claims  *quorum.Auditor
@@ -155,7 +166,7 @@ type App struct {
 	guard *guardServer
 	// budget is every node's drain verdict, computed continuously
 	// (cozy_health_drain_verdict).
-	budget *drain.Budget
+	budget *drainserver.Budget
 	// ready is set when the warm-up is done (see warmUp); warming says,
 	// until then, how far it is.
 	ready   atomic.Bool
@@ -221,7 +232,9 @@ func New(cfg config.Config, log *zap.Logger, opts Options) (a *App, err error) {
 		return nil, fmt.Errorf("leader election client: %w", err)
 	}
 
-	a.reg = prometheus.NewRegistry()
+	if a.reg = opts.Registry; a.reg == nil {
+		a.reg = prometheus.NewRegistry()
+	}
 	if err := a.reg.Register(collectors.NewGoCollector()); err != nil {
 		return nil, fmt.Errorf("register go collector: %w", err)
 	}
@@ -288,11 +301,11 @@ func New(cfg config.Config, log *zap.Logger, opts Options) (a *App, err error) {
 	if a.healths, err = trackHealths(hc, cfg.Namespace, cfg.Adapters, a.metrics, a.base); err != nil {
 		return nil, err
 	}
-	var drainAuth *drain.Authorizer
+	var drainAuth *drainserver.Authorizer
 	if a.drain, drainAuth, err = a.newDrain(nodes, log); err != nil {
 		return nil, err
 	}
-	if a.budget, err = drain.NewBudget(a.drain, a.reg); err != nil {
+	if a.budget, err = drainserver.NewBudget(a.drain, a.reg); err != nil {
 		return nil, err
 	}
 	// A node that leaves the state loses its drain-verdict series at once,
@@ -351,7 +364,7 @@ func New(cfg config.Config, log *zap.Logger, opts Options) (a *App, err error) {
 	healthpb.RegisterHealthServer(a.grpc, a.health)
 
 	// Never anonymous on the ingest port, whatever --drain-auth says.
-	pb.RegisterDrainServiceServer(a.grpc, drain.NewGRPCServer(a.drain, drain.NewAuthorizerFrom(a.authz)))
+	pb.RegisterDrainServiceServer(a.grpc, drainserver.NewGRPCServer(a.drain, drainserver.NewAuthorizerFrom(a.authz)))
 	// The other replicas ask this one for the nodes they do not hear
 	// (peers.go).
 	if a.peerSync, err = a.newPeers(srv); err != nil {
@@ -376,8 +389,8 @@ func New(cfg config.Config, log *zap.Logger, opts Options) (a *App, err error) {
 		}
 		_, _ = w.Write([]byte("ok\n"))
 	})
-	drain.NewHandler(a.drain, drainAuth).Mount(mux)
-	drain.NewBudgetHandler(a.budget, drainAuth).Mount(mux)
+	drainserver.NewHandler(a.drain, drainAuth).Mount(mux)
+	drainserver.NewBudgetHandler(a.budget, drainAuth).Mount(mux)
 	httpLog := logging.Component(a.base, "http")
 	a.httpSrv = newHTTPServer(mux, cfg.HTTPLimits, httpLog)
 	metMux := http.NewServeMux()
@@ -620,7 +633,7 @@ func (a *App) Run(ctx context.Context) error {
 		return nil
 	})
 	a.log.Info("aggregator running", zap.String("grpc", a.GRPCAddr()), zap.String("http", a.HTTPAddr()), zap.String("metrics", a.MetricsAddr()),
-		zap.String("identity", a.cfg.Identity), zap.String("drain_check", drain.Path), zap.String("drain_auth", a.cfg.DrainAuth))
+		zap.String("identity", a.cfg.Identity), zap.String("drain_check", drainserver.Path), zap.String("drain_auth", a.cfg.DrainAuth))
 	return g.Wait()
 }
 

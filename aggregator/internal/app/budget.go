@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/cozystack/cozy-health/aggregator/internal/drain"
+	"github.com/cozystack/cozy-health/aggregator/internal/drainserver"
 	"github.com/cozystack/cozy-health/aggregator/internal/rollup"
 )
 
@@ -15,7 +16,7 @@ const budgetStaleAfter = 6
 
 // budgetFacts returns the drain budget's last evaluation as the rollup's
 // facts (rollup.Engine.SetBudget), current for budgetStaleAfter periods.
-func budgetFacts(b *drain.Budget, period time.Duration) func() *rollup.BudgetFacts {
+func budgetFacts(b *drainserver.Budget, period time.Duration) func() *rollup.BudgetFacts {
 	return func() *rollup.BudgetFacts {
 		snap := b.Latest()
 		if snap == nil {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/cozystack/cozy-health/aggregator/internal/config"
 	"github.com/cozystack/cozy-health/aggregator/internal/drain"
+	"github.com/cozystack/cozy-health/aggregator/internal/drainserver"
 	"github.com/cozystack/cozy-health/aggregator/internal/state"
 	"github.com/cozystack/cozy-health/pkg/linstorapi"
 )
@@ -22,14 +23,14 @@ import (
 // newDrain builds the drain pre-check on the shared Node informer; New
 // mounts it on the --http-addr mux (authorized by the returned Authorizer
 // with --drain-auth=delegated, nil with none) and on the --listen gRPC
-// server (always delegated: see drain.NewGRPCServer), Run keeps its
+// server (always delegated: see drainserver.NewGRPCServer), Run keeps its
 // snapshot warm. log is New's (the Service adds its component field).
-func (a *App) newDrain(nodes coreinformers.NodeInformer, log *zap.Logger) (*drain.Service, *drain.Authorizer, error) {
-	var auth *drain.Authorizer
+func (a *App) newDrain(nodes coreinformers.NodeInformer, log *zap.Logger) (*drainserver.Service, *drainserver.Authorizer, error) {
+	var auth *drainserver.Authorizer
 	switch a.cfg.DrainAuth {
 	case config.DrainAuthNone:
 	case config.DrainAuthDelegated:
-		auth = drain.NewAuthorizerFrom(a.authz)
+		auth = drainserver.NewAuthorizerFrom(a.authz)
 	default:
 		// Config.Validate refuses it first; a Config built in code may not
 		// have been validated.
@@ -43,11 +44,11 @@ func (a *App) newDrain(nodes coreinformers.NodeInformer, log *zap.Logger) (*drai
 	// accepted, and every cordon and role change the informer had
 	// delivered, when it arrived.
 	st := a.state
-	dcfg := drain.Config{Auditor: a.claims, Generation: func() uint64 { return st.Generation() + nodeChanges.Load() }}
+	dcfg := drainserver.Config{Auditor: a.claims, Generation: func() uint64 { return st.Generation() + nodeChanges.Load() }}
 	if a.linstor != nil {
 		dcfg.Linstor = func() (linstorapi.Placement, string) { return a.linstor.Placement(a.clock.Now()) }
 	}
-	svc, err := drain.NewService(dcfg, source, a.clock, log, a.reg)
+	svc, err := drainserver.NewService(dcfg, source, a.clock, log, a.reg)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -60,8 +61,8 @@ func (a *App) newDrain(nodes coreinformers.NodeInformer, log *zap.Logger) (*drai
 // Node": gone, so quorum projections err on blocked, never on safe. The
 // counter counts the changes of what it reads from the cache (a Node added
 // or deleted, cordoned or uncordoned, its role changed), each counted once
-// the cache holds it: with the state's generation, drain.Config.Generation.
-func drainSource(st *state.State, nodes coreinformers.NodeInformer, grace func(time.Duration) time.Duration, log *zap.Logger) (drain.Source, *atomic.Uint64, error) {
+// the cache holds it: with the state's generation, drainserver.Config.Generation.
+func drainSource(st *state.State, nodes coreinformers.NodeInformer, grace func(time.Duration) time.Duration, log *zap.Logger) (drainserver.Source, *atomic.Uint64, error) {
 	informer, lister := nodes.Informer(), nodes.Lister()
 	changes := new(atomic.Uint64)
 	bump := func(any) { changes.Add(1) }

@@ -397,6 +397,11 @@ func Default() Config {
 	}
 }
 
+// RegisterFlags binds every flag to fs, writing into c; c's current values
+// are the defaults (Default's, as Load binds them). The flags reference
+// (docs/reference/flags.md) is generated from it.
+func (c *Config) RegisterFlags(fs *flag.FlagSet) { bind(fs, c) }
+
 // bind registers every flag on fs, writing into c.
 func bind(fs *flag.FlagSet, c *Config) {
 	fs.StringVar(&c.ConfigFile, cli.ConfigFlag, c.ConfigFile, "YAML file with any of these flags by name; flags given on the command line win")

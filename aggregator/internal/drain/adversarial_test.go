@@ -3,12 +3,9 @@ package drain
 import (
 	"fmt"
 	"testing"
-	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/cozystack/cozy-health/aggregator/internal/quorum"
 	"github.com/cozystack/cozy-health/pkg/report"
@@ -149,32 +146,4 @@ func honestOnly(nodes map[string]NodeInfo, _ string) map[string]NodeInfo {
 		}
 	}
 	return out
-}
-
-// TestServiceCountsRejectedClaims: a DRBD replica claim no other holder
-// corroborates is counted once (cozy_health_claims_rejected_total) however
-// often it is judged.
-func TestServiceCountsRejectedClaims(t *testing.T) {
-	nodes := map[string]NodeInfo{
-		"node-1":   fresh("node-1", drbd("pvc-a", report.StatusHealthy, true, false, 2, 1)),
-		"node-2":   fresh("node-2", drbd("pvc-a", report.StatusDegraded, false, false, 2, 1)),
-		"worker-1": fresh("worker-1", drbd("pvc-a", report.StatusHealthy, true, false, 3, 2)),
-	}
-	reg := prometheus.NewRegistry()
-	clk := clocktesting.NewFakeClock(t0)
-	aud, err := quorum.NewAuditor(reg, nil, clk.Now)
-	require.NoError(t, err)
-	svc, err := NewService(Config{Auditor: aud}, func(_ time.Time) map[string]NodeInfo { return nodes }, clk, nil, nil)
-	require.NoError(t, err)
-	for range 3 {
-		res, err := svc.Check("node-1", "http")
-		require.NoError(t, err)
-		assert.Equal(t, Unknown, res.Verdict)
-	}
-	mfs, err := reg.Gather()
-	require.NoError(t, err)
-	require.Len(t, mfs, 1)
-	assert.InDelta(t, 1, mfs[0].GetMetric()[0].GetCounter().GetValue(), 0)
-	assert.Equal(t, "kind", mfs[0].GetMetric()[0].GetLabel()[0].GetName())
-	assert.Equal(t, KindDRBDReplica, mfs[0].GetMetric()[0].GetLabel()[0].GetValue())
 }

@@ -1,139 +1,49 @@
-package drain
+package drain_test
 
 import (
 	"fmt"
-	"io"
+	"math"
 	"math/rand"
-	"net/http"
+	randv2 "math/rand/v2"
 	"runtime"
 	"slices"
+	"sort"
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
-
-	"github.com/cozystack/cozy-health/aggregator/internal/state"
-	"github.com/cozystack/cozy-health/pkg/report"
+	"github.com/cozystack/cozy-health/aggregator/internal/drain"
+	"github.com/cozystack/cozy-health/aggregator/internal/drain/draintest"
+	"github.com/cozystack/cozy-health/pkg/linstorapi"
 )
 
-const (
-	benchNodes            = 5000
-	benchEtcdMembers      = 5
-	benchResourcesPerNode = 20
-	benchReplicas         = 3 // per resource: 3 diskful, or 2 diskful + 1 diskless tiebreaker
-)
-
-// simulatedCluster builds benchNodes nodes with realistic reports: 5 etcd
-// members (one Down), ~20 DRBD resources per node with 2-3 diskful replicas
-// (2-replica resources get a diskless tiebreaker), the node's other checks,
-// 1% of the nodes stale and 0.5% cordoned.
-func simulatedCluster() map[string]NodeInfo {
-	rng := rand.New(rand.NewSource(1))
-	names := make([]string, benchNodes)
-	obs := make([][]report.Observation, benchNodes)
-	for i := range names {
-		names[i] = fmt.Sprintf("node-%04d", i)
-		ref := &report.ResourceRef{Kind: report.KindNode, Name: names[i]}
-		o := []report.Observation{
-			{Component: report.ComponentNode, Check: report.CheckTalosServices, Status: report.StatusHealthy, Reason: "ServicesRunning", ResourceRef: ref},
-			{Component: report.ComponentDisk, Check: report.CheckFsyncProbe, Status: report.StatusHealthy, Reason: "FsyncFast", ResourceRef: ref, Attributes: map[string]float64{report.AttrFsyncP99Seconds: 0.002}},
-			{Component: report.ComponentDisk, Check: report.CheckDiskstats, Status: report.StatusHealthy, Reason: "LatencyOK", ResourceRef: &report.ResourceRef{Kind: report.KindBlockDevice, Name: "sda"}, Attributes: map[string]float64{report.AttrWriteLatencySeconds: 0.001}},
-			{Component: report.ComponentDisk, Check: report.CheckDiskstats, Status: report.StatusHealthy, Reason: "LatencyOK", ResourceRef: &report.ResourceRef{Kind: report.KindBlockDevice, Name: "nvme0n1"}, Attributes: map[string]float64{report.AttrWriteLatencySeconds: 0.0002}},
-			{Component: report.ComponentCilium, Check: report.CheckCiliumAgent, Status: report.StatusHealthy, Reason: "Ok", ResourceRef: ref},
-			{Component: report.ComponentKubeOVN, Check: report.CheckKubeOVNPinger, Status: report.StatusHealthy, Reason: "PingOK", ResourceRef: ref, Attributes: map[string]float64{report.AttrNodePingLossRatio: 0}},
-			{Component: report.ComponentLinstor, Check: report.CheckLinstorSatellite, Status: report.StatusHealthy, Reason: "Online", ResourceRef: ref},
-		}
-		if i < benchEtcdMembers {
-			st := report.StatusHealthy
-			if i == benchEtcdMembers-1 {
-				st = report.StatusDown
-			}
-			o = append(o, etcdMember(st, false), membership(benchEtcdMembers, 0))
-		}
-		obs[i] = o
-	}
-	resources := benchNodes * benchResourcesPerNode / benchReplicas
-	for r := 0; r < resources; r++ {
-		name := fmt.Sprintf("pvc-%08x", r)
-		diskful := 2 + r%2
-		holders := make([]int, 0, benchReplicas)
-		for len(holders) < benchReplicas {
-			if n := rng.Intn(benchNodes); !slices.Contains(holders, n) {
-				holders = append(holders, n)
-			}
-		}
-		for k, n := range holders {
-			diskless := k >= diskful
-			obs[n] = append(obs[n], drbd(name, report.StatusHealthy, !diskless, diskless, benchReplicas, diskful))
-		}
-	}
-	nodes := make(map[string]NodeInfo, benchNodes)
-	for i, n := range names {
-		switch {
-		case i%100 == 50:
-			nodes[n] = stale(n, obs[i]...)
-		case i%200 == 7:
-			nodes[n] = cordoned(n, obs[i]...)
-		default:
-			nodes[n] = fresh(n, obs[i]...)
-		}
-	}
-	// Only the etcd members' Nodes are labelled control-plane.
-	for i, n := range names {
-		if ni, ok := nodes[n]; ok && i >= benchEtcdMembers {
-			ni.Role = state.RoleWorker
-			nodes[n] = ni
-		}
-	}
-	return nodes
-}
-
-func reportLatencies(b *testing.B, d []time.Duration) {
-	slices.Sort(d)
-	q := func(p float64) float64 { return float64(d[int(p*float64(len(d)-1))]) / float64(time.Millisecond) }
-	b.ReportMetric(q(0.50), "p50-ms")
-	b.ReportMetric(q(0.99), "p99-ms")
-	b.ReportMetric(q(1), "max-ms")
-	b.Logf("%d calls: p50 %.4f ms, p99 %.4f ms, max %.4f ms", len(d), q(0.50), q(0.99), q(1))
-}
-
-// threadCPU is the calling OS thread's CPU time.
-func threadCPU() time.Duration {
-	var ts unix.Timespec
-	if err := unix.ClockGettime(unix.CLOCK_THREAD_CPUTIME_ID, &ts); err != nil {
-		return 0
-	}
-	return time.Duration(ts.Nano())
-}
-
-// BenchmarkDrainCheck is one Evaluate of every rule for a node picked at
+// BenchmarkDrainCheck is one drain.Evaluate of every rule for a node picked at
 // random (etcd members included) against a 5,000-node snapshot. Besides
 // wall-clock quantiles (p50-ms, p99-ms: what a caller waits on this
 // machine, shared with other work) it reports the thread CPU time of each
 // call (p50-cpu-ms, p99-cpu-ms: the latency without waiting for a core).
 func BenchmarkDrainCheck(b *testing.B) {
-	s := NewSnapshot(simulatedCluster(), t0)
+	s := drain.NewSnapshot(draintest.SimulatedCluster(), draintest.T0)
 	rng := rand.New(rand.NewSource(2))
 	lat := make([]time.Duration, 0, b.N)
 	cpu := make([]time.Duration, 0, b.N)
-	verdicts := map[Verdict]int{}
+	verdicts := map[drain.Verdict]int{}
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		node := fmt.Sprintf("node-%04d", rng.Intn(benchNodes))
+		node := fmt.Sprintf("node-%04d", rng.Intn(draintest.BenchNodes))
 		if i%10 == 0 {
-			node = fmt.Sprintf("node-%04d", i%benchEtcdMembers)
+			node = fmt.Sprintf("node-%04d", i%draintest.BenchEtcdMembers)
 		}
-		c0, start := threadCPU(), time.Now()
-		res := Evaluate(node, s, t0)
+		c0, start := draintest.ThreadCPU(), time.Now()
+		res := drain.Evaluate(node, s, draintest.T0)
 		lat = append(lat, time.Since(start))
-		cpu = append(cpu, threadCPU()-c0)
+		cpu = append(cpu, draintest.ThreadCPU()-c0)
 		verdicts[res.Verdict]++
 	}
 	b.StopTimer()
-	reportLatencies(b, lat)
+	draintest.ReportLatencies(b, lat)
 	slices.Sort(cpu)
 	q := func(p float64) float64 { return float64(cpu[int(p*float64(len(cpu)-1))]) / float64(time.Millisecond) }
 	b.ReportMetric(q(0.50), "p50-cpu-ms")
@@ -141,67 +51,34 @@ func BenchmarkDrainCheck(b *testing.B) {
 	b.Logf("thread CPU per call: p50 %.4f ms, p99 %.4f ms, max %.4f ms; verdicts: %v", q(0.50), q(0.99), q(1), verdicts)
 }
 
-// BenchmarkDrainCheckHTTP is one GET /v1/drain-check over a loopback
-// listener through the Service (cached snapshot), JSON encoding included.
-func BenchmarkDrainCheckHTTP(b *testing.B) {
-	nodes := simulatedCluster()
-	svc, err := NewService(Config{MaxSnapshotAge: time.Hour}, func(time.Time) map[string]NodeInfo { return nodes }, nil, nil, nil)
-	if err != nil {
-		b.Fatal(err)
-	}
-	svc.Snapshot(time.Now())
-	base := serveHTTP(b, NewHandler(svc, nil))
-	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4}}
-	rng := rand.New(rand.NewSource(3))
-	lat := make([]time.Duration, 0, b.N)
-	b.ReportAllocs()
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		url := fmt.Sprintf("%s%s?node=node-%04d", base, Path, rng.Intn(benchNodes))
-		start := time.Now()
-		resp, err := client.Get(url)
-		if err != nil {
-			b.Fatal(err)
-		}
-		_, _ = io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		lat = append(lat, time.Since(start))
-		if resp.StatusCode != http.StatusOK {
-			b.Fatalf("status %d", resp.StatusCode)
-		}
-	}
-	b.StopTimer()
-	reportLatencies(b, lat)
-}
-
 // BenchmarkSnapshot5000Nodes is taking and indexing one snapshot of 5,000
 // nodes (done when the state changes, at most once per MaxSnapshotAge).
 func BenchmarkSnapshot5000Nodes(b *testing.B) {
-	nodes := simulatedCluster()
+	nodes := draintest.SimulatedCluster()
 	lat := make([]time.Duration, 0, b.N)
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		start := time.Now()
-		_ = NewSnapshot(nodes, t0)
+		_ = drain.NewSnapshot(nodes, draintest.T0)
 		lat = append(lat, time.Since(start))
 	}
 	b.StopTimer()
-	reportLatencies(b, lat)
+	draintest.ReportLatencies(b, lat)
 }
 
 // BenchmarkSnapshotIncremental5000Nodes is one snapshot after a fifth of
 // the nodes sent a new report (one second of 5 s reports), placement
 // unchanged: what the Service pays at most once per MaxSnapshotAge.
 func BenchmarkSnapshotIncremental5000Nodes(b *testing.B) {
-	nodes := simulatedCluster()
+	nodes := draintest.SimulatedCluster()
 	names := make([]string, 0, len(nodes))
 	for n := range nodes {
 		names = append(names, n)
 	}
 	slices.Sort(names)
-	var x Indexer
-	x.Snapshot(nodes, t0)
+	var x drain.Indexer
+	x.Snapshot(nodes, draintest.T0)
 	lat := make([]time.Duration, 0, b.N)
 	b.ReportAllocs()
 	b.ResetTimer()
@@ -216,9 +93,113 @@ func BenchmarkSnapshotIncremental5000Nodes(b *testing.B) {
 		}
 		b.StartTimer()
 		start := time.Now()
-		_ = x.Snapshot(nodes, t0)
+		_ = x.Snapshot(nodes, draintest.T0)
 		lat = append(lat, time.Since(start))
 	}
 	b.StopTimer()
-	reportLatencies(b, lat)
+	draintest.ReportLatencies(b, lat)
+}
+
+// benchGiBKiB is a GiB in KiB, LINSTOR's unit of size.
+const benchGiBKiB = int64(1) << 20
+
+// ruleNamed is the rule of rules named name.
+func ruleNamed(b *testing.B, rules []drain.Rule, name string) drain.Rule {
+	for _, r := range rules {
+		if r.Name() == name {
+			return r
+		}
+	}
+	b.Fatalf("no rule %s", name)
+	return nil
+}
+
+// benchPlacement is a 5,000-node controller view: every satellite ONLINE
+// with a thin pool of 1 TiB, 20 resources' replicas per node, 3 diskful
+// replicas of 2 GiB each.
+func benchPlacement() (map[string]drain.NodeInfo, linstorapi.Placement) {
+	rng := randv2.New(randv2.NewPCG(5000, 1))
+	nodes := make(map[string]drain.NodeInfo, draintest.BenchNodes)
+	p := linstorapi.Placement{Satellites: make(map[string]string, draintest.BenchNodes)}
+	names := make([]string, draintest.BenchNodes)
+	for i := range names {
+		names[i] = fmt.Sprintf("node-%04d", i)
+		nodes[names[i]] = draintest.Fresh(names[i])
+		p.Satellites[names[i]] = "ONLINE"
+		p.Pools = append(p.Pools,
+			linstorapi.PoolRoom{Node: names[i], Pool: "DfltDisklessStorPool", Kind: "DISKLESS", Class: linstorapi.PoolNoData, FreeKiB: math.MaxInt64, TotalKiB: math.MaxInt64},
+			linstorapi.PoolRoom{Node: names[i], Pool: "pool-a", Kind: "LVM_THIN", Class: linstorapi.PoolThin, FreeKiB: 512 * benchGiBKiB, TotalKiB: 1024 * benchGiBKiB})
+	}
+	resources := draintest.BenchNodes * 20 / 3
+	for r := 0; r < resources; r++ {
+		res := fmt.Sprintf("pvc-%08x", r)
+		var holders []int
+		for len(holders) < 3 {
+			if n := rng.IntN(draintest.BenchNodes); !slices.Contains(holders, n) {
+				holders = append(holders, n)
+			}
+		}
+		for _, n := range holders {
+			p.Replicas = append(p.Replicas, linstorapi.Replica{Resource: res, Node: names[n], State: "UpToDate", Pool: "pool-a", SizeKiB: 2 * benchGiBKiB, Satellite: "ONLINE"})
+		}
+	}
+	sort.Slice(p.Replicas, func(i, j int) bool {
+		if p.Replicas[i].Resource != p.Replicas[j].Resource {
+			return p.Replicas[i].Resource < p.Replicas[j].Resource
+		}
+		return p.Replicas[i].Node < p.Replicas[j].Node
+	})
+	return nodes, p
+}
+
+// BenchmarkLinstorReplaceable5000Nodes is one linstor-replaceable check of
+// a node picked at random (about 20 resources) on a 5,000-node view, in
+// thread CPU time (cpu-ms: what it costs without waiting for a core); the
+// snapshot's share (indexing the pools and what each holds) is
+// BenchmarkPlacementIndex5000Nodes.
+func BenchmarkLinstorReplaceable5000Nodes(b *testing.B) {
+	nodes, p := benchPlacement()
+	s := drain.NewSnapshot(nodes, draintest.T0).WithPlacement(p, "")
+	replaceable := ruleNamed(b, drain.DecommissionRules, drain.RuleLinstorReplaceable)
+	rng := randv2.New(randv2.NewPCG(2, 2))
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	var cpu time.Duration
+	safe := 0
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		node := fmt.Sprintf("node-%04d", rng.IntN(draintest.BenchNodes))
+		c0 := draintest.ThreadCPU()
+		res := drain.EvaluateRules([]drain.Rule{replaceable}, node, s, draintest.T0)
+		cpu += draintest.ThreadCPU() - c0
+		if res.Verdict == drain.Safe {
+			safe++
+		}
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(cpu)/float64(b.N)/float64(time.Millisecond), "cpu-ms")
+	if safe != b.N {
+		b.Fatalf("%d of %d checks safe: every node should find room", safe, b.N)
+	}
+}
+
+// BenchmarkPlacementIndex5000Nodes is indexing a 5,000-node controller
+// view (about 33,000 resources, 100,000 replicas, 10,000 pools) into a
+// snapshot, in thread CPU time.
+func BenchmarkPlacementIndex5000Nodes(b *testing.B) {
+	nodes, p := benchPlacement()
+	s := drain.NewSnapshot(nodes, draintest.T0)
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	var cpu time.Duration
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		c0 := draintest.ThreadCPU()
+		_ = s.WithPlacement(p, "")
+		cpu += draintest.ThreadCPU() - c0
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(cpu)/float64(b.N)/float64(time.Millisecond), "cpu-ms")
 }

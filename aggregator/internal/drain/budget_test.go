@@ -1,58 +1,12 @@
 package drain
 
 import (
-	"strings"
 	"testing"
 	"time"
-
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/testutil"
-	"github.com/stretchr/testify/assert"
-	"github.com/stretchr/testify/require"
-	clocktesting "k8s.io/utils/clock/testing"
-
-	"github.com/cozystack/cozy-health/pkg/report"
 )
 
-// The budget exports every node's verdict, 1 for the current one: a
-// healthy 3-member etcd lets any one node go; with node-1's member down,
-// node-2 and node-3 are blocked and node-1 (already lost) is safe.
-func TestBudgetExportsEveryNodesVerdict(t *testing.T) {
-	clk := clocktesting.NewFakeClock(t0)
-	st, source, _ := stateCluster(t0)
-	svc, err := NewService(Config{Generation: st.Generation}, source, clk, nil, nil)
-	require.NoError(t, err)
-	reg := prometheus.NewRegistry()
-	b, err := NewBudget(svc, reg)
-	require.NoError(t, err)
-
-	got := b.Update()
-	require.Len(t, got, 3)
-	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(`
-# HELP cozy_health_drain_verdict The drain verdict (reboot) of every node, computed continuously: 1 for the node's current verdict (safe, blocked, unknown), 0 for the others.
-# TYPE cozy_health_drain_verdict gauge
-cozy_health_drain_verdict{node="node-1",verdict="blocked"} 0
-cozy_health_drain_verdict{node="node-1",verdict="safe"} 1
-cozy_health_drain_verdict{node="node-1",verdict="unknown"} 0
-cozy_health_drain_verdict{node="node-2",verdict="blocked"} 0
-cozy_health_drain_verdict{node="node-2",verdict="safe"} 1
-cozy_health_drain_verdict{node="node-2",verdict="unknown"} 0
-cozy_health_drain_verdict{node="node-3",verdict="blocked"} 0
-cozy_health_drain_verdict{node="node-3",verdict="safe"} 1
-cozy_health_drain_verdict{node="node-3",verdict="unknown"} 0
-`), "cozy_health_drain_verdict"))
-
-	st.Accept(memberReport("node-1", 2, report.StatusDown), t0)
-	got = b.Update()
-	assert.Equal(t, Safe, got["node-1"].Verdict)
-	assert.Equal(t, Blocked, got["node-2"].Verdict)
-	assert.Equal(t, Blocked, got["node-3"].Verdict)
-	assert.Equal(t, 1.0, testutil.ToFloat64(b.gauge.WithLabelValues("node-2", "blocked")))
-	assert.Equal(t, 0.0, testutil.ToFloat64(b.gauge.WithLabelValues("node-2", "safe")))
-}
-
 // TestNextBudgetWait: the budget loop never takes more than
-// MaxBudgetDutyCycle of a core: a slow evaluation stretches the wait, a
+// maxBudgetDutyCycle of a core: a slow evaluation stretches the wait, a
 // fast one keeps the period.
 func TestNextBudgetWait(t *testing.T) {
 	for _, tc := range []struct{ period, took, want time.Duration }{
@@ -65,8 +19,8 @@ func TestNextBudgetWait(t *testing.T) {
 		if got != tc.want {
 			t.Errorf("NextBudgetWait(%s, %s) = %s, want %s", tc.period, tc.took, got, tc.want)
 		}
-		if duty := float64(tc.took) / float64(got+tc.took); duty > MaxBudgetDutyCycle {
-			t.Errorf("took %s, wait %s: duty %.3f over %.2f", tc.took, got, duty, MaxBudgetDutyCycle)
+		if duty := float64(tc.took) / float64(got+tc.took); duty > maxBudgetDutyCycle {
+			t.Errorf("took %s, wait %s: duty %.3f over %.2f", tc.took, got, duty, maxBudgetDutyCycle)
 		}
 	}
 }

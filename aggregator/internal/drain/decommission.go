@@ -35,7 +35,7 @@ type raftMemberRemovedRule struct{}
 
 func (raftMemberRemovedRule) Name() string { return RuleRaftMemberRemoved }
 
-func (raftMemberRemovedRule) Check(node string, s *Snapshot, now time.Time) []Reason {
+func (raftMemberRemovedRule) Judge(node string, s *Snapshot, now time.Time) []Reason {
 	ev := s.view(quorum.Etcd, now)
 	out := []Reason{memberRemoved(report.ComponentEtcd, "etcd", nil, &ev, node, s)}
 	reason := func(v Verdict, format string, args ...any) Reason {
@@ -453,7 +453,7 @@ func dataless(r replica) bool {
 	return r.diskless
 }
 
-func (linstorReplaceableRule) Check(node string, s *Snapshot, now time.Time) []Reason {
+func (linstorReplaceableRule) Judge(node string, s *Snapshot, now time.Time) []Reason {
 	reason := func(v Verdict, res string, format string, args ...any) Reason {
 		r := Reason{Rule: RuleLinstorReplaceable, Component: report.ComponentLinstor, Verdict: v, Message: fmt.Sprintf(format, args...)}
 		if res != "" {

@@ -23,27 +23,11 @@
 // pessimistic projection keeps quorum, blocked when even the optimistic one
 // loses it, unknown in between.
 //
-// Serving (service.go, http.go, grpc.go): a check answers from a snapshot
-// holding every report the aggregator's state had accepted, and every Node
-// cordon and role change its informer had delivered, when the check
-// arrived (Config.Generation), and no older than Config.MaxSnapshotAge
-// (1s); when the cached snapshot is not, the Service takes one
-// (incrementally: Indexer), one at a time, each serving every check that
-// arrived before it began, and keeps one warm in the background while
-// checks come, so one check reads only the target's resources and the
-// raft members. GET /v1/drain-check?node=X answers JSON
-// (400 bad node name, 404 unknown node); DrainService.DrainCheck answers the
-// same over gRPC (InvalidArgument, NotFound). Every answer and refusal is
-// counted (cozy_health_drain_checks_total, cozy_health_drain_rejected_total).
-//
-// Authentication (auth.go): by default the check is served like the
-// aggregator's other HTTP endpoints, without its own authentication; in a
-// cluster it is reached through the Kubernetes API service proxy, where the
-// apiserver authenticates the user and authorizes get on services/proxy.
-// The optional Authorizer (--drain-auth=delegated in the
-// aggregator) checks a bearer token with a TokenReview and a
-// SubjectAccessReview for get on nonResourceURL /v1/drain-check; it is for
-// direct callers, since the service proxy strips the caller's token.
+// Serving is package drainserver's: the Service that keeps a snapshot
+// warm and answers each check from it, the HTTP and gRPC front ends, their
+// authentication and the disruption budget's loop. This package holds the
+// rules, the snapshot they read (Snapshot, Indexer, StateNodes) and the
+// budget's computation (EvaluateAll, BudgetSnapshot), and does no I/O.
 package drain
 
 import (
@@ -87,10 +71,14 @@ type Reason struct {
 	Message     string
 	ResourceRef *report.ResourceRef
 	Attributes  map[string]float64
-	// rejected are the claims the rule did not believe; the Service hands
-	// them to its Auditor. Not part of the answer.
+	// rejected are the claims the rule did not believe (Rejected). Not
+	// part of the answer.
 	rejected []quorum.Rejection
 }
+
+// Rejected are the claims the rule did not believe; the drain check's
+// server hands them to its quorum.Auditor. Not part of the answer.
+func (r Reason) Rejected() []quorum.Rejection { return r.rejected }
 
 // Result is the verdict on one node and every reason behind it, as
 // drainapi.Result (API) says it; Verdict is folded as the package comment
@@ -119,8 +107,8 @@ func (r Result) API() drainapi.Result {
 type Rule interface {
 	// Name is the rule's name, as it appears in reasons.
 	Name() string
-	// Check returns the rule's findings for draining node; at least one.
-	Check(node string, s *Snapshot, now time.Time) []Reason
+	// Judge returns the rule's findings for draining node; at least one.
+	Judge(node string, s *Snapshot, now time.Time) []Reason
 }
 
 // Rules is every drain rule, in the order their reasons are listed.
@@ -137,10 +125,10 @@ func Evaluate(node string, s *Snapshot, now time.Time) Result {
 	return EvaluateRules(Rules, node, s, now)
 }
 
-// EvaluateIntent runs every rule of RulesFor(intent) for node against s at
+// EvaluateIntent runs every rule of rulesFor(intent) for node against s at
 // now.
 func EvaluateIntent(node string, intent Intent, s *Snapshot, now time.Time) Result {
-	res := EvaluateRules(RulesFor(intent), node, s, now)
+	res := EvaluateRules(rulesFor(intent), node, s, now)
 	res.Intent = intent
 	return res
 }
@@ -150,7 +138,7 @@ func EvaluateIntent(node string, intent Intent, s *Snapshot, now time.Time) Resu
 func EvaluateRules(rules []Rule, node string, s *Snapshot, now time.Time) Result {
 	res := Result{Node: node, Verdict: Safe, EvaluatedAt: now, SnapshotAt: s.TakenAt}
 	for _, r := range rules {
-		res.Reasons = append(res.Reasons, r.Check(node, s, now)...)
+		res.Reasons = append(res.Reasons, r.Judge(node, s, now)...)
 	}
 	for _, r := range res.Reasons {
 		if rank(r.Verdict) > rank(res.Verdict) {

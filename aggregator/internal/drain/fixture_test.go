@@ -7,24 +7,18 @@ import (
 
 	"github.com/cozystack/cozy-health/aggregator/internal/state"
 	"github.com/cozystack/cozy-health/pkg/report"
+	"github.com/cozystack/cozy-health/pkg/report/reporttest"
 )
 
 var t0 = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 
 // obs builders in the shapes the agent sends (pkg/report/vocabulary.go).
-
-func etcdMember(st report.Status, learner bool) report.Observation {
-	l := 0.0
-	if learner {
-		l = 1
-	}
-	reason := "MemberHealthy"
-	if st != report.StatusHealthy {
-		reason = "ServiceNotRunning"
-	}
-	return report.Observation{Component: report.ComponentEtcd, Check: report.CheckEtcdMember, Status: st, Reason: reason,
-		Attributes: map[string]float64{report.AttrIsLearner: l, report.AttrMemberID: 1}}
-}
+var (
+	etcdMember = reporttest.EtcdMember
+	membership = reporttest.EtcdMembership
+	drbd       = reporttest.DRBDResource
+	ovn        = reporttest.OVNCentralMember
+)
 
 // etcdMemberAs is a voting member's etcd-member observation with status st
 // and the agent's reason.
@@ -42,30 +36,6 @@ func alarms(reason string) report.Observation {
 		st = report.StatusHealthy
 	}
 	return report.Observation{Component: report.ComponentEtcd, Check: report.CheckEtcdAlarms, Status: st, Reason: reason}
-}
-
-func membership(voting, learners int) report.Observation {
-	return report.Observation{Component: report.ComponentEtcd, Check: report.CheckEtcdMembership, Status: report.StatusHealthy, Reason: "MembersListed",
-		Attributes: map[string]float64{report.AttrVotingMembers: float64(voting), report.AttrLearnerMembers: float64(learners)}}
-}
-
-func drbd(res string, st report.Status, upToDate, diskless bool, replicas, upToDateReplicas int) report.Observation {
-	b := func(v bool) float64 {
-		if v {
-			return 1
-		}
-		return 0
-	}
-	return report.Observation{Component: report.ComponentLinstor, Check: report.CheckDRBDResource, Status: st, Reason: "DiskState",
-		ResourceRef: &report.ResourceRef{Kind: report.KindResource, Name: res},
-		Attributes: map[string]float64{report.AttrUpToDate: b(upToDate), report.AttrDiskless: b(diskless),
-			report.AttrReplicas: float64(replicas), report.AttrUpToDateReplicas: float64(upToDateReplicas)}}
-}
-
-func ovn(db string, st report.Status, servers int) report.Observation {
-	return report.Observation{Component: report.ComponentKubeOVN, Check: report.CheckOVNCentralMember, Status: st, Reason: "ClusterMember",
-		ResourceRef: &report.ResourceRef{Kind: report.KindOVNDatabase, Name: db},
-		Attributes:  map[string]float64{report.AttrRaftServers: float64(servers)}}
 }
 
 func rep(node string, obs ...report.Observation) *report.NodeReport {

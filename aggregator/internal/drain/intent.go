@@ -14,10 +14,10 @@ const (
 // ParseIntent parses an intent; empty is IntentReboot.
 func ParseIntent(s string) (Intent, error) { return drainapi.ParseIntent(s) }
 
-// RulesFor is the rules asked for intent: Rules for a reboot; for a
+// rulesFor is the rules asked for intent: Rules for a reboot; for a
 // decommission, Rules and DecommissionRules (what a node that never comes
 // back needs besides).
-func RulesFor(intent Intent) []Rule {
+func rulesFor(intent Intent) []Rule {
 	if intent == IntentDecommission {
 		return append(append([]Rule{}, Rules...), DecommissionRules...)
 	}

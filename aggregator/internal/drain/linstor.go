@@ -12,15 +12,10 @@ import (
 	"github.com/cozystack/cozy-health/pkg/report"
 )
 
-// ControllerView returns the LINSTOR controller's view as the aggregator
-// read it itself (every replica, every satellite and its storage pools),
-// or why it is not current at now.
-type ControllerView func() (view linstorapi.Placement, why string)
-
 // controllerView indexes the controller's view for the LINSTOR rules.
-// When the aggregator reads the controller (Config.Linstor), the
-// placement and states of replicas come from it, not from the agents'
-// reports: it is the aggregator's own read, so no replica claim needs
+// When the aggregator reads the controller (Snapshot.WithPlacement, from
+// drainserver.Config.Linstor), the placement and states of replicas come
+// from it, not from the agents' reports: it is the aggregator's own read, so no replica claim needs
 // another holder to corroborate it (each replica carries the true
 // cluster-wide counts), and which resources a node holds is known even
 // when its agent is silent (its liveness still comes from its agent and

@@ -5,12 +5,9 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"runtime"
-	"slices"
 	"sort"
 	"strings"
 	"testing"
-	"time"
 
 	lapi "github.com/LINBIT/golinstor/client"
 	"github.com/LINBIT/golinstor/devicelayerkind"
@@ -471,93 +468,4 @@ func TestLinstorReplaceableModel(t *testing.T) {
 	}
 	t.Logf("%d clusters: %d safe by both, %d placeable by the oracle the rule does not call safe (uncertain facts, greedy order)", checked, safeBoth, oracleOnly)
 	require.Greater(t, safeBoth, checked/20, "the rule rarely says safe: the test proves little")
-}
-
-// benchPlacement is a 5,000-node controller view: every satellite ONLINE
-// with a thin pool of 1 TiB, 20 resources' replicas per node, 3 diskful
-// replicas of 2 GiB each.
-func benchPlacement() (map[string]NodeInfo, linstorapi.Placement) {
-	rng := rand.New(rand.NewPCG(5000, 1))
-	nodes := make(map[string]NodeInfo, benchNodes)
-	p := linstorapi.Placement{Satellites: make(map[string]string, benchNodes)}
-	names := make([]string, benchNodes)
-	for i := range names {
-		names[i] = fmt.Sprintf("node-%04d", i)
-		nodes[names[i]] = fresh(names[i])
-		p.Satellites[names[i]] = "ONLINE"
-		p.Pools = append(p.Pools,
-			linstorapi.PoolRoom{Node: names[i], Pool: "DfltDisklessStorPool", Kind: "DISKLESS", Class: linstorapi.PoolNoData, FreeKiB: math.MaxInt64, TotalKiB: math.MaxInt64},
-			linstorapi.PoolRoom{Node: names[i], Pool: "pool-a", Kind: "LVM_THIN", Class: linstorapi.PoolThin, FreeKiB: 512 * gibKiB, TotalKiB: 1024 * gibKiB})
-	}
-	resources := benchNodes * benchResourcesPerNode / benchReplicas
-	for r := 0; r < resources; r++ {
-		res := fmt.Sprintf("pvc-%08x", r)
-		var holders []int
-		for len(holders) < benchReplicas {
-			if n := rng.IntN(benchNodes); !slices.Contains(holders, n) {
-				holders = append(holders, n)
-			}
-		}
-		for _, n := range holders {
-			p.Replicas = append(p.Replicas, linstorapi.Replica{Resource: res, Node: names[n], State: "UpToDate", Pool: "pool-a", SizeKiB: 2 * gibKiB, Satellite: "ONLINE"})
-		}
-	}
-	sort.Slice(p.Replicas, func(i, j int) bool {
-		if p.Replicas[i].Resource != p.Replicas[j].Resource {
-			return p.Replicas[i].Resource < p.Replicas[j].Resource
-		}
-		return p.Replicas[i].Node < p.Replicas[j].Node
-	})
-	return nodes, p
-}
-
-// BenchmarkLinstorReplaceable5000Nodes is one linstor-replaceable check of
-// a node picked at random (about 20 resources) on a 5,000-node view, in
-// thread CPU time (cpu-ms: what it costs without waiting for a core); the
-// snapshot's share (indexing the pools and what each holds) is
-// BenchmarkPlacementIndex5000Nodes.
-func BenchmarkLinstorReplaceable5000Nodes(b *testing.B) {
-	nodes, p := benchPlacement()
-	s := NewSnapshot(nodes, t0).WithPlacement(p, "")
-	rng := rand.New(rand.NewPCG(2, 2))
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	var cpu time.Duration
-	safe := 0
-	b.ReportAllocs()
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		node := fmt.Sprintf("node-%04d", rng.IntN(benchNodes))
-		c0 := threadCPU()
-		res := EvaluateRules([]Rule{linstorReplaceableRule{}}, node, s, t0)
-		cpu += threadCPU() - c0
-		if res.Verdict == Safe {
-			safe++
-		}
-	}
-	b.StopTimer()
-	b.ReportMetric(float64(cpu)/float64(b.N)/float64(time.Millisecond), "cpu-ms")
-	if safe != b.N {
-		b.Fatalf("%d of %d checks safe: every node should find room", safe, b.N)
-	}
-}
-
-// BenchmarkPlacementIndex5000Nodes is indexing a 5,000-node controller
-// view (about 33,000 resources, 100,000 replicas, 10,000 pools) into a
-// snapshot, in thread CPU time.
-func BenchmarkPlacementIndex5000Nodes(b *testing.B) {
-	nodes, p := benchPlacement()
-	s := NewSnapshot(nodes, t0)
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	var cpu time.Duration
-	b.ReportAllocs()
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		c0 := threadCPU()
-		_ = s.WithPlacement(p, "")
-		cpu += threadCPU() - c0
-	}
-	b.StopTimer()
-	b.ReportMetric(float64(cpu)/float64(b.N)/float64(time.Millisecond), "cpu-ms")
 }

@@ -33,7 +33,7 @@ type targetDataRule struct{}
 
 func (targetDataRule) Name() string { return RuleTargetData }
 
-func (targetDataRule) Check(node string, s *Snapshot, now time.Time) []Reason {
+func (targetDataRule) Judge(node string, s *Snapshot, now time.Time) []Reason {
 	r := Reason{Rule: RuleTargetData, Component: report.ComponentNode, ResourceRef: &report.ResourceRef{Kind: report.KindNode, Name: node}}
 	n, ok := s.nodes[node]
 	switch {
@@ -63,7 +63,7 @@ type etcdQuorumRule struct{}
 
 func (etcdQuorumRule) Name() string { return RuleEtcdQuorum }
 
-func (etcdQuorumRule) Check(node string, s *Snapshot, now time.Time) []Reason {
+func (etcdQuorumRule) Judge(node string, s *Snapshot, now time.Time) []Reason {
 	v := s.view(quorum.Etcd, now)
 	r := raftReason(RuleEtcdQuorum, report.ComponentEtcd, "etcd", nil, &v, node, s, now)
 	if v.NoSpaceAgreed() {
@@ -88,7 +88,7 @@ type ovnCentralQuorumRule struct{}
 
 func (ovnCentralQuorumRule) Name() string { return RuleOVNCentralQuorum }
 
-func (ovnCentralQuorumRule) Check(node string, s *Snapshot, now time.Time) []Reason {
+func (ovnCentralQuorumRule) Judge(node string, s *Snapshot, now time.Time) []Reason {
 	reason := func(v Verdict, format string, args ...any) []Reason {
 		return []Reason{{Rule: RuleOVNCentralQuorum, Component: report.ComponentKubeOVN, Verdict: v, Message: fmt.Sprintf(format, args...)}}
 	}
@@ -271,7 +271,7 @@ type linstorLastReplicaRule struct{}
 
 func (linstorLastReplicaRule) Name() string { return RuleLinstorLastReplica }
 
-func (linstorLastReplicaRule) Check(node string, s *Snapshot, now time.Time) []Reason {
+func (linstorLastReplicaRule) Judge(node string, s *Snapshot, now time.Time) []Reason {
 	if s.ctl != nil {
 		return ctlLastReplica(node, s, now)
 	}
@@ -348,7 +348,7 @@ type linstorQuorumRule struct{}
 
 func (linstorQuorumRule) Name() string { return RuleLinstorQuorum }
 
-func (linstorQuorumRule) Check(node string, s *Snapshot, now time.Time) []Reason {
+func (linstorQuorumRule) Judge(node string, s *Snapshot, now time.Time) []Reason {
 	if s.ctl != nil {
 		return ctlQuorum(node, s, now)
 	}

@@ -140,7 +140,7 @@ func TestEtcdQuorumRule(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			got := etcdQuorumRule{}.Check(tc.target, snap(tc.nodes), t0)
+			got := etcdQuorumRule{}.Judge(tc.target, snap(tc.nodes), t0)
 			require.Len(t, got, 1)
 			r := got[0]
 			assert.Equal(t, tc.verdict, r.Verdict, r.Message)
@@ -353,7 +353,7 @@ func TestOVNCentralRule(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			got := ovnCentralQuorumRule{}.Check(tc.target, snap(tc.nodes), t0)
+			got := ovnCentralQuorumRule{}.Judge(tc.target, snap(tc.nodes), t0)
 			var vs []Verdict
 			var all string
 			for _, r := range got {
@@ -380,13 +380,13 @@ func TestTargetDataRule(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			got := targetDataRule{}.Check("n", snap(map[string]NodeInfo{"n": tc.node}), t0)
+			got := targetDataRule{}.Judge("n", snap(map[string]NodeInfo{"n": tc.node}), t0)
 			require.Len(t, got, 1)
 			assert.Equal(t, tc.verdict, got[0].Verdict)
 			assert.Contains(t, got[0].Message, tc.contains)
 		})
 	}
-	got := targetDataRule{}.Check("ghost", snap(nil), t0)
+	got := targetDataRule{}.Judge("ghost", snap(nil), t0)
 	assert.Equal(t, Unknown, got[0].Verdict)
 	assert.False(t, snap(nil).Known("ghost"))
 }

@@ -194,7 +194,7 @@ func sameResources(a, b *nodeFacts) bool {
 // Indexer takes snapshots incrementally: a report seen in the previous
 // snapshot is not read again, and the resource placement index is rebuilt
 // only when some node's set of resources changed. Not safe for concurrent
-// use; the Service serializes it.
+// use; drainserver.Service serializes it.
 type Indexer struct {
 	facts   map[string]*nodeFacts
 	holders map[string][]string

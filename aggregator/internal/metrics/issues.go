@@ -99,6 +99,12 @@ func (t *issueTable) publish(namespace, component string, issues []status.Issue)
 // Describe implements prometheus.Collector.
 func (t *issueTable) Describe(ch chan<- *prometheus.Desc) { ch <- t.desc; ch <- t.droppedDesc }
 
+// MetricTypes names the type of each metric Collect sends, which a gather
+// shows only once an issue is published (pkg/reference.Typed).
+func (t *issueTable) MetricTypes() map[*prometheus.Desc]prometheus.ValueType {
+	return map[*prometheus.Desc]prometheus.ValueType{t.desc: prometheus.GaugeValue, t.droppedDesc: prometheus.GaugeValue}
+}
+
 // Collect implements prometheus.Collector.
 func (t *issueTable) Collect(ch chan<- prometheus.Metric) {
 	t.mu.RLock()

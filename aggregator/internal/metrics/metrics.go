@@ -386,6 +386,13 @@ func (t *nodeTable) Describe(ch chan<- *prometheus.Desc) {
 	ch <- t.lastReportDesc
 }
 
+// MetricTypes names the type of each metric Collect sends, which a gather
+// shows only once a node has reported (pkg/reference.Typed: the metrics
+// reference is generated from it).
+func (t *nodeTable) MetricTypes() map[*prometheus.Desc]prometheus.ValueType {
+	return map[*prometheus.Desc]prometheus.ValueType{t.statusDesc: prometheus.GaugeValue, t.lastReportDesc: prometheus.GaugeValue}
+}
+
 // Collect implements prometheus.Collector.
 func (t *nodeTable) Collect(ch chan<- prometheus.Metric) {
 	t.mu.RLock()

@@ -56,3 +56,53 @@ func Disk(node string, seq uint64, at time.Time, disk report.Status) *report.Nod
 		},
 	}
 }
+
+// Observations in the shapes the agent sends (pkg/report/vocabulary.go),
+// one builder a check, for tests that judge them (the drain rules).
+
+// EtcdMember is an etcd-member observation with status st (reason
+// MemberHealthy when Healthy, ServiceNotRunning otherwise), a learner or a
+// voting member.
+func EtcdMember(st report.Status, learner bool) report.Observation {
+	l := 0.0
+	if learner {
+		l = 1
+	}
+	reason := "MemberHealthy"
+	if st != report.StatusHealthy {
+		reason = "ServiceNotRunning"
+	}
+	return report.Observation{Component: report.ComponentEtcd, Check: report.CheckEtcdMember, Status: st, Reason: reason,
+		Attributes: map[string]float64{report.AttrIsLearner: l, report.AttrMemberID: 1}}
+}
+
+// EtcdMembership is a Healthy etcd-membership observation listing voting
+// and learner members.
+func EtcdMembership(voting, learners int) report.Observation {
+	return report.Observation{Component: report.ComponentEtcd, Check: report.CheckEtcdMembership, Status: report.StatusHealthy, Reason: "MembersListed",
+		Attributes: map[string]float64{report.AttrVotingMembers: float64(voting), report.AttrLearnerMembers: float64(learners)}}
+}
+
+// DRBDResource is a drbd-resource observation of resource res with status
+// st: this node's replica up to date or not, diskless or not, and the
+// resource's replicas and up-to-date replicas as this node sees them.
+func DRBDResource(res string, st report.Status, upToDate, diskless bool, replicas, upToDateReplicas int) report.Observation {
+	b := func(v bool) float64 {
+		if v {
+			return 1
+		}
+		return 0
+	}
+	return report.Observation{Component: report.ComponentLinstor, Check: report.CheckDRBDResource, Status: st, Reason: "DiskState",
+		ResourceRef: &report.ResourceRef{Kind: report.KindResource, Name: res},
+		Attributes: map[string]float64{report.AttrUpToDate: b(upToDate), report.AttrDiskless: b(diskless),
+			report.AttrReplicas: float64(replicas), report.AttrUpToDateReplicas: float64(upToDateReplicas)}}
+}
+
+// OVNCentralMember is an ovn-central-member observation of database db
+// with status st in a raft cluster of servers.
+func OVNCentralMember(db string, st report.Status, servers int) report.Observation {
+	return report.Observation{Component: report.ComponentKubeOVN, Check: report.CheckOVNCentralMember, Status: st, Reason: "ClusterMember",
+		ResourceRef: &report.ResourceRef{Kind: report.KindOVNDatabase, Name: db},
+		Attributes:  map[string]float64{report.AttrRaftServers: float64(servers)}}
+}

@@ -70,6 +70,12 @@ func Run(ctx context.Context, args []string, streams IO) int {
 	return o.exit
 }
 
+// Root is the plugin's command tree with its flags bound, to be read, not
+// run: the flags reference (docs/reference/flags.md) is generated from it.
+func Root() *cobra.Command {
+	return newRoot(&options{io: IO{Out: io.Discard, Err: io.Discard}, kube: genericclioptions.NewConfigFlags(true)})
+}
+
 func newRoot(o *options) *cobra.Command {
 	root := &cobra.Command{
 		Use: "kubectl-health",

@@ -1,4 +1,4 @@
-package drain
+package drainserver
 
 import (
 	"context"
@@ -25,6 +25,9 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	clocktesting "k8s.io/utils/clock/testing"
 
+	"github.com/cozystack/cozy-health/aggregator/internal/delegated"
+	"github.com/cozystack/cozy-health/aggregator/internal/drain"
+	"github.com/cozystack/cozy-health/aggregator/internal/drain/draintest"
 	"github.com/cozystack/cozy-health/pkg/drainapi"
 	"github.com/cozystack/cozy-health/test/harness"
 )
@@ -142,9 +145,9 @@ func TestKubectlHealthDrainCheckDirect(t *testing.T) {
 	var res drainapi.Result
 	require.NoError(t, json.Unmarshal([]byte(out), &res), out)
 	assert.Equal(t, "node-1", res.Node)
-	assert.Equal(t, Blocked, res.Verdict)
-	assert.Equal(t, RuleEtcdQuorum, res.Reasons[0].Rule)
-	assert.Len(t, res.Reasons, len(Rules))
+	assert.Equal(t, drain.Blocked, res.Verdict)
+	assert.Equal(t, drain.RuleEtcdQuorum, res.Reasons[0].Rule)
+	assert.Len(t, res.Reasons, len(drain.Rules))
 
 	code, _, errOut = runPlugin(t, "drain-check", "ghost", "--aggregator-url", base)
 	assert.Equal(t, 2, code)
@@ -235,7 +238,7 @@ func TestKubectlHealthDrainCheckProxyRoundTrip(t *testing.T) {
 	svc, _, _ := newTestService(t, blockedCluster())
 	base := serveHTTP(t, NewHandler(svc, nil))
 	// The same service with delegated auth, behind a second port.
-	authBase := serveHTTP(t, NewHandler(svc, NewAuthorizer(cs, time.Second)))
+	authBase := serveHTTP(t, NewHandler(svc, NewAuthorizerFrom(delegated.New(cs, time.Second))))
 	const podIP, podPort, authPort = "10.244.0.10", 8080, 8081
 	var tunnels atomic.Int32
 	stop, err := cp.RouteClusterEgress(ctx, func(ctx context.Context, target string) (net.Conn, error) {
@@ -329,11 +332,11 @@ func ptr[T any](v T) *T { return &v }
 // this package's handler: it keeps asking while node-1 is blocked and exits
 // 0 as soon as the aggregator's state makes it safe.
 func TestKubectlHealthDrainCheckWait(t *testing.T) {
-	var nodes atomic.Pointer[map[string]NodeInfo]
+	var nodes atomic.Pointer[map[string]drain.NodeInfo]
 	blocked := blockedCluster()
 	nodes.Store(&blocked)
 	clk := clocktesting.NewFakeClock(t0)
-	svc, err := NewService(Config{}, func(time.Time) map[string]NodeInfo { return *nodes.Load() }, clk, nil, prometheus.NewRegistry())
+	svc, err := NewService(Config{}, func(time.Time) map[string]drain.NodeInfo { return *nodes.Load() }, clk, nil, prometheus.NewRegistry())
 	require.NoError(t, err)
 	base := serveHTTP(t, NewHandler(svc, nil))
 
@@ -352,7 +355,7 @@ func TestKubectlHealthDrainCheckWait(t *testing.T) {
 		t.Fatalf("--wait returned while node-1 is blocked: %v\n%s%s", err, out.String(), errOut.String())
 	default:
 	}
-	healthy := etcdCluster(3, nil)
+	healthy := draintest.EtcdCluster(3, nil)
 	nodes.Store(&healthy)
 	clk.Step(2 * time.Second) // past the cached snapshot's age
 	require.NoError(t, <-done, "exit 0 once safe:\n%s%s", out.String(), errOut.String())

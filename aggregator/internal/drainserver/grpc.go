@@ -1,4 +1,4 @@
-package drain
+package drainserver
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
+	"github.com/cozystack/cozy-health/aggregator/internal/delegated"
 	pb "github.com/cozystack/cozy-health/proto/cozyhealth/v1"
 )
 
@@ -39,7 +40,7 @@ func (g *GRPCServer) DrainCheck(ctx context.Context, req *pb.DrainCheckRequest) 
 	var token string
 	if md, ok := metadata.FromIncomingContext(ctx); ok {
 		if v := md.Get("authorization"); len(v) > 0 {
-			token = BearerToken(v[0])
+			token = delegated.BearerToken(v[0])
 		}
 	}
 	var from string
@@ -48,31 +49,31 @@ func (g *GRPCServer) DrainCheck(ctx context.Context, req *pb.DrainCheckRequest) 
 	}
 	_, err := g.auth.Authorize(ctx, token, from)
 	switch {
-	case errors.Is(err, ErrUnauthenticated):
+	case errors.Is(err, delegated.ErrUnauthenticated):
 		g.svc.reject("grpc", "unauthenticated", req.GetNode())
 		return nil, status.Error(codes.Unauthenticated, err.Error())
-	case errors.Is(err, ErrForbidden):
+	case errors.Is(err, delegated.ErrForbidden):
 		g.svc.reject("grpc", "forbidden", req.GetNode())
 		return nil, status.Error(codes.PermissionDenied, err.Error())
-	case errors.Is(err, ErrThrottled):
+	case errors.Is(err, delegated.ErrThrottled):
 		g.svc.reject("grpc", "throttled", req.GetNode())
 		return nil, status.Error(codes.ResourceExhausted, err.Error())
 	case err != nil:
 		return nil, status.Error(codes.Unavailable, err.Error())
 	}
-	intent, err := IntentFromProto(req.GetIntent())
+	intent, err := intentFromProto(req.GetIntent())
 	if err != nil {
 		g.svc.reject("grpc", "invalid_intent", req.GetNode())
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
 	res, err := g.svc.CheckIntent(req.GetNode(), "grpc", intent)
 	switch {
-	case errors.Is(err, ErrInvalidNode):
+	case errors.Is(err, errInvalidNode):
 		return nil, status.Error(codes.InvalidArgument, err.Error())
-	case errors.Is(err, ErrNodeNotFound):
+	case errors.Is(err, errNodeNotFound):
 		return nil, status.Error(codes.NotFound, err.Error())
 	case err != nil:
 		return nil, status.Error(codes.Internal, err.Error())
 	}
-	return ResultToProto(res), nil
+	return resultToProto(res), nil
 }

@@ -1,4 +1,4 @@
-package drain
+package drainserver
 
 import (
 	"io"
@@ -7,6 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cozystack/cozy-health/aggregator/internal/drain"
+	"github.com/cozystack/cozy-health/aggregator/internal/drain/draintest"
+	"github.com/cozystack/cozy-health/pkg/drainapi"
 	clocktesting "k8s.io/utils/clock/testing"
 )
 
@@ -14,8 +17,8 @@ import (
 // per-5-s cost on every replica) and GET /v1/drain-budget served from it,
 // at the bench's 5,000 nodes.
 func BenchmarkBudget5000Nodes(b *testing.B) {
-	nodes := simulatedCluster()
-	svc, err := NewService(Config{}, func(time.Time) map[string]NodeInfo { return nodes }, clocktesting.NewFakeClock(t0), nil, nil)
+	nodes := draintest.SimulatedCluster()
+	svc, err := NewService(Config{}, func(time.Time) map[string]drain.NodeInfo { return nodes }, clocktesting.NewFakeClock(t0), nil, nil)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -34,7 +37,7 @@ func BenchmarkBudget5000Nodes(b *testing.B) {
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		t := time.Now()
-		resp, err := http.Get(base + BudgetPath)
+		resp, err := http.Get(base + drainapi.BudgetPath)
 		if err != nil {
 			b.Fatal(err)
 		}

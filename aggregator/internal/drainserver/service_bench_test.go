@@ -1,4 +1,4 @@
-package drain
+package drainserver
 
 import (
 	"fmt"
@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cozystack/cozy-health/aggregator/internal/drain"
+	"github.com/cozystack/cozy-health/aggregator/internal/drain/draintest"
 	"github.com/cozystack/cozy-health/aggregator/internal/state"
 	"github.com/cozystack/cozy-health/pkg/report"
 )
@@ -20,13 +22,13 @@ import (
 // sequence bumped), as an agent sends it.
 func churningState(b *testing.B) (*state.State, Source, func(rng *rand.Rand) *report.NodeReport) {
 	b.Helper()
-	nodes := simulatedCluster()
+	nodes := draintest.SimulatedCluster()
 	st := state.New(nil)
-	kube := make(map[string]KubeNode, len(nodes))
+	kube := make(map[string]drain.KubeNode, len(nodes))
 	names := make([]string, 0, len(nodes))
 	for name, n := range nodes {
 		names = append(names, name)
-		kube[name] = KubeNode{Cordoned: n.Cordoned, Role: n.Role}
+		kube[name] = drain.KubeNode{Cordoned: n.Cordoned, Role: n.Role}
 		st.SetRole(name, n.Role)
 		at := t0
 		if !n.Fresh {
@@ -36,7 +38,7 @@ func churningState(b *testing.B) (*state.State, Source, func(rng *rand.Rand) *re
 	}
 	slices.Sort(names)
 	grace := func(time.Duration) time.Duration { return 15 * time.Second }
-	source := func(now time.Time) map[string]NodeInfo { return StateNodes(st, now, kube, grace) }
+	source := func(now time.Time) map[string]drain.NodeInfo { return drain.StateNodes(st, now, kube, grace) }
 	var mu sync.Mutex
 	next := func(rng *rand.Rand) *report.NodeReport {
 		mu.Lock()
@@ -72,17 +74,17 @@ func BenchmarkDrainCheckAfterReport(b *testing.B) {
 	for i := 0; i < b.N; i++ {
 		b.StopTimer()
 		st.Accept(next(rng), t0)
-		node := fmt.Sprintf("node-%04d", rng.Intn(benchNodes))
+		node := fmt.Sprintf("node-%04d", rng.Intn(draintest.BenchNodes))
 		b.StartTimer()
-		c0, start := threadCPU(), time.Now()
+		c0, start := draintest.ThreadCPU(), time.Now()
 		if _, err := svc.Check(node, "bench"); err != nil {
 			b.Fatal(err)
 		}
 		lat = append(lat, time.Since(start))
-		cpu = append(cpu, threadCPU()-c0)
+		cpu = append(cpu, draintest.ThreadCPU()-c0)
 	}
 	b.StopTimer()
-	reportLatencies(b, lat)
+	draintest.ReportLatencies(b, lat)
 	slices.Sort(cpu)
 	q := func(p float64) float64 { return float64(cpu[int(p*float64(len(cpu)-1))]) / float64(time.Millisecond) }
 	b.ReportMetric(q(0.50), "p50-cpu-ms")
@@ -101,7 +103,7 @@ func BenchmarkDrainCheckFlood(b *testing.B) {
 		b.Fatal(err)
 	}
 	var snapshots atomic.Int64
-	svc.source = func(now time.Time) map[string]NodeInfo { snapshots.Add(1); return source(now) }
+	svc.source = func(now time.Time) map[string]drain.NodeInfo { snapshots.Add(1); return source(now) }
 	svc.Snapshot(t0)
 	snapshots.Store(0)
 	stop := make(chan struct{})
@@ -132,7 +134,7 @@ func BenchmarkDrainCheckFlood(b *testing.B) {
 		var mine []time.Duration
 		for pb.Next() {
 			s := time.Now()
-			if _, err := svc.Check(fmt.Sprintf("node-%04d", rng.Intn(benchNodes)), "bench"); err != nil {
+			if _, err := svc.Check(fmt.Sprintf("node-%04d", rng.Intn(draintest.BenchNodes)), "bench"); err != nil {
 				b.Error(err)
 				return
 			}
@@ -146,7 +148,7 @@ func BenchmarkDrainCheckFlood(b *testing.B) {
 	b.StopTimer()
 	close(stop)
 	feeder.Wait()
-	reportLatencies(b, lat)
+	draintest.ReportLatencies(b, lat)
 	b.ReportMetric(float64(snapshots.Load())/elapsed.Seconds(), "snapshots-per-s")
 	b.ReportMetric(float64(len(lat))/elapsed.Seconds(), "checks-per-s")
 }

@@ -1,4 +1,4 @@
-package drain
+package drainserver
 
 import (
 	"context"
@@ -16,6 +16,8 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"github.com/cozystack/cozy-health/aggregator/internal/drain"
+	"github.com/cozystack/cozy-health/aggregator/internal/drain/draintest"
 	pb "github.com/cozystack/cozy-health/proto/cozyhealth/v1"
 )
 
@@ -24,7 +26,7 @@ import (
 // removed); an intent that is neither is refused and counted.
 
 func TestHTTPIntent(t *testing.T) {
-	svc, _, _ := newTestService(t, etcdCluster(3, nil))
+	svc, _, _ := newTestService(t, draintest.EtcdCluster(3, nil))
 	base := serveHTTP(t, NewHandler(svc, nil))
 
 	code, body := get(t, base+Path+"?node=node-3", "")
@@ -41,7 +43,7 @@ func TestHTTPIntent(t *testing.T) {
 	assert.Equal(t, "decommission", body["intent"])
 	assert.Equal(t, "blocked", body["verdict"])
 	first := body["reasons"].([]any)[0].(map[string]any)
-	assert.Equal(t, RuleRaftMemberRemoved, first["rule"])
+	assert.Equal(t, drain.RuleRaftMemberRemoved, first["rule"])
 	assert.Contains(t, first["message"], "remove the member first")
 
 	code, body = get(t, base+Path+"?node=node-3&intent=retire", "")
@@ -53,7 +55,7 @@ func TestHTTPIntent(t *testing.T) {
 }
 
 func TestGRPCIntent(t *testing.T) {
-	svc, _, _ := newTestService(t, etcdCluster(3, nil))
+	svc, _, _ := newTestService(t, draintest.EtcdCluster(3, nil))
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	srv := grpc.NewServer()
@@ -78,7 +80,7 @@ func TestGRPCIntent(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, pb.Verdict_VERDICT_BLOCKED, resp.Verdict)
 	assert.Equal(t, pb.DrainIntent_DRAIN_INTENT_DECOMMISSION, resp.Intent)
-	assert.Equal(t, RuleRaftMemberRemoved, resp.Reasons[0].Rule)
+	assert.Equal(t, drain.RuleRaftMemberRemoved, resp.Reasons[0].Rule)
 
 	_, err = client.DrainCheck(ctx, &pb.DrainCheckRequest{Node: "node-3", Intent: pb.DrainIntent(7)})
 	assert.Equal(t, codes.InvalidArgument, status.Code(err))
@@ -88,7 +90,7 @@ func TestGRPCIntent(t *testing.T) {
 // TestKubectlHealthDrainCheckIntent runs the built plugin with --intent
 // against the handler on a loopback listener.
 func TestKubectlHealthDrainCheckIntent(t *testing.T) {
-	svc, _, _ := newTestService(t, etcdCluster(3, nil))
+	svc, _, _ := newTestService(t, draintest.EtcdCluster(3, nil))
 	base := serveHTTP(t, NewHandler(svc, nil))
 
 	code, out, errOut := runPlugin(t, "drain-check", "node-3", "--aggregator-url", base)

@@ -1,4 +1,4 @@
-package drain
+package drainserver
 
 import (
 	"sync"
@@ -10,8 +10,13 @@ import (
 	"github.com/stretchr/testify/require"
 	clocktesting "k8s.io/utils/clock/testing"
 
+	"github.com/cozystack/cozy-health/aggregator/internal/drain"
+	"github.com/cozystack/cozy-health/aggregator/internal/drain/draintest"
+	"github.com/cozystack/cozy-health/aggregator/internal/quorum"
 	"github.com/cozystack/cozy-health/aggregator/internal/state"
 	"github.com/cozystack/cozy-health/pkg/report"
+	"github.com/cozystack/cozy-health/pkg/report/reporttest"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // stateCluster is a state holding node-1..node-3, control-plane Nodes with
@@ -20,16 +25,16 @@ import (
 // calls.
 func stateCluster(at time.Time) (*state.State, Source, *atomic.Int64) {
 	st := state.New(nil)
-	kube := map[string]KubeNode{}
+	kube := map[string]drain.KubeNode{}
 	for _, n := range []string{"node-1", "node-2", "node-3"} {
-		kube[n] = KubeNode{Role: state.RoleControlPlane}
+		kube[n] = drain.KubeNode{Role: state.RoleControlPlane}
 		st.Accept(memberReport(n, 1, report.StatusHealthy), at)
 	}
 	var calls atomic.Int64
 	grace := func(time.Duration) time.Duration { return 15 * time.Second }
-	return st, func(now time.Time) map[string]NodeInfo {
+	return st, func(now time.Time) map[string]drain.NodeInfo {
 		calls.Add(1)
-		return StateNodes(st, now, kube, grace)
+		return drain.StateNodes(st, now, kube, grace)
 	}, &calls
 }
 
@@ -37,7 +42,7 @@ func stateCluster(at time.Time) (*state.State, Source, *atomic.Int64) {
 // status st in a 3-member cluster.
 func memberReport(node string, seq uint64, st report.Status) *report.NodeReport {
 	return &report.NodeReport{NodeName: node, AgentInstanceID: "agent-" + node, Sequence: seq, Interval: 5 * time.Second,
-		Observations: []report.Observation{etcdMember(st, false), membership(3, 0)}}
+		Observations: []report.Observation{reporttest.EtcdMember(st, false), reporttest.EtcdMembership(3, 0)}}
 }
 
 // TestCheckIsNeverOlderThanTheStatesReports is issue 34 item 9: etcd's
@@ -54,10 +59,10 @@ func TestCheckIsNeverOlderThanTheStatesReports(t *testing.T) {
 
 	res, err := svc.Check("node-1", "test")
 	require.NoError(t, err)
-	require.Equal(t, Safe, res.Verdict, "a healthy cluster: %+v", res.Reasons)
+	require.Equal(t, drain.Safe, res.Verdict, "a healthy cluster: %+v", res.Reasons)
 	res, err = svc.Check("node-3", "test")
 	require.NoError(t, err)
-	require.Equal(t, Safe, res.Verdict)
+	require.Equal(t, drain.Safe, res.Verdict)
 	assert.EqualValues(t, 1, calls.Load(), "nothing changed: the second check reuses the snapshot")
 
 	// node-2's member goes Down; the state accepts its report 100 ms later.
@@ -65,7 +70,7 @@ func TestCheckIsNeverOlderThanTheStatesReports(t *testing.T) {
 	st.Accept(memberReport("node-2", 2, report.StatusDown), clk.Now())
 	res, err = svc.Check("node-1", "test")
 	require.NoError(t, err)
-	assert.Equal(t, Blocked, res.Verdict, "node-2's Down report was accepted before the check: draining node-1 leaves 1 of 3 voters; got %+v", res.Reasons)
+	assert.Equal(t, drain.Blocked, res.Verdict, "node-2's Down report was accepted before the check: draining node-1 leaves 1 of 3 voters; got %+v", res.Reasons)
 	assert.Equal(t, clk.Now(), res.SnapshotAt, "answered from a snapshot taken after the report")
 	assert.EqualValues(t, 2, calls.Load())
 
@@ -74,7 +79,7 @@ func TestCheckIsNeverOlderThanTheStatesReports(t *testing.T) {
 	st.Accept(memberReport("node-2", 3, report.StatusHealthy), clk.Now())
 	res, err = svc.Check("node-1", "test")
 	require.NoError(t, err)
-	assert.Equal(t, Safe, res.Verdict, "%+v", res.Reasons)
+	assert.Equal(t, drain.Safe, res.Verdict, "%+v", res.Reasons)
 	for i := 0; i < 10; i++ {
 		_, err = svc.Check("node-2", "test")
 		require.NoError(t, err)
@@ -102,7 +107,7 @@ func TestCheckWaitsForASnapshotBegunAfterTheReport(t *testing.T) {
 	releaseAll := func() { releaseOnce.Do(func() { close(release) }) }
 	t.Cleanup(releaseAll) // a failed test does not leave the snapshot stalled
 	var block atomic.Bool
-	source := func(now time.Time) map[string]NodeInfo {
+	source := func(now time.Time) map[string]drain.NodeInfo {
 		nodes := inner(now)
 		if block.CompareAndSwap(true, false) {
 			read <- struct{}{} // the state is read; hold the snapshot here
@@ -114,7 +119,7 @@ func TestCheckWaitsForASnapshotBegunAfterTheReport(t *testing.T) {
 	require.NoError(t, err)
 	res, err := svc.Check("node-1", "test")
 	require.NoError(t, err)
-	require.Equal(t, Safe, res.Verdict)
+	require.Equal(t, drain.Safe, res.Verdict)
 
 	// A snapshot (Run's tick, 1.5 s later) reads the state, then stalls.
 	clk.Step(1500 * time.Millisecond)
@@ -125,7 +130,7 @@ func TestCheckWaitsForASnapshotBegunAfterTheReport(t *testing.T) {
 	st.Accept(memberReport("node-2", 2, report.StatusDown), clk.Now())
 	const checks = 20
 	var wg sync.WaitGroup
-	verdicts := make(chan Verdict, checks)
+	verdicts := make(chan drain.Verdict, checks)
 	for i := 0; i < checks; i++ {
 		wg.Add(1)
 		go func() {
@@ -145,7 +150,7 @@ func TestCheckWaitsForASnapshotBegunAfterTheReport(t *testing.T) {
 	wg.Wait()
 	close(verdicts)
 	for v := range verdicts {
-		assert.Equal(t, Blocked, v)
+		assert.Equal(t, drain.Blocked, v)
 	}
 	assert.EqualValues(t, 3, calls.Load(), "the stalled snapshot and one after the report serve all %d checks", checks)
 }
@@ -164,4 +169,32 @@ func TestSnapshotWithoutGenerationIsAgeBound(t *testing.T) {
 	clk.Step(1001 * time.Millisecond)
 	assert.NotSame(t, first, svc.Snapshot(clk.Now()))
 	assert.EqualValues(t, 2, calls.Load())
+}
+
+// TestServiceCountsRejectedClaims: a DRBD replica claim no other holder
+// corroborates is counted once (cozy_health_claims_rejected_total) however
+// often it is judged.
+func TestServiceCountsRejectedClaims(t *testing.T) {
+	nodes := map[string]drain.NodeInfo{
+		"node-1":   draintest.Fresh("node-1", reporttest.DRBDResource("pvc-a", report.StatusHealthy, true, false, 2, 1)),
+		"node-2":   draintest.Fresh("node-2", reporttest.DRBDResource("pvc-a", report.StatusDegraded, false, false, 2, 1)),
+		"worker-1": draintest.Fresh("worker-1", reporttest.DRBDResource("pvc-a", report.StatusHealthy, true, false, 3, 2)),
+	}
+	reg := prometheus.NewRegistry()
+	clk := clocktesting.NewFakeClock(t0)
+	aud, err := quorum.NewAuditor(reg, nil, clk.Now)
+	require.NoError(t, err)
+	svc, err := NewService(Config{Auditor: aud}, func(_ time.Time) map[string]drain.NodeInfo { return nodes }, clk, nil, nil)
+	require.NoError(t, err)
+	for range 3 {
+		res, err := svc.Check("node-1", "http")
+		require.NoError(t, err)
+		assert.Equal(t, drain.Unknown, res.Verdict)
+	}
+	mfs, err := reg.Gather()
+	require.NoError(t, err)
+	require.Len(t, mfs, 1)
+	assert.InDelta(t, 1, mfs[0].GetMetric()[0].GetCounter().GetValue(), 0)
+	assert.Equal(t, "kind", mfs[0].GetMetric()[0].GetLabel()[0].GetName())
+	assert.Equal(t, drain.KindDRBDReplica, mfs[0].GetMetric()[0].GetLabel()[0].GetValue())
 }

@@ -1,4 +1,4 @@
-package drain
+package drainserver
 
 import (
 	"encoding/json"
@@ -7,6 +7,8 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/cozystack/cozy-health/aggregator/internal/delegated"
+	"github.com/cozystack/cozy-health/aggregator/internal/drain"
 	"github.com/cozystack/cozy-health/pkg/drainapi"
 )
 
@@ -42,7 +44,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if !authorizeHTTP(h.svc, h.auth, w, r, "http") {
 		return
 	}
-	intent, err := ParseIntent(r.URL.Query().Get("intent"))
+	intent, err := drain.ParseIntent(r.URL.Query().Get("intent"))
 	if err != nil {
 		h.svc.reject("http", "invalid_intent", r.URL.Query().Get("node"))
 		writeJSON(w, http.StatusBadRequest, drainapi.Error{Error: err.Error()})
@@ -50,9 +52,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	res, err := h.svc.CheckIntent(r.URL.Query().Get("node"), "http", intent)
 	switch {
-	case errors.Is(err, ErrInvalidNode):
+	case errors.Is(err, errInvalidNode):
 		writeJSON(w, http.StatusBadRequest, drainapi.Error{Error: err.Error()})
-	case errors.Is(err, ErrNodeNotFound):
+	case errors.Is(err, errNodeNotFound):
 		writeJSON(w, http.StatusNotFound, drainapi.Error{Error: err.Error()})
 	case err != nil:
 		writeJSON(w, http.StatusInternalServerError, drainapi.Error{Error: err.Error()})
@@ -67,18 +69,18 @@ func authorizeHTTP(svc *Service, auth *Authorizer, w http.ResponseWriter, r *htt
 	if auth == nil {
 		return true
 	}
-	user, err := auth.Authorize(r.Context(), BearerToken(r.Header.Get("Authorization")), r.RemoteAddr)
+	user, err := auth.Authorize(r.Context(), delegated.BearerToken(r.Header.Get("Authorization")), r.RemoteAddr)
 	switch {
-	case errors.Is(err, ErrUnauthenticated):
+	case errors.Is(err, delegated.ErrUnauthenticated):
 		svc.reject(via, "unauthenticated", r.URL.Query().Get("node"))
 		w.Header().Set("WWW-Authenticate", `Bearer realm="cozy-health"`)
 		writeJSON(w, http.StatusUnauthorized, drainapi.Error{Error: err.Error()})
 		return false
-	case errors.Is(err, ErrForbidden):
+	case errors.Is(err, delegated.ErrForbidden):
 		svc.reject(via, "forbidden", r.URL.Query().Get("node"))
 		writeJSON(w, http.StatusForbidden, drainapi.Error{Error: err.Error()})
 		return false
-	case errors.Is(err, ErrThrottled):
+	case errors.Is(err, delegated.ErrThrottled):
 		svc.reject(via, "throttled", r.URL.Query().Get("node"))
 		w.Header().Set("Retry-After", "1")
 		writeJSON(w, http.StatusTooManyRequests, drainapi.Error{Error: err.Error()})

@@ -1,4 +1,4 @@
-package drain
+package drainserver
 
 import (
 	"encoding/json"
@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 	clocktesting "k8s.io/utils/clock/testing"
 
+	"github.com/cozystack/cozy-health/aggregator/internal/drain"
 	"github.com/cozystack/cozy-health/pkg/drainapi"
 	"github.com/cozystack/cozy-health/pkg/report"
 )
@@ -32,7 +33,7 @@ func TestBudgetOverHTTPAndPlugin(t *testing.T) {
 	NewHandler(svc, nil).Mount(mux)
 	base := serveMux(t, mux)
 
-	resp, err := http.Get(base + BudgetPath)
+	resp, err := http.Get(base + drainapi.BudgetPath)
 	require.NoError(t, err)
 	resp.Body.Close()
 	assert.Equal(t, http.StatusServiceUnavailable, resp.StatusCode, "before the first evaluation")
@@ -42,26 +43,26 @@ func TestBudgetOverHTTPAndPlugin(t *testing.T) {
 	first := b.Latest()
 	before := calls.Load()
 	for i := 0; i < 3; i++ {
-		code, body := get(t, base+BudgetPath, "")
+		code, body := get(t, base+drainapi.BudgetPath, "")
 		require.Equal(t, http.StatusOK, code, body)
 	}
 	assert.Equal(t, before, calls.Load(), "serving the budget takes no snapshot")
 
-	resp, err = http.Get(base + BudgetPath)
+	resp, err = http.Get(base + drainapi.BudgetPath)
 	require.NoError(t, err)
 	var got drainapi.Budget
 	require.NoError(t, json.NewDecoder(resp.Body).Decode(&got))
 	resp.Body.Close()
 	assert.Equal(t, t0, got.EvaluatedAt.UTC())
-	assert.Equal(t, IntentReboot, got.Intent)
+	assert.Equal(t, drain.IntentReboot, got.Intent)
 	require.Len(t, got.Nodes, 3)
 	assert.Equal(t, []string{"node-1", "node-2", "node-3"}, []string{got.Nodes[0].Node, got.Nodes[1].Node, got.Nodes[2].Node})
-	assert.Equal(t, Safe, got.Nodes[0].Verdict)
+	assert.Equal(t, drain.Safe, got.Nodes[0].Verdict)
 	assert.Empty(t, got.Nodes[0].Breaks)
 	for _, n := range got.Nodes[1:] {
-		assert.Equal(t, Blocked, n.Verdict)
+		assert.Equal(t, drain.Blocked, n.Verdict)
 		require.Len(t, n.Breaks, 1)
-		assert.Equal(t, RuleEtcdQuorum, n.Breaks[0].Rule)
+		assert.Equal(t, drain.RuleEtcdQuorum, n.Breaks[0].Rule)
 		assert.Contains(t, n.Breaks[0].Message, "node-1 Down")
 	}
 
@@ -75,7 +76,7 @@ func TestBudgetOverHTTPAndPlugin(t *testing.T) {
 	st.Accept(memberReport("node-1", 4, report.StatusDown), clk.Now())
 	b.Update()
 
-	resp, err = http.Post(base+BudgetPath, "application/json", nil)
+	resp, err = http.Post(base+drainapi.BudgetPath, "application/json", nil)
 	require.NoError(t, err)
 	resp.Body.Close()
 	assert.Equal(t, http.StatusMethodNotAllowed, resp.StatusCode)

@@ -1,4 +1,31 @@
-package drain
+// Package drainserver serves the drain check whose rules are package
+// drain's: the Service (a cached snapshot of the aggregator's state and
+// drain.Evaluate on it), its HTTP and gRPC front ends, their delegated
+// authentication, and the disruption budget (every node's reboot verdict,
+// exported as a metric and served over HTTP).
+//
+// Serving (service.go, http.go, grpc.go): a check answers from a snapshot
+// holding every report the aggregator's state had accepted, and every Node
+// cordon and role change its informer had delivered, when the check
+// arrived (Config.Generation), and no older than Config.MaxSnapshotAge
+// (1s); when the cached snapshot is not, the Service takes one
+// (incrementally: drain.Indexer), one at a time, each serving every check that
+// arrived before it began, and keeps one warm in the background while
+// checks come, so one check reads only the target's resources and the
+// raft members. GET /v1/drain-check?node=X answers JSON
+// (400 bad node name, 404 unknown node); DrainService.DrainCheck answers the
+// same over gRPC (InvalidArgument, NotFound). Every answer and refusal is
+// counted (cozy_health_drain_checks_total, cozy_health_drain_rejected_total).
+//
+// Authentication (auth.go): by default the check is served like the
+// aggregator's other HTTP endpoints, without its own authentication; in a
+// cluster it is reached through the Kubernetes API service proxy, where the
+// apiserver authenticates the user and authorizes get on services/proxy.
+// The optional Authorizer (--drain-auth=delegated in the
+// aggregator) checks a bearer token with a TokenReview and a
+// SubjectAccessReview for get on nonResourceURL /v1/drain-check; it is for
+// direct callers, since the service proxy strips the caller's token.
+package drainserver
 
 import (
 	"context"
@@ -14,23 +41,30 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/utils/clock"
 
+	"github.com/cozystack/cozy-health/aggregator/internal/drain"
 	"github.com/cozystack/cozy-health/aggregator/internal/quorum"
+	"github.com/cozystack/cozy-health/pkg/linstorapi"
 )
 
 // Errors of Service.Check; the HTTP and gRPC front ends map them to 400 /
 // InvalidArgument and 404 / NotFound.
 var (
-	// ErrInvalidNode: the node name is empty or not a valid Node name.
-	ErrInvalidNode = errors.New("invalid node name")
-	// ErrNodeNotFound: the node is neither a Kubernetes Node nor in the
+	// errInvalidNode: the node name is empty or not a valid Node name.
+	errInvalidNode = errors.New("invalid node name")
+	// errNodeNotFound: the node is neither a Kubernetes Node nor in the
 	// aggregator's state.
-	ErrNodeNotFound = errors.New("node not found")
+	errNodeNotFound = errors.New("node not found")
 )
 
-// Source returns every node's NodeInfo at now: in the aggregator, StateNodes
-// over the state and the Kubernetes Nodes. The Service indexes it
-// incrementally (Indexer).
-type Source func(now time.Time) map[string]NodeInfo
+// Source returns every node's drain.NodeInfo at now: in the aggregator,
+// drain.StateNodes over the state and the Kubernetes Nodes. The Service
+// indexes it incrementally (drain.Indexer).
+type Source func(now time.Time) map[string]drain.NodeInfo
+
+// ControllerView returns the LINSTOR controller's view as the aggregator
+// read it itself (every replica, every satellite and its storage pools),
+// or why it is not current at now.
+type ControllerView func() (view linstorapi.Placement, why string)
 
 // Config configures a Service.
 type Config struct {
@@ -77,7 +111,7 @@ func (c *Config) Validate() error {
 // A check answers from a snapshot that holds every change Config.Generation
 // counted when the check arrived and is no older than
 // Config.MaxSnapshotAge; when the cached one is not, the check takes a new
-// one (incrementally: Indexer) or waits for the one being taken. Snapshots
+// one (incrementally: drain.Indexer) or waits for the one being taken. Snapshots
 // are taken one at a time, and one serves every check that arrived before
 // it began, so a flood of checks costs at most one snapshot in progress
 // whatever the rate of checks, and none while the state does not change.
@@ -95,7 +129,7 @@ type Service struct {
 	// guards indexer.
 	cur     atomic.Pointer[cached]
 	mu      sync.Mutex
-	indexer Indexer
+	indexer drain.Indexer
 	// lastCheck is when a check was last served (unix nanoseconds); Run
 	// keeps snapshots warm only while checks keep coming.
 	lastCheck atomic.Int64
@@ -132,7 +166,7 @@ func NewService(cfg Config, source Source, clk clock.PassiveClock, log *zap.Logg
 // cached is a snapshot and the generation (Config.Generation) read before
 // its source was: it holds at least every change counted up to gen.
 type cached struct {
-	snap *Snapshot
+	snap *drain.Snapshot
 	gen  uint64
 }
 
@@ -159,7 +193,7 @@ func (s *Service) generation() uint64 {
 // age would change; a snapshot missing a counted change is never returned:
 // the caller waits for the one being taken, and takes another if that one
 // began before the change.
-func (s *Service) Snapshot(now time.Time) *Snapshot {
+func (s *Service) Snapshot(now time.Time) *drain.Snapshot {
 	gen := s.generation()
 	c := s.cur.Load()
 	if c.serves(now, gen, s.cfg.MaxSnapshotAge) {
@@ -211,16 +245,16 @@ func (s *Service) Run(ctx context.Context) {
 
 // Check evaluates every rule for node now, for a reboot. Bad input is
 // counted and logged.
-func (s *Service) Check(node, via string) (Result, error) {
-	return s.CheckIntent(node, via, IntentReboot)
+func (s *Service) Check(node, via string) (drain.Result, error) {
+	return s.CheckIntent(node, via, drain.IntentReboot)
 }
 
 // CheckIntent evaluates every rule of RulesFor(intent) for node now. Bad
 // input is counted and logged.
-func (s *Service) CheckIntent(node, via string, intent Intent) (Result, error) {
+func (s *Service) CheckIntent(node, via string, intent drain.Intent) (drain.Result, error) {
 	if node == "" || len(validation.IsDNS1123Subdomain(node)) > 0 {
 		s.reject(via, "invalid_node", node)
-		return Result{}, fmt.Errorf("%w: %q is not a valid Node name", ErrInvalidNode, node)
+		return drain.Result{}, fmt.Errorf("%w: %q is not a valid Node name", errInvalidNode, node)
 	}
 	start := time.Now()
 	now := s.clock.Now()
@@ -228,11 +262,11 @@ func (s *Service) CheckIntent(node, via string, intent Intent) (Result, error) {
 	snap := s.Snapshot(now)
 	if !snap.Known(node) {
 		s.reject(via, "not_found", node)
-		return Result{}, fmt.Errorf("%w: %s is neither a Kubernetes Node nor reported by an agent", ErrNodeNotFound, node)
+		return drain.Result{}, fmt.Errorf("%w: %s is neither a Kubernetes Node nor reported by an agent", errNodeNotFound, node)
 	}
-	res := EvaluateIntent(node, intent, snap, now)
+	res := drain.EvaluateIntent(node, intent, snap, now)
 	for _, r := range res.Reasons {
-		for _, rej := range r.rejected {
+		for _, rej := range r.Rejected() {
 			s.cfg.Auditor.Reject(rej, r.Rule+" "+node)
 		}
 	}

@@ -1,4 +1,4 @@
-package drain
+package drainserver
 
 import (
 	"context"
@@ -19,6 +19,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/cozystack/cozy-health/aggregator/internal/delegated"
 	pb "github.com/cozystack/cozy-health/proto/cozyhealth/v1"
 	"github.com/cozystack/cozy-health/test/harness"
 )
@@ -54,7 +55,7 @@ func TestDelegatedAuthOnRealAPIServer(t *testing.T) {
 	allowed, denied := token("upgrader"), token("nobody")
 
 	svc, _, _ := newTestService(t, blockedCluster())
-	auth := NewAuthorizer(cs, time.Second)
+	auth := NewAuthorizerFrom(delegated.New(cs, time.Second))
 	base := serveHTTP(t, NewHandler(svc, auth))
 
 	// RBAC may take a moment to reach the authorizer's cache: eventually.

@@ -1,4 +1,4 @@
-package drain
+package drainserver
 
 import (
 	"context"
@@ -30,24 +30,31 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 	clocktesting "k8s.io/utils/clock/testing"
 
+	"github.com/cozystack/cozy-health/aggregator/internal/delegated"
+	"github.com/cozystack/cozy-health/aggregator/internal/drain"
+	"github.com/cozystack/cozy-health/aggregator/internal/drain/draintest"
 	"github.com/cozystack/cozy-health/pkg/report"
+	"github.com/cozystack/cozy-health/pkg/report/reporttest"
 	pb "github.com/cozystack/cozy-health/proto/cozyhealth/v1"
 )
 
+// t0 is when the fixtures' reports were sent (draintest.T0).
+var t0 = draintest.T0
+
 // blockedCluster: node-2's etcd member is Down, so draining node-1 is
 // blocked; worker-1 is a Kubernetes Node whose agent never reported.
-func blockedCluster() map[string]NodeInfo {
-	return etcdCluster(3, map[string]NodeInfo{
-		"node-2":   fresh("node-2", etcdMember(report.StatusDown, false), membership(3, 0)),
-		"worker-1": silent("worker-1"),
+func blockedCluster() map[string]drain.NodeInfo {
+	return draintest.EtcdCluster(3, map[string]drain.NodeInfo{
+		"node-2":   draintest.Fresh("node-2", reporttest.EtcdMember(report.StatusDown, false), reporttest.EtcdMembership(3, 0)),
+		"worker-1": draintest.Silent("worker-1"),
 	})
 }
 
-func newTestService(t *testing.T, nodes map[string]NodeInfo) (*Service, *prometheus.Registry, *clocktesting.FakeClock) {
+func newTestService(t *testing.T, nodes map[string]drain.NodeInfo) (*Service, *prometheus.Registry, *clocktesting.FakeClock) {
 	t.Helper()
 	reg := prometheus.NewRegistry()
 	clk := clocktesting.NewFakeClock(t0)
-	svc, err := NewService(Config{}, func(time.Time) map[string]NodeInfo { return nodes }, clk, nil, reg)
+	svc, err := NewService(Config{}, func(time.Time) map[string]drain.NodeInfo { return nodes }, clk, nil, reg)
 	require.NoError(t, err)
 	return svc, reg, clk
 }
@@ -97,7 +104,7 @@ func TestHTTPHandlerOverLoopback(t *testing.T) {
 	assert.Equal(t, "blocked", first["verdict"])
 	assert.Equal(t, "etcd: node-1 is a voting member; with node-2 Down (ServiceNotRunning), draining node-1 leaves 1 of 3 voting members healthy, quorum needs 2", first["message"])
 	assert.Equal(t, 2.0, first["attributes"].(map[string]any)["quorum"])
-	assert.Len(t, reasons, len(Rules))
+	assert.Len(t, reasons, len(drain.Rules))
 
 	code, body = get(t, base+Path+"?node=node-2", "")
 	require.Equal(t, http.StatusOK, code)
@@ -160,10 +167,10 @@ func TestGRPCServerOverLoopback(t *testing.T) {
 	require.NotEmpty(t, resp.Reasons)
 	assert.Equal(t, "etcd-quorum", resp.Reasons[0].Rule)
 	assert.Equal(t, pb.Verdict_VERDICT_BLOCKED, resp.Reasons[0].Verdict)
-	assert.Equal(t, 1.0, resp.Reasons[0].Attributes[AttrHealthyAfterDrain])
+	assert.Equal(t, 1.0, resp.Reasons[0].Attributes[drain.AttrHealthyAfterDrain])
 	var nodeRef *pb.ResourceRef
 	for _, r := range resp.Reasons {
-		if r.Rule == RuleTargetData {
+		if r.Rule == drain.RuleTargetData {
 			nodeRef = r.ResourceRef
 		}
 	}
@@ -186,7 +193,7 @@ func TestServiceSnapshotCaching(t *testing.T) {
 	nodes := blockedCluster()
 	taken := 0
 	clk := clocktesting.NewFakeClock(t0)
-	svc, err := NewService(Config{MaxSnapshotAge: time.Second}, func(time.Time) map[string]NodeInfo { taken++; return nodes }, clk, nil, nil)
+	svc, err := NewService(Config{MaxSnapshotAge: time.Second}, func(time.Time) map[string]drain.NodeInfo { taken++; return nodes }, clk, nil, nil)
 	require.NoError(t, err)
 	_, err = svc.Check("node-1", "test")
 	require.NoError(t, err)
@@ -198,7 +205,7 @@ func TestServiceSnapshotCaching(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, 2, taken, "an older snapshot is retaken")
 
-	_, err = NewService(Config{MaxSnapshotAge: -time.Second}, func(time.Time) map[string]NodeInfo { return nil }, nil, nil, nil)
+	_, err = NewService(Config{MaxSnapshotAge: -time.Second}, func(time.Time) map[string]drain.NodeInfo { return nil }, nil, nil, nil)
 	assert.ErrorContains(t, err, "MaxSnapshotAge")
 	_, err = NewService(Config{}, nil, nil, nil, nil)
 	assert.Error(t, err)
@@ -210,7 +217,7 @@ func TestServiceDoesNotQueueBehindARebuild(t *testing.T) {
 	release := make(chan struct{})
 	building := make(chan struct{}, 1)
 	calls := 0
-	svc, err := NewService(Config{MaxSnapshotAge: time.Second}, func(time.Time) map[string]NodeInfo {
+	svc, err := NewService(Config{MaxSnapshotAge: time.Second}, func(time.Time) map[string]drain.NodeInfo {
 		calls++
 		if calls > 1 {
 			building <- struct{}{}
@@ -224,7 +231,7 @@ func TestServiceDoesNotQueueBehindARebuild(t *testing.T) {
 	go svc.Snapshot(clk.Now()) // a slow rebuild holds the lock
 	<-building
 	// A check meanwhile gets the 2s-old snapshot at once.
-	got := make(chan *Snapshot, 1)
+	got := make(chan *drain.Snapshot, 1)
 	go func() { got <- svc.Snapshot(clk.Now()) }()
 	select {
 	case s := <-got:
@@ -269,7 +276,7 @@ func fakeAuthorizer(t testing.TB) (*Authorizer, *atomic.Int64) {
 		sar.Status.Allowed = sar.Spec.User == "upgrader" && sar.Spec.NonResourceAttributes != nil && sar.Spec.NonResourceAttributes.Path == Path
 		return true, sar, nil
 	})
-	return NewAuthorizer(cs, time.Minute), &reviews
+	return NewAuthorizerFrom(delegated.New(cs, time.Minute)), &reviews
 }
 
 // TestGRPCDrainNeverAnswersAnonymously: the gRPC drain check is on the
@@ -312,11 +319,11 @@ func TestGRPCDrainNeverAnswersAnonymously(t *testing.T) {
 // all counted, but logged only a few times. Before, each was a log line.
 func TestRejectionLogsAreSampled(t *testing.T) {
 	core, logs := observer.New(zapcore.InfoLevel)
-	svc, err := NewService(Config{}, func(time.Time) map[string]NodeInfo { return blockedCluster() }, clocktesting.NewFakeClock(t0), zap.New(core), nil)
+	svc, err := NewService(Config{}, func(time.Time) map[string]drain.NodeInfo { return blockedCluster() }, clocktesting.NewFakeClock(t0), zap.New(core), nil)
 	require.NoError(t, err)
 	for range 1000 {
 		_, err := svc.Check("Not_A_Node", "http")
-		require.ErrorIs(t, err, ErrInvalidNode)
+		require.ErrorIs(t, err, errInvalidNode)
 	}
 	assert.Equal(t, 1000.0, testutil.ToFloat64(svc.m.rejected.WithLabelValues("http", "invalid_node")))
 	assert.LessOrEqual(t, logs.FilterMessage("drain check rejected").Len(), rejectLogFirst+1000/rejectLogThereafter)

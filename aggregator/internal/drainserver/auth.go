@@ -1,23 +1,10 @@
-package drain
+package drainserver
 
 import (
 	"context"
-	"time"
-
-	"k8s.io/client-go/kubernetes"
 
 	"github.com/cozystack/cozy-health/aggregator/internal/delegated"
 	"github.com/cozystack/cozy-health/pkg/drainapi"
-)
-
-// Errors of Authorizer.Authorize (those of package delegated).
-var (
-	// ErrUnauthenticated: no bearer token, or Kubernetes rejected it.
-	ErrUnauthenticated = delegated.ErrUnauthenticated
-	// ErrForbidden: the user may not get the drain check.
-	ErrForbidden = delegated.ErrForbidden
-	// ErrThrottled: the review budget is spent.
-	ErrThrottled = delegated.ErrThrottled
 )
 
 // Path is the drain check's HTTP path, also the nonResourceURL its
@@ -41,23 +28,16 @@ type Authorizer struct {
 	d *delegated.Authorizer
 }
 
-// NewAuthorizer returns an Authorizer asking client's apiserver. Decisions
-// are cached for ttl (0: 10s) to spare the apiserver.
-func NewAuthorizer(client kubernetes.Interface, ttl time.Duration) *Authorizer {
-	return &Authorizer{d: delegated.New(client, ttl)}
-}
-
 // NewAuthorizerFrom returns an Authorizer for the drain check on d (shared
 // with the other front ends: one cache, one review budget).
 func NewAuthorizerFrom(d *delegated.Authorizer) *Authorizer { return &Authorizer{d: d} }
 
-// BearerToken returns the token of an "Authorization: Bearer <token>" value.
-func BearerToken(header string) string { return delegated.BearerToken(header) }
-
 // Authorize checks token of a caller at address peer (whose own review
 // budget is spent first) and returns the user name. The error wraps
-// ErrUnauthenticated, ErrForbidden or ErrThrottled, or is the apiserver's
-// failure.
+// delegated.ErrUnauthenticated (no bearer token, or Kubernetes rejected
+// it), delegated.ErrForbidden (the user may not get the drain check) or
+// delegated.ErrThrottled (the review budget is spent), or is the
+// apiserver's failure.
 func (a *Authorizer) Authorize(ctx context.Context, token, peer string) (string, error) {
 	return a.d.Authorize(ctx, token, Path, peer)
 }

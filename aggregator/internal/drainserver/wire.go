@@ -1,33 +1,34 @@
-package drain
+package drainserver
 
 import (
 	"fmt"
 
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/cozystack/cozy-health/aggregator/internal/drain"
 	pb "github.com/cozystack/cozy-health/proto/cozyhealth/v1"
 )
 
-// VerdictToProto converts a verdict to its wire form.
-func VerdictToProto(v Verdict) pb.Verdict {
+// verdictToProto converts a verdict to its wire form.
+func verdictToProto(v drain.Verdict) pb.Verdict {
 	switch v {
-	case Safe:
+	case drain.Safe:
 		return pb.Verdict_VERDICT_SAFE
-	case Blocked:
+	case drain.Blocked:
 		return pb.Verdict_VERDICT_BLOCKED
-	case Unknown:
+	case drain.Unknown:
 		return pb.Verdict_VERDICT_UNKNOWN
 	}
 	return pb.Verdict_VERDICT_UNSPECIFIED
 }
 
-// ResultToProto converts a result to its wire form. It is the only place
+// resultToProto converts a result to its wire form. It is the only place
 // drain results become protobuf.
-func ResultToProto(r Result) *pb.DrainCheckResponse {
-	out := &pb.DrainCheckResponse{Node: r.Node, Verdict: VerdictToProto(r.Verdict), EvaluatedAt: timestamppb.New(r.EvaluatedAt), Intent: IntentToProto(r.Intent),
+func resultToProto(r drain.Result) *pb.DrainCheckResponse {
+	out := &pb.DrainCheckResponse{Node: r.Node, Verdict: verdictToProto(r.Verdict), EvaluatedAt: timestamppb.New(r.EvaluatedAt), Intent: intentToProto(r.Intent),
 		Reasons: make([]*pb.DrainReason, 0, len(r.Reasons))}
 	for _, rs := range r.Reasons {
-		pr := &pb.DrainReason{Rule: rs.Rule, Component: rs.Component, Verdict: VerdictToProto(rs.Verdict), Message: rs.Message, Attributes: rs.Attributes}
+		pr := &pb.DrainReason{Rule: rs.Rule, Component: rs.Component, Verdict: verdictToProto(rs.Verdict), Message: rs.Message, Attributes: rs.Attributes}
 		if rs.ResourceRef != nil {
 			pr.ResourceRef = &pb.ResourceRef{Kind: rs.ResourceRef.Kind, Name: rs.ResourceRef.Name, Namespace: rs.ResourceRef.Namespace}
 		}
@@ -36,24 +37,24 @@ func ResultToProto(r Result) *pb.DrainCheckResponse {
 	return out
 }
 
-// IntentFromProto converts a requested intent; unspecified is a reboot, a
+// intentFromProto converts a requested intent; unspecified is a reboot, a
 // value this server does not know is an error.
-func IntentFromProto(i pb.DrainIntent) (Intent, error) {
+func intentFromProto(i pb.DrainIntent) (drain.Intent, error) {
 	switch i {
 	case pb.DrainIntent_DRAIN_INTENT_UNSPECIFIED, pb.DrainIntent_DRAIN_INTENT_REBOOT:
-		return IntentReboot, nil
+		return drain.IntentReboot, nil
 	case pb.DrainIntent_DRAIN_INTENT_DECOMMISSION:
-		return IntentDecommission, nil
+		return drain.IntentDecommission, nil
 	}
 	return "", fmt.Errorf("intent %d: want DRAIN_INTENT_REBOOT or DRAIN_INTENT_DECOMMISSION", int32(i))
 }
 
-// IntentToProto converts an intent to its wire form (empty: unspecified).
-func IntentToProto(i Intent) pb.DrainIntent {
+// intentToProto converts an intent to its wire form (empty: unspecified).
+func intentToProto(i drain.Intent) pb.DrainIntent {
 	switch i {
-	case IntentReboot:
+	case drain.IntentReboot:
 		return pb.DrainIntent_DRAIN_INTENT_REBOOT
-	case IntentDecommission:
+	case drain.IntentDecommission:
 		return pb.DrainIntent_DRAIN_INTENT_DECOMMISSION
 	}
 	return pb.DrainIntent_DRAIN_INTENT_UNSPECIFIED

@@ -1,0 +1,175 @@
+package drainserver
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/cozystack/cozy-health/aggregator/internal/drain"
+	"github.com/cozystack/cozy-health/pkg/drainapi"
+)
+
+// Budget is the disruption budget, always computed: the reboot verdict of
+// every node the state knows, as cozy_health_drain_verdict{node,verdict}
+// (1 for the node's current verdict, 0 for the other two). Every replica
+// computes it from its own full state, so any replica's series answer
+// "which node could be drained now?" and "can any?".
+type Budget struct {
+	svc   *Service
+	gauge *prometheus.GaugeVec
+
+	// mu guards last: the verdict last exported per node, so a node gone
+	// from the state loses its series; and latest.
+	mu   sync.Mutex
+	last map[string]drain.Result
+	// latest is the last evaluation, served by BudgetHandler and read by
+	// the rollup (Latest); nil before the first.
+	latest *drain.BudgetSnapshot
+	gen    uint64
+}
+
+// Accepted implements state.Observer: a report changes no verdict until
+// the next evaluation.
+func (b *Budget) Accepted(string, time.Time) {}
+
+// Removed implements state.Observer: a node gone from the state (deleted
+// from Kubernetes, or no longer expected) loses its series at once, as its
+// other series do.
+func (b *Budget) Removed(node string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, v := range []drain.Verdict{drain.Safe, drain.Blocked, drain.Unknown} {
+		b.gauge.DeleteLabelValues(node, string(v))
+	}
+	delete(b.last, node)
+}
+
+// Latest is the last evaluation; nil before the first.
+func (b *Budget) Latest() *drain.BudgetSnapshot {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.latest
+}
+
+// NewBudget returns the budget of svc; reg may be nil.
+func NewBudget(svc *Service, reg prometheus.Registerer) (*Budget, error) {
+	g := prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "cozy_health", Subsystem: "drain", Name: "verdict",
+		Help: "The drain verdict (reboot) of every node, computed continuously: 1 for the node's current verdict (safe, blocked, unknown), 0 for the others."},
+		[]string{"node", "verdict"})
+	if reg != nil {
+		if err := reg.Register(g); err != nil {
+			return nil, fmt.Errorf("register drain budget metric: %w", err)
+		}
+	}
+	return &Budget{svc: svc, gauge: g, last: map[string]drain.Result{}}, nil
+}
+
+// Update evaluates every known node now and exports the verdicts; it
+// returns them by node.
+func (b *Budget) Update() map[string]drain.Result {
+	now := b.svc.clock.Now()
+	snap := b.svc.Snapshot(now)
+	out := drain.EvaluateAll(snap, now)
+	for node, res := range out {
+		for _, v := range []drain.Verdict{drain.Safe, drain.Blocked, drain.Unknown} {
+			val := 0.0
+			if res.Verdict == v {
+				val = 1
+			}
+			b.gauge.WithLabelValues(node, string(v)).Set(val)
+		}
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	changed := len(b.last) != len(out)
+	for node, prev := range b.last {
+		if res, ok := out[node]; !ok {
+			changed = true
+			for _, v := range []drain.Verdict{drain.Safe, drain.Blocked, drain.Unknown} {
+				b.gauge.DeleteLabelValues(node, string(v))
+			}
+		} else if res.Verdict != prev.Verdict {
+			changed = true
+		}
+	}
+	if changed || b.latest == nil {
+		b.gen++
+	}
+	b.last = out
+	b.latest = &drain.BudgetSnapshot{Gen: b.gen, At: now, Results: out}
+	return out
+}
+
+// Run updates the budget every period (NextBudgetWait: longer where an
+// evaluation is slow) until ctx ends.
+func (b *Budget) Run(ctx context.Context, period time.Duration) {
+	for {
+		start := time.Now()
+		b.Update()
+		took := time.Since(start)
+		wait := drain.NextBudgetWait(period, took)
+		b.mu.Lock()
+		if l := b.latest; l != nil {
+			b.latest = &drain.BudgetSnapshot{Gen: l.Gen, At: l.At, Results: l.Results, Took: took, Period: wait}
+		}
+		b.mu.Unlock()
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+	}
+}
+
+// BudgetHandler serves GET /v1/drain-budget: the budget's last evaluation
+// as JSON (drainapi.Budget), computed every few seconds by Budget.Run, so
+// an answer costs an encoding and no evaluation. The caller is authorized
+// as for the drain check (the same Authorizer: get on /v1/drain-check),
+// whose answers for every node it reveals. 503 before the first
+// evaluation.
+type BudgetHandler struct {
+	b    *Budget
+	auth *Authorizer
+}
+
+// NewBudgetHandler returns the HTTP front end of b; auth may be nil (see
+// NewHandler).
+func NewBudgetHandler(b *Budget, auth *Authorizer) *BudgetHandler {
+	return &BudgetHandler{b: b, auth: auth}
+}
+
+// Mount registers the handler on mux at drainapi.BudgetPath.
+func (h *BudgetHandler) Mount(mux *http.ServeMux) { mux.Handle(drainapi.BudgetPath, h) }
+
+// ServeHTTP implements http.Handler.
+func (h *BudgetHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	svc := h.b.svc
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		svc.reject("budget", "method", "")
+		w.Header().Set("Allow", "GET, HEAD")
+		writeJSON(w, http.StatusMethodNotAllowed, drainapi.Error{Error: "method " + r.Method + " not allowed"})
+		return
+	}
+	if !authorizeHTTP(svc, h.auth, w, r, "budget") {
+		return
+	}
+	snap := h.b.Latest()
+	if snap == nil {
+		w.Header().Set("Retry-After", "5")
+		writeJSON(w, http.StatusServiceUnavailable, drainapi.Error{Error: "the disruption budget has not been evaluated yet"})
+		return
+	}
+	body, err := snap.JSON()
+	if err != nil {
+		writeJSON(w, http.StatusInternalServerError, drainapi.Error{Error: "encode the disruption budget: " + err.Error()})
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(body)
+}

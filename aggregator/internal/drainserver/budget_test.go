@@ -1,0 +1,52 @@
+package drainserver
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/cozystack/cozy-health/aggregator/internal/drain"
+	"github.com/cozystack/cozy-health/pkg/report"
+)
+
+// The budget exports every node's verdict, 1 for the current one: a
+// healthy 3-member etcd lets any one node go; with node-1's member down,
+// node-2 and node-3 are blocked and node-1 (already lost) is safe.
+func TestBudgetExportsEveryNodesVerdict(t *testing.T) {
+	clk := clocktesting.NewFakeClock(t0)
+	st, source, _ := stateCluster(t0)
+	svc, err := NewService(Config{Generation: st.Generation}, source, clk, nil, nil)
+	require.NoError(t, err)
+	reg := prometheus.NewRegistry()
+	b, err := NewBudget(svc, reg)
+	require.NoError(t, err)
+
+	got := b.Update()
+	require.Len(t, got, 3)
+	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(`
+# HELP cozy_health_drain_verdict The drain verdict (reboot) of every node, computed continuously: 1 for the node's current verdict (safe, blocked, unknown), 0 for the others.
+# TYPE cozy_health_drain_verdict gauge
+cozy_health_drain_verdict{node="node-1",verdict="blocked"} 0
+cozy_health_drain_verdict{node="node-1",verdict="safe"} 1
+cozy_health_drain_verdict{node="node-1",verdict="unknown"} 0
+cozy_health_drain_verdict{node="node-2",verdict="blocked"} 0
+cozy_health_drain_verdict{node="node-2",verdict="safe"} 1
+cozy_health_drain_verdict{node="node-2",verdict="unknown"} 0
+cozy_health_drain_verdict{node="node-3",verdict="blocked"} 0
+cozy_health_drain_verdict{node="node-3",verdict="safe"} 1
+cozy_health_drain_verdict{node="node-3",verdict="unknown"} 0
+`), "cozy_health_drain_verdict"))
+
+	st.Accept(memberReport("node-1", 2, report.StatusDown), t0)
+	got = b.Update()
+	assert.Equal(t, drain.Safe, got["node-1"].Verdict)
+	assert.Equal(t, drain.Blocked, got["node-2"].Verdict)
+	assert.Equal(t, drain.Blocked, got["node-3"].Verdict)
+	assert.Equal(t, 1.0, testutil.ToFloat64(b.gauge.WithLabelValues("node-2", "blocked")))
+	assert.Equal(t, 0.0, testutil.ToFloat64(b.gauge.WithLabelValues("node-2", "safe")))
+}
