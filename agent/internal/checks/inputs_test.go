@@ -33,7 +33,7 @@ import (
 // rest report; when the kubelet later writes the Secret volume (its atomic
 // layout) and Cilium starts, the very same checks recover on their next
 // run. (The LINSTOR client certificate is no agent input: the aggregator
-// reads it from its Secret, see aggregator/internal/adapters/linstor.)
+// reads it from its Secret, see aggregator/internal/linstorview.)
 func TestMissingInputsRecoverWithoutRestart(t *testing.T) {
 	cluster := harness.StartEtcdClusterT(t, 1)
 	talosPKI, err := talos.NewPKI([]string{"127.0.0.1"}, []string{"os:reader"}, time.Hour)

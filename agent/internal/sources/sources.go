@@ -4,7 +4,7 @@
 // node's role from its Node object (sources/noderole: --kube-api-*), one
 // shared scrape of etcd's metrics (sources/etcdmetrics: --etcd-metrics-url),
 // and the host's /proc (--proc-root). The LINSTOR controller's view is
-// cluster-level: the aggregator reads it (aggregator/internal/adapters/linstor).
+// cluster-level: the aggregator reads it (aggregator/internal/linstorview).
 // A check is built from the Set (checks.Plugin.Build) and
 // takes what it reads; a source left unconfigured is nil in the Set, and
 // the checks that need it are not applicable.

@@ -44,12 +44,12 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/cozystack/cozy-health/aggregator/internal/adapterkit"
-	linstoradapter "github.com/cozystack/cozy-health/aggregator/internal/adapters/linstor"
 	"github.com/cozystack/cozy-health/aggregator/internal/config"
 	"github.com/cozystack/cozy-health/aggregator/internal/delegated"
 	"github.com/cozystack/cozy-health/aggregator/internal/drainserver"
 	"github.com/cozystack/cozy-health/aggregator/internal/ingest"
 	"github.com/cozystack/cozy-health/aggregator/internal/leader"
+	"github.com/cozystack/cozy-health/aggregator/internal/linstorview"
 	"github.com/cozystack/cozy-health/aggregator/internal/metrics"
 	"github.com/cozystack/cozy-health/aggregator/internal/peers"
 	"github.com/cozystack/cozy-health/aggregator/internal/quorum"
@@ -135,7 +135,7 @@ type App struct {
 	adapters *adapterkit.Manager
 	// linstor reads the LINSTOR controller's view (nil without
 	// --linstor-url); the engine and the drain check read it.
-	linstor *linstoradapter.Reader
+	linstor *linstorview.Reader
 	drain   *drainserver.Service
 	// claims counts and logs the cluster claims the rollup and the drain
 	// check do not believe (quorum.Auditor).
@@ -282,7 +282,7 @@ func New(cfg config.Config, log *zap.Logger, opts Options) (a *App, err error) {
 		}
 	}
 	if cfg.LinstorURL != "" {
-		if a.linstor, err = linstoradapter.New(linstoradapter.Config{URL: cfg.LinstorURL, SecretNamespace: cfg.LinstorSecretNamespace,
+		if a.linstor, err = linstorview.New(linstorview.Config{URL: cfg.LinstorURL, SecretNamespace: cfg.LinstorSecretNamespace,
 			SecretName: cfg.LinstorSecret, Interval: cfg.LinstorInterval, Metrics: a.metrics}, a.kube, a.base, a.clock); err != nil {
 			return nil, fmt.Errorf("--linstor-url: %w", err)
 		}

@@ -127,7 +127,7 @@ func sources(b *testing.B) []string {
 	b.Cleanup(func() { _ = pinger.Close() })
 
 	// The LINSTOR controller's view is the aggregator's read now
-	// (aggregator/internal/adapters/linstor): the agent reads DRBD locally.
+	// (aggregator/internal/linstorview): the agent reads DRBD locally.
 	var local []drbdsetup.Resource
 	for i := range 20 {
 		res := fmt.Sprintf("pvc-%04d", i)

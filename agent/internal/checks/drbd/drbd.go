@@ -4,7 +4,7 @@
 //
 // The LINSTOR controller's view of every replica (each satellite follows
 // its kernel's state with `drbdsetup events2` and reports it) is read once
-// per interval by the aggregator (aggregator/internal/adapters/linstor),
+// per interval by the aggregator (aggregator/internal/linstorview),
 // not by every agent. The shipped agent image is FROM scratch and carries
 // no drbdsetup (reading the kernel's drbd genetlink family needs
 // CAP_NET_ADMIN in the host's network namespace): there the check is not

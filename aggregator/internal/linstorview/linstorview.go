@@ -1,6 +1,10 @@
-// Package linstor is the aggregator's LINSTOR adapter: it reads the LINSTOR
-// controller's view (GET /v1/nodes, GET /v1/view/resources and GET
-// /v1/view/storage-pools, through pkg/linstorapi) once per interval, centrally, instead of every agent
+// Package linstorview is the aggregator's view of the LINSTOR controller,
+// which feeds the rollup and the drain check. It is no cluster adapter
+// (not in adapters.All(); it reads LINSTOR's REST API): the app wires it
+// by hand, and it reports its metrics under adapter="linstor" as the
+// adapters do. It reads the controller's view (GET /v1/nodes, GET
+// /v1/view/resources and GET /v1/view/storage-pools, through
+// pkg/linstorapi) once per interval, centrally, instead of every agent
 // asking the controller for its own node. The controller's view is
 // cluster-level: each satellite's connection, every replica of every
 // resource and its disk state as the satellites report it.
@@ -27,7 +31,7 @@
 //     decommission: where a replica can go), and whether the view is
 //     fresh. A failed pool read does not fail the view: the replicas are
 //     judged, and the pools are unknown until a read succeeds again.
-package linstor
+package linstorview
 
 import (
 	"context"
@@ -54,7 +58,7 @@ import (
 	"github.com/cozystack/cozy-health/pkg/report"
 )
 
-// Condition type and reasons of the component-level condition this adapter
+// Condition type and reasons of the component-level condition this view
 // adds to the linstor component.
 const (
 	TypeController = "LinstorController"
@@ -89,7 +93,7 @@ type Config struct {
 	Metrics *metrics.Metrics
 }
 
-// Name is the adapter's name in logs and metrics.
+// Name is the view's name in logs and metrics (the adapter label).
 const Name = "linstor"
 
 func (c *Config) defaults() {
