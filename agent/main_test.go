@@ -18,14 +18,14 @@ import (
 	"github.com/cozystack/cozy-health/test/sources/drbdsetup"
 	"github.com/cozystack/cozy-health/test/sources/fault"
 	kubeovnsrc "github.com/cozystack/cozy-health/test/sources/kubeovn"
+	"github.com/cozystack/cozy-health/test/sources/machined"
 	ovssrc "github.com/cozystack/cozy-health/test/sources/ovs"
-	"github.com/cozystack/cozy-health/test/sources/talos"
 )
 
 // node is one simulated control-plane node with every source present.
 type node struct {
 	args   []string
-	shim   *talos.Server
+	shim   *machined.Server
 	cilium *ciliumsrc.Server
 	pinger *kubeovnsrc.Server
 	drbd   *drbdsetup.Fake
@@ -34,9 +34,9 @@ type node struct {
 func startNode(t *testing.T) *node {
 	t.Helper()
 	cluster := harness.StartEtcdClusterT(t, 1)
-	pki, err := talos.NewPKI([]string{"127.0.0.1"}, []string{"os:reader"}, time.Hour)
+	pki, err := machined.NewPKI([]string{"127.0.0.1"}, []string{"os:reader"}, time.Hour)
 	require.NoError(t, err)
-	srv, err := talos.New(talos.Config{Hostname: "node-0", EtcdEndpoint: cluster.Members[0].ClientURL, TLS: pki.ServerTLS()})
+	srv, err := machined.New(machined.Config{Hostname: "node-0", EtcdEndpoint: cluster.Members[0].ClientURL, TLS: pki.ServerTLS()})
 	require.NoError(t, err)
 	addr, err := srv.Listen("127.0.0.1:0")
 	require.NoError(t, err)

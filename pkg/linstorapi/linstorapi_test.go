@@ -14,7 +14,7 @@ import (
 	"github.com/cozystack/cozy-health/pkg/report"
 	"github.com/cozystack/cozy-health/test/sources/fault"
 	linstorsrc "github.com/cozystack/cozy-health/test/sources/linstor"
-	"github.com/cozystack/cozy-health/test/sources/talos"
+	"github.com/cozystack/cozy-health/test/sources/machined"
 )
 
 func TestPlainHTTP(t *testing.T) {
@@ -92,7 +92,7 @@ func TestPlainHTTP(t *testing.T) {
 // credentials are asked at every request, so a renewed certificate is
 // used without a new client, and missing credentials fail the request.
 func TestCredentialsRenewed(t *testing.T) {
-	pki, err := talos.NewPKI([]string{"127.0.0.1"}, []string{"linstor-client"}, time.Hour)
+	pki, err := machined.NewPKI([]string{"127.0.0.1"}, []string{"linstor-client"}, time.Hour)
 	require.NoError(t, err)
 	srv, err := linstorsrc.Start("", pki.ServerTLS())
 	require.NoError(t, err)

@@ -12,8 +12,8 @@ import (
 	"github.com/cozystack/cozy-health/test/ovnreal"
 	"github.com/cozystack/cozy-health/test/sources/cilium"
 	"github.com/cozystack/cozy-health/test/sources/linstor"
+	"github.com/cozystack/cozy-health/test/sources/machined"
 	"github.com/cozystack/cozy-health/test/sources/ovs"
-	"github.com/cozystack/cozy-health/test/sources/talos"
 )
 
 // ovnCentralMembers is how many nodes host ovn-central's NB and SB raft
@@ -28,7 +28,7 @@ var talosRoles = []string{"os:reader"}
 // nodeSources are one simulated node's source servers.
 type nodeSources struct {
 	name    string
-	talos   *talos.Server
+	talos   *machined.Server
 	cilium  *cilium.Server
 	health  *cilium.Health
 	ovs     *ovs.Node
@@ -118,7 +118,7 @@ func startSources(s *State, bound map[string]net.Listener) (_ *daemon, err error
 		ls.SetReplica(r)
 	}
 
-	pki, err := talos.NewPKI([]string{"127.0.0.1"}, talosRoles, 30*24*time.Hour)
+	pki, err := machined.NewPKI([]string{"127.0.0.1"}, talosRoles, 30*24*time.Hour)
 	if err != nil {
 		return nil, err
 	}
@@ -136,7 +136,7 @@ func startSources(s *State, bound map[string]net.Listener) (_ *daemon, err error
 		ns := &nodeSources{name: n.Name, linstor: ls, nb: nb, sb: sb}
 		d.nodes[n.Name] = ns
 
-		ns.talos, err = talos.New(talos.Config{Hostname: n.Name, EtcdEndpoint: n.EtcdClient, TLS: pki.ServerTLS()})
+		ns.talos, err = machined.New(machined.Config{Hostname: n.Name, EtcdEndpoint: n.EtcdClient, TLS: pki.ServerTLS()})
 		if err != nil {
 			return nil, err
 		}

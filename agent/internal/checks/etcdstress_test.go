@@ -20,7 +20,7 @@ import (
 	"github.com/cozystack/cozy-health/agent/internal/sources/etcdmetrics"
 	"github.com/cozystack/cozy-health/pkg/report"
 	"github.com/cozystack/cozy-health/test/harness"
-	talossrc "github.com/cozystack/cozy-health/test/sources/talos"
+	"github.com/cozystack/cozy-health/test/sources/machined"
 )
 
 // TestRealEtcdUnderStress drives the Talos checks over real etcd members
@@ -46,7 +46,7 @@ func TestRealEtcdUnderStress(t *testing.T) {
 			}
 		}
 	})
-	pki, err := talossrc.NewPKI([]string{"127.0.0.1"}, []string{"os:reader"}, time.Hour)
+	pki, err := machined.NewPKI([]string{"127.0.0.1"}, []string{"os:reader"}, time.Hour)
 	require.NoError(t, err)
 	nodes := startTalosNodes(t, cluster, pki)
 	var eps []string

@@ -23,7 +23,7 @@ import (
 	"github.com/cozystack/cozy-health/pkg/report"
 	"github.com/cozystack/cozy-health/test/harness"
 	ciliumsrc "github.com/cozystack/cozy-health/test/sources/cilium"
-	"github.com/cozystack/cozy-health/test/sources/talos"
+	"github.com/cozystack/cozy-health/test/sources/machined"
 	"github.com/cozystack/cozy-health/test/volume"
 )
 
@@ -36,9 +36,9 @@ import (
 // reads it from its Secret, see aggregator/internal/linstorview.)
 func TestMissingInputsRecoverWithoutRestart(t *testing.T) {
 	cluster := harness.StartEtcdClusterT(t, 1)
-	talosPKI, err := talos.NewPKI([]string{"127.0.0.1"}, []string{"os:reader"}, time.Hour)
+	talosPKI, err := machined.NewPKI([]string{"127.0.0.1"}, []string{"os:reader"}, time.Hour)
 	require.NoError(t, err)
-	srv, err := talos.New(talos.Config{Hostname: "node-0", EtcdEndpoint: cluster.Members[0].ClientURL, TLS: talosPKI.ServerTLS()})
+	srv, err := machined.New(machined.Config{Hostname: "node-0", EtcdEndpoint: cluster.Members[0].ClientURL, TLS: talosPKI.ServerTLS()})
 	require.NoError(t, err)
 	talosAddr, err := srv.Listen("127.0.0.1:0")
 	require.NoError(t, err)

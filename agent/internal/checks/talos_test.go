@@ -27,23 +27,23 @@ import (
 	"github.com/cozystack/cozy-health/talos"
 	"github.com/cozystack/cozy-health/test/harness"
 	"github.com/cozystack/cozy-health/test/sources/kubeapi"
-	talossrc "github.com/cozystack/cozy-health/test/sources/talos"
+	"github.com/cozystack/cozy-health/test/sources/machined"
 )
 
 // talosNode is one simulated control-plane node: a Talos shim serving its
 // real etcd member, and the agent's Talos client pointed at it.
 type talosNode struct {
-	shim   *talossrc.Server
+	shim   *machined.Server
 	client *talos.Client
 	config string
 	addr   string
 }
 
-func startTalosNodes(t *testing.T, cluster *harness.EtcdCluster, pki *talossrc.PKI) []*talosNode {
+func startTalosNodes(t *testing.T, cluster *harness.EtcdCluster, pki *machined.PKI) []*talosNode {
 	t.Helper()
 	var nodes []*talosNode
 	for i, m := range cluster.Members {
-		srv, err := talossrc.New(talossrc.Config{Hostname: m.Name, EtcdEndpoint: m.ClientURL, TLS: pki.ServerTLS()})
+		srv, err := machined.New(machined.Config{Hostname: m.Name, EtcdEndpoint: m.ClientURL, TLS: pki.ServerTLS()})
 		require.NoError(t, err)
 		addr, err := srv.Listen("127.0.0.1:0")
 		require.NoError(t, err)
@@ -76,7 +76,7 @@ func thresholds() etcdmember.Thresholds {
 // 3-member etcd cluster; stopping members must show.
 func TestTalosChecksAgainstRealEtcd(t *testing.T) {
 	cluster := harness.StartEtcdClusterT(t, 3)
-	pki, err := talossrc.NewPKI([]string{"127.0.0.1"}, []string{"os:reader"}, time.Hour)
+	pki, err := machined.NewPKI([]string{"127.0.0.1"}, []string{"os:reader"}, time.Hour)
 	require.NoError(t, err)
 	nodes := startTalosNodes(t, cluster, pki)
 
@@ -158,7 +158,7 @@ func TestTalosChecksAgainstRealEtcd(t *testing.T) {
 // next call succeed without restarting anything.
 func TestTalosconfigReload(t *testing.T) {
 	cluster := harness.StartEtcdClusterT(t, 1)
-	pki, err := talossrc.NewPKI([]string{"127.0.0.1"}, []string{"os:reader"}, time.Hour)
+	pki, err := machined.NewPKI([]string{"127.0.0.1"}, []string{"os:reader"}, time.Hour)
 	require.NoError(t, err)
 	nodes := startTalosNodes(t, cluster, pki)
 	n := nodes[0]
@@ -210,9 +210,9 @@ func TestTalosconfigReload(t *testing.T) {
 // not applicable; a hanging Talos API yields Unknown/CheckTimeout through the
 // runner within the deadline, and the other checks are unaffected.
 func TestTalosWorkerAndHang(t *testing.T) {
-	pki, err := talossrc.NewPKI([]string{"127.0.0.1"}, []string{"os:reader"}, time.Hour)
+	pki, err := machined.NewPKI([]string{"127.0.0.1"}, []string{"os:reader"}, time.Hour)
 	require.NoError(t, err)
-	srv, err := talossrc.New(talossrc.Config{Hostname: "worker-1", TLS: pki.ServerTLS()})
+	srv, err := machined.New(machined.Config{Hostname: "worker-1", TLS: pki.ServerTLS()})
 	require.NoError(t, err)
 	addr, err := srv.Listen("127.0.0.1:0")
 	require.NoError(t, err)
@@ -261,7 +261,7 @@ func TestTalosChecksOnALearner(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = cluster.Stop() })
 	require.True(t, cluster.Members[2].Learner)
-	pki, err := talossrc.NewPKI([]string{"127.0.0.1"}, []string{"os:reader"}, time.Hour)
+	pki, err := machined.NewPKI([]string{"127.0.0.1"}, []string{"os:reader"}, time.Hour)
 	require.NoError(t, err)
 	nodes := startTalosNodes(t, cluster, pki)
 
@@ -309,7 +309,7 @@ func TestEtcdMemberQuotaFromRealEtcd(t *testing.T) {
 		ExtraArgs: []string{fmt.Sprintf("--quota-backend-bytes=%d", quota)}})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = cluster.Stop() })
-	pki, err := talossrc.NewPKI([]string{"127.0.0.1"}, []string{"os:reader"}, time.Hour)
+	pki, err := machined.NewPKI([]string{"127.0.0.1"}, []string{"os:reader"}, time.Hour)
 	require.NoError(t, err)
 	n := startTalosNodes(t, cluster, pki)[0]
 	m := cluster.Members[0]
@@ -425,9 +425,9 @@ func TestEtcdChecksWithoutTalosAccess(t *testing.T) {
 		unknown(t, etcdmember.New(noConfig, nil, thresholds()).WithRoles(roles("cp-1")), "talosconfig "+missing+" unusable")
 	})
 	t.Run("Talos refuses the certificate on a control-plane node: Unknown", func(t *testing.T) {
-		pki, err := talossrc.NewPKI([]string{"127.0.0.1"}, []string{"os:reader"}, time.Hour)
+		pki, err := machined.NewPKI([]string{"127.0.0.1"}, []string{"os:reader"}, time.Hour)
 		require.NoError(t, err)
-		srv, err := talossrc.New(talossrc.Config{Hostname: "cp-1", TLS: pki.ServerTLS()})
+		srv, err := machined.New(machined.Config{Hostname: "cp-1", TLS: pki.ServerTLS()})
 		require.NoError(t, err)
 		addr, err := srv.Listen("127.0.0.1:0")
 		require.NoError(t, err)

@@ -32,7 +32,7 @@ import (
 	"github.com/cozystack/cozy-health/test/harness"
 	"github.com/cozystack/cozy-health/test/sources/fault"
 	linstorsrc "github.com/cozystack/cozy-health/test/sources/linstor"
-	"github.com/cozystack/cozy-health/test/sources/talos"
+	"github.com/cozystack/cozy-health/test/sources/machined"
 )
 
 // readUntil reads the view until cond holds (the Secret's watch event may
@@ -88,7 +88,7 @@ func TestSecretWhereItLives(t *testing.T) {
 	sa, err := kubernetes.NewForConfig(saCfg)
 	require.NoError(t, err)
 
-	pki, err := talos.NewPKI([]string{"127.0.0.1"}, []string{"linstor-client"}, time.Hour)
+	pki, err := machined.NewPKI([]string{"127.0.0.1"}, []string{"linstor-client"}, time.Hour)
 	require.NoError(t, err)
 	srv, err := linstorsrc.Start("", pki.ServerTLS())
 	require.NoError(t, err)

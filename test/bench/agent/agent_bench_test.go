@@ -40,8 +40,8 @@ import (
 	ciliumsrc "github.com/cozystack/cozy-health/test/sources/cilium"
 	"github.com/cozystack/cozy-health/test/sources/drbdsetup"
 	kubeovnsrc "github.com/cozystack/cozy-health/test/sources/kubeovn"
+	"github.com/cozystack/cozy-health/test/sources/machined"
 	ovssrc "github.com/cozystack/cozy-health/test/sources/ovs"
-	"github.com/cozystack/cozy-health/test/sources/talos"
 )
 
 // Targets from the issue.
@@ -84,9 +84,9 @@ func freeAddr(b *testing.B) string {
 func sources(b *testing.B) []string {
 	b.Helper()
 	cluster := harness.StartEtcdClusterT(b, 1)
-	pki, err := talos.NewPKI([]string{"127.0.0.1"}, []string{"os:reader"}, time.Hour)
+	pki, err := machined.NewPKI([]string{"127.0.0.1"}, []string{"os:reader"}, time.Hour)
 	require.NoError(b, err)
-	srv, err := talos.New(talos.Config{Hostname: "node-0", EtcdEndpoint: cluster.Members[0].ClientURL, TLS: pki.ServerTLS()})
+	srv, err := machined.New(machined.Config{Hostname: "node-0", EtcdEndpoint: cluster.Members[0].ClientURL, TLS: pki.ServerTLS()})
 	require.NoError(b, err)
 	addr, err := srv.Listen("127.0.0.1:0")
 	require.NoError(b, err)

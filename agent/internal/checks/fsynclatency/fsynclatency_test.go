@@ -22,7 +22,7 @@ import (
 	"github.com/cozystack/cozy-health/pkg/report"
 	"github.com/cozystack/cozy-health/talos"
 	"github.com/cozystack/cozy-health/test/harness"
-	talossrc "github.com/cozystack/cozy-health/test/sources/talos"
+	"github.com/cozystack/cozy-health/test/sources/machined"
 )
 
 func defaults() Thresholds {
@@ -245,9 +245,9 @@ func TestFilterKeepsOnlyTheHistograms(t *testing.T) {
 // makes it a worker) and returns the agent's client for it.
 func talosFor(t *testing.T, etcdEndpoint string) *talos.Client {
 	t.Helper()
-	pki, err := talossrc.NewPKI([]string{"127.0.0.1"}, []string{"os:reader"}, time.Hour)
+	pki, err := machined.NewPKI([]string{"127.0.0.1"}, []string{"os:reader"}, time.Hour)
 	require.NoError(t, err)
-	srv, err := talossrc.New(talossrc.Config{Hostname: "node-1", EtcdEndpoint: etcdEndpoint, TLS: pki.ServerTLS()})
+	srv, err := machined.New(machined.Config{Hostname: "node-1", EtcdEndpoint: etcdEndpoint, TLS: pki.ServerTLS()})
 	require.NoError(t, err)
 	addr, err := srv.Listen("127.0.0.1:0")
 	require.NoError(t, err)

@@ -1,4 +1,4 @@
-package talos
+package machined
 
 import (
 	"context"

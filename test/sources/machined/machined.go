@@ -1,10 +1,12 @@
-// Package talos is a Talos machine API server for tests and the local lab: it
-// implements the real generated machine.MachineService over mutual TLS and
-// answers the health RPCs the agent uses (ServiceList, EtcdMemberList,
-// EtcdStatus, EtcdAlarmList, Version) from a REAL etcd member, the way
-// Talos' machined does (it asks the local member with clientv3). It can be
-// told to hang (a "talos-hang" fault) and to report kubelet/cri states.
-package talos
+// Package machined is a stand-in for Talos' machined, the Talos machine API
+// server, for tests and the local lab (the agent's client of that API is
+// agent/internal/sources/machineapi): it implements the real generated
+// machine.MachineService over mutual TLS and answers the health RPCs the
+// agent uses (ServiceList, EtcdMemberList, EtcdStatus, EtcdAlarmList,
+// Version) from a REAL etcd member, the way Talos' machined does (it asks
+// the local member with clientv3). It can be told to hang (a "talos-hang"
+// fault) and to report kubelet/cri states.
+package machined
 
 import (
 	"context"
