@@ -58,7 +58,7 @@ func (c *Check) Run(ctx context.Context) ([]report.Observation, error) {
 		return nil, &checkkit.InputError{Reason: report.ReasonInputMissing,
 			Message: fmt.Sprintf("drbdsetup %q not found (%v): %s", c.drbdsetup, err, Fix), Err: err}
 	}
-	local, err := Status(ctx, bin)
+	local, err := Resources(ctx, bin)
 	if err != nil {
 		return nil, err
 	}

@@ -61,8 +61,9 @@ func ParseStatus(out []byte) ([]Resource, error) {
 // maxOutput caps drbdsetup's output.
 const maxOutput = 16 << 20
 
-// Status runs `<path> status --json` (no shell) under ctx.
-func Status(ctx context.Context, path string) ([]Resource, error) {
+// Resources runs `<path> status --json` (no shell) under ctx and returns
+// every resource it lists.
+func Resources(ctx context.Context, path string) ([]Resource, error) {
 	cmd := exec.CommandContext(ctx, path, "status", "--json")
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout = &limitedWriter{w: &stdout, n: maxOutput}

@@ -263,9 +263,9 @@ type Server struct {
 	Self        bool
 }
 
-// Status is what `cluster/status` prints (ovsdb/raft.c,
+// ClusterStatus is what `cluster/status` prints (ovsdb/raft.c,
 // raft_unixctl_status), the fields kube-ovn's ovn-monitor parses too.
-type Status struct {
+type ClusterStatus struct {
 	// ServerID is this server's short id (the first line).
 	ServerID string
 	Name     string
@@ -287,8 +287,8 @@ type Status struct {
 }
 
 // Parse reads the text of `cluster/status`.
-func Parse(text string) (*Status, error) {
-	st := &Status{}
+func Parse(text string) (*ClusterStatus, error) {
+	st := &ClusterStatus{}
 	lines := strings.Split(strings.ReplaceAll(text, "\r\n", "\n"), "\n")
 	inServers := false
 	connected, failed := map[string]bool{}, map[string]bool{}
@@ -371,7 +371,7 @@ func Parse(text string) (*Status, error) {
 }
 
 // Judge turns a member's status into its observation.
-func Judge(st *Status) report.Observation {
+func Judge(st *ClusterStatus) report.Observation {
 	self := st.ServerID
 	peers, connected := 0, 0
 	isConnected := map[string]bool{}
