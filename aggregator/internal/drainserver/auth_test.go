@@ -2,7 +2,6 @@ package drainserver
 
 import (
 	"context"
-	"net"
 	"net/http"
 	"testing"
 	"time"
@@ -10,10 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -77,20 +73,11 @@ func TestDelegatedAuthOnRealAPIServer(t *testing.T) {
 	assert.Equal(t, 2.0, testutil.ToFloat64(svc.m.rejected.WithLabelValues("http", "unauthenticated")))
 
 	// gRPC: the same authorizer reads "authorization" metadata.
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	srv := grpc.NewServer()
-	pb.RegisterDrainServiceServer(srv, NewGRPCServer(svc, auth))
-	go func() { _ = srv.Serve(ln) }()
-	t.Cleanup(srv.Stop)
-	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = conn.Close() })
-	client := pb.NewDrainServiceClient(conn)
-	resp, err := client.DrainCheck(metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+allowed), &pb.DrainCheckRequest{Node: "node-1"})
+	client := serveGRPC(t, svc, auth)
+	resp, err := client.DrainCheck(bearer(ctx, allowed), &pb.DrainCheckRequest{Node: "node-1"})
 	require.NoError(t, err)
 	assert.Equal(t, pb.Verdict_VERDICT_BLOCKED, resp.Verdict)
-	_, err = client.DrainCheck(metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+denied), &pb.DrainCheckRequest{Node: "node-1"})
+	_, err = client.DrainCheck(bearer(ctx, denied), &pb.DrainCheckRequest{Node: "node-1"})
 	assert.Equal(t, codes.PermissionDenied, status.Code(err))
 	_, err = client.DrainCheck(ctx, &pb.DrainCheckRequest{Node: "node-1"})
 	assert.Equal(t, codes.Unauthenticated, status.Code(err))

@@ -72,6 +72,27 @@ func serveHTTP(t testing.TB, h http.Handler) string {
 	return "http://" + ln.Addr().String()
 }
 
+// serveGRPC serves svc's gRPC front end, authorized by auth, on a
+// loopback listener and returns a client of it.
+func serveGRPC(t *testing.T, svc *Service, auth *Authorizer) pb.DrainServiceClient {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	srv := grpc.NewServer()
+	pb.RegisterDrainServiceServer(srv, NewGRPCServer(svc, auth))
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(srv.Stop)
+	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = conn.Close() })
+	return pb.NewDrainServiceClient(conn)
+}
+
+// bearer is ctx carrying the gRPC metadata "authorization: Bearer token".
+func bearer(ctx context.Context, token string) context.Context {
+	return metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+token)
+}
+
 func get(t *testing.T, url, token string) (int, map[string]any) {
 	t.Helper()
 	req, err := http.NewRequest(http.MethodGet, url, nil)
@@ -143,21 +164,11 @@ func TestHTTPHandlerOverLoopback(t *testing.T) {
 
 func TestGRPCServerOverLoopback(t *testing.T) {
 	svc, _, _ := newTestService(t, blockedCluster())
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	srv := grpc.NewServer()
 	auth, _ := fakeAuthorizer(t)
-	pb.RegisterDrainServiceServer(srv, NewGRPCServer(svc, auth))
-	go func() { _ = srv.Serve(ln) }()
-	t.Cleanup(srv.Stop)
-
-	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = conn.Close() })
-	client := pb.NewDrainServiceClient(conn)
+	client := serveGRPC(t, svc, auth)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+goodToken)
+	ctx = bearer(ctx, goodToken)
 
 	resp, err := client.DrainCheck(ctx, &pb.DrainCheckRequest{Node: "node-1"})
 	require.NoError(t, err)
@@ -288,27 +299,18 @@ func TestGRPCDrainNeverAnswersAnonymously(t *testing.T) {
 	auth, _ := fakeAuthorizer(t)
 	for name, a := range map[string]*Authorizer{"with authorizer": auth, "without": nil} {
 		t.Run(name, func(t *testing.T) {
-			ln, err := net.Listen("tcp", "127.0.0.1:0")
-			require.NoError(t, err)
-			srv := grpc.NewServer()
-			pb.RegisterDrainServiceServer(srv, NewGRPCServer(svc, a))
-			go func() { _ = srv.Serve(ln) }()
-			t.Cleanup(srv.Stop)
-			conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-			require.NoError(t, err)
-			t.Cleanup(func() { _ = conn.Close() })
-			client := pb.NewDrainServiceClient(conn)
+			client := serveGRPC(t, svc, a)
 			ctx := context.Background()
-			_, err = client.DrainCheck(ctx, &pb.DrainCheckRequest{Node: "node-1"})
+			_, err := client.DrainCheck(ctx, &pb.DrainCheckRequest{Node: "node-1"})
 			assert.Equal(t, codes.Unauthenticated, status.Code(err))
-			_, err = client.DrainCheck(metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+jwtFor("junk")), &pb.DrainCheckRequest{Node: "node-1"})
+			_, err = client.DrainCheck(bearer(ctx, jwtFor("junk")), &pb.DrainCheckRequest{Node: "node-1"})
 			assert.Equal(t, codes.Unauthenticated, status.Code(err))
 			if a == nil {
 				return
 			}
-			_, err = client.DrainCheck(metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+otherToken), &pb.DrainCheckRequest{Node: "node-1"})
+			_, err = client.DrainCheck(bearer(ctx, otherToken), &pb.DrainCheckRequest{Node: "node-1"})
 			assert.Equal(t, codes.PermissionDenied, status.Code(err))
-			resp, err := client.DrainCheck(metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+goodToken), &pb.DrainCheckRequest{Node: "node-1"})
+			resp, err := client.DrainCheck(bearer(ctx, goodToken), &pb.DrainCheckRequest{Node: "node-1"})
 			require.NoError(t, err)
 			assert.Equal(t, pb.Verdict_VERDICT_BLOCKED, resp.Verdict)
 		})

@@ -2,7 +2,6 @@ package drainserver
 
 import (
 	"context"
-	"net"
 	"net/http"
 	"testing"
 	"time"
@@ -10,10 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	"github.com/cozystack/cozy-health/aggregator/internal/drain"
@@ -56,20 +52,11 @@ func TestHTTPIntent(t *testing.T) {
 
 func TestGRPCIntent(t *testing.T) {
 	svc, _, _ := newTestService(t, draintest.EtcdCluster(3, nil))
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	srv := grpc.NewServer()
 	auth, _ := fakeAuthorizer(t)
-	pb.RegisterDrainServiceServer(srv, NewGRPCServer(svc, auth))
-	go func() { _ = srv.Serve(ln) }()
-	t.Cleanup(srv.Stop)
-	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = conn.Close() })
-	client := pb.NewDrainServiceClient(conn)
+	client := serveGRPC(t, svc, auth)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+goodToken)
+	ctx = bearer(ctx, goodToken)
 
 	resp, err := client.DrainCheck(ctx, &pb.DrainCheckRequest{Node: "node-3"})
 	require.NoError(t, err)
