@@ -3,7 +3,6 @@
 package etcdalarms
 
 import (
-	"context"
 	"fmt"
 	"strings"
 
@@ -20,13 +19,7 @@ type Check = etcdcheck.Check
 
 // New returns the check.
 func New(c *machineapi.Client) *Check {
-	return etcdcheck.New(report.CheckEtcdAlarms, c, func(ctx context.Context, c *machineapi.Client, _ *machine.ServiceInfo) (report.Observation, error) {
-		alarms, err := c.EtcdAlarmList(ctx)
-		if err != nil {
-			return report.Observation{}, machineapi.LearnerNotApplicable(err, "cluster's alarms")
-		}
-		return Judge(alarms), nil
-	})
+	return etcdcheck.NewList(report.CheckEtcdAlarms, c, (*machineapi.Client).EtcdAlarmList, "cluster's alarms", Judge)
 }
 
 // Judge turns an alarm list into the etcd-alarms observation. Any active

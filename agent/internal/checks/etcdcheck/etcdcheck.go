@@ -37,6 +37,20 @@ func New(name string, c *machineapi.Client, read Read) *Check {
 	return &Check{name: name, talos: c, read: read}
 }
 
+// NewList returns the check name whose read is one list from Talos (list,
+// a method of machineapi.Client such as EtcdAlarmList) that judge turns
+// into the observation. A learner's refusal to list is not applicable
+// (machineapi.LearnerNotApplicable; what names the list in its message).
+func NewList[T any](name string, c *machineapi.Client, list func(*machineapi.Client, context.Context) (T, error), what string, judge func(T) report.Observation) *Check {
+	return New(name, c, func(ctx context.Context, c *machineapi.Client, _ *machine.ServiceInfo) (report.Observation, error) {
+		v, err := list(c, ctx)
+		if err != nil {
+			return report.Observation{}, machineapi.LearnerNotApplicable(err, what)
+		}
+		return judge(v), nil
+	})
+}
+
 // WithRoles sets where the node's role is read when the Talos API cannot
 // be asked (see machineapi.RequireEtcd); nil knows nothing.
 func (c *Check) WithRoles(r *noderole.Reader) *Check {

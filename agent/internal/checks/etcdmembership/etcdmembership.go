@@ -3,7 +3,6 @@
 package etcdmembership
 
 import (
-	"context"
 	"fmt"
 	"sort"
 	"strings"
@@ -21,13 +20,7 @@ type Check = etcdcheck.Check
 
 // New returns the check.
 func New(c *machineapi.Client) *Check {
-	return etcdcheck.New(report.CheckEtcdMembership, c, func(ctx context.Context, c *machineapi.Client, _ *machine.ServiceInfo) (report.Observation, error) {
-		members, err := c.EtcdMemberList(ctx)
-		if err != nil {
-			return report.Observation{}, machineapi.LearnerNotApplicable(err, "member list")
-		}
-		return Judge(members), nil
-	})
+	return etcdcheck.NewList(report.CheckEtcdMembership, c, (*machineapi.Client).EtcdMemberList, "member list", Judge)
 }
 
 // Judge turns a member list into the etcd-membership observation.
