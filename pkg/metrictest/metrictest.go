@@ -1,15 +1,21 @@
-// Package metrictest reads series from a prometheus.Gatherer (a Registry)
-// in tests: one way of finding a series by its name and some of its
-// labels, and of reading its value, for every package's tests.
+// Package metrictest reads series from a prometheus.Gatherer (a Registry,
+// or a scraped /metrics: Scrape, Text) in tests: one way of finding a
+// series by its name and some of its labels, and of reading its value, for
+// every package's tests.
 package metrictest
 
 import (
+	"context"
+	"io"
 	"maps"
+	"net/http"
 	"slices"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 )
 
 // Series returns every series of the family name, in the gatherer's order
@@ -99,4 +105,40 @@ func Pairs(labels map[string]string) []string {
 		out = append(out, k, labels[k])
 	}
 	return out
+}
+
+// Text is the metric families of a text exposition (what /metrics serves)
+// as a Gatherer, for Series, Lookup, Value and Sum. A parse error fails the
+// test.
+func Text(t testing.TB, r io.Reader) prometheus.Gatherer {
+	t.Helper()
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := parser.TextToMetricFamilies(r)
+	if err != nil {
+		t.Fatalf("parse metrics: %v", err)
+	}
+	out := make([]*dto.MetricFamily, 0, len(fams))
+	for _, name := range slices.Sorted(maps.Keys(fams)) {
+		out = append(out, fams[name])
+	}
+	return prometheus.GathererFunc(func() ([]*dto.MetricFamily, error) { return out, nil })
+}
+
+// Scrape is Text of what GET url (a /metrics endpoint) answers under ctx.
+// A failed request fails the test.
+func Scrape(t testing.TB, ctx context.Context, url string) prometheus.Gatherer {
+	t.Helper()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		t.Fatalf("scrape %s: %v", url, err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("scrape %s: %v", url, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("scrape %s: %s", url, resp.Status)
+	}
+	return Text(t, resp.Body)
 }

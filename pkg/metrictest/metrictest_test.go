@@ -1,9 +1,13 @@
 package metrictest
 
 import (
+	"context"
+	"net/http/httptest"
+	"strings"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -39,4 +43,28 @@ func TestReadSeries(t *testing.T) {
 	assert.Equal(t, map[string]string{"check": "a", "reason": "panic"}, LabelsOf(m))
 	assert.Equal(t, []string{"a", "1", "b", "2"}, Pairs(map[string]string{"b": "2", "a": "1"}))
 	assert.Panics(t, func() { Has(m, "check") }, "an odd number of label strings")
+}
+
+// TestScrape reads a registry's series back through its /metrics text, as
+// the lab's tests read the binaries'.
+func TestScrape(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	c := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "c_total", Help: "c"}, []string{"node"})
+	g := prometheus.NewGauge(prometheus.GaugeOpts{Name: "g", Help: "g"})
+	reg.MustRegister(c, g)
+	c.WithLabelValues("n1").Add(3)
+	c.WithLabelValues("n2").Add(4)
+	g.Set(2.5)
+	srv := httptest.NewServer(promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	defer srv.Close()
+
+	scraped := Scrape(t, context.Background(), srv.URL)
+	assert.Equal(t, 4.0, Value(t, scraped, "c_total", Pairs(map[string]string{"node": "n2"})...))
+	assert.Equal(t, 7.0, Sum(t, scraped, "c_total"))
+	assert.Equal(t, 2.5, Value(t, scraped, "g"))
+	assert.Nil(t, Lookup(t, scraped, "c_total", "node", "n3"))
+
+	text := Text(t, strings.NewReader("# TYPE up gauge\nup{job=\"a\"} 1\nup{job=\"b\"} 0\n"))
+	assert.Equal(t, 1.0, Value(t, text, "up", "job", "a"))
+	assert.Len(t, Series(t, text, "up"), 2)
 }

@@ -15,13 +15,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	healthv1alpha1 "github.com/cozystack/cozy-health/pkg/apis/health/v1alpha1"
 	"github.com/cozystack/cozy-health/pkg/drainapi"
+	"github.com/cozystack/cozy-health/pkg/metrictest"
 	"github.com/cozystack/cozy-health/test/harness"
 	"github.com/cozystack/cozy-health/test/lab"
 )
@@ -539,35 +538,13 @@ func lastReport(t *testing.T, ctx context.Context, url, node string) float64 {
 }
 
 // scrapeValue reads the value of the series of metric name whose labels
-// include labels from an aggregator's /metrics (a gauge, or a counter).
+// include labels from an aggregator's /metrics (a gauge, or a counter); no
+// such series fails the test.
 func scrapeValue(t *testing.T, ctx context.Context, url, name string, labels map[string]string) float64 {
 	t.Helper()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	require.NoError(t, err)
-	resp, err := http.DefaultClient.Do(req)
-	require.NoError(t, err)
-	defer resp.Body.Close()
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	fams, err := parser.TextToMetricFamilies(resp.Body)
-	require.NoError(t, err)
-	mf, ok := fams[name]
-	require.True(t, ok, "metric %s", name)
-	for _, m := range mf.GetMetric() {
-		match := 0
-		for _, lp := range m.GetLabel() {
-			if v, ok := labels[lp.GetName()]; ok && v == lp.GetValue() {
-				match++
-			}
-		}
-		if match == len(labels) {
-			if m.GetCounter() != nil {
-				return m.GetCounter().GetValue()
-			}
-			return m.GetGauge().GetValue()
-		}
-	}
-	t.Fatalf("no %s series with %v", name, labels)
-	return 0
+	m := metrictest.Lookup(t, metrictest.Scrape(t, ctx, url), name, metrictest.Pairs(labels)...)
+	require.NotNil(t, m, "no %s series with %v", name, labels)
+	return metrictest.ValueOf(m)
 }
 
 // nodeCondition holds when component's condition of type ctype on node
