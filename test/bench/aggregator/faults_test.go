@@ -6,6 +6,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"os"
+	"regexp"
 	"runtime"
 	"slices"
 	"strings"
@@ -15,9 +16,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -150,6 +151,11 @@ type faultSim struct {
 	// flapReports is the length of a degraded (and a healthy) spell.
 	flapReports                      int
 	rejected, reconnects, sendErrors atomic.Int64
+	// opened counts the streams whose hello was acknowledged; errs keeps
+	// the first few distinct stream errors (errMu).
+	opened atomic.Int64
+	errMu  sync.Mutex
+	errs   map[string]int
 	// late counts the reports by how late the publisher was against its
 	// schedule (lateBounds, the last bucket unbounded); skipped counts the
 	// reports not sent at all because it was more than an interval late.
@@ -160,6 +166,42 @@ type faultSim struct {
 
 var lateBounds = [7]time.Duration{10 * time.Millisecond, 50 * time.Millisecond, 100 * time.Millisecond, 250 * time.Millisecond,
 	500 * time.Millisecond, time.Second, 2500 * time.Millisecond}
+
+// addrPattern is a loopback address and port in an error message: the
+// same error on two connections counts as one.
+var addrPattern = regexp.MustCompile(`\d+\.\d+\.\d+\.\d+:\d+`)
+
+// noteError counts err among the stream errors (the first 8 distinct
+// messages).
+func (s *faultSim) noteError(err error) {
+	if err == nil {
+		return
+	}
+	s.errMu.Lock()
+	defer s.errMu.Unlock()
+	if s.errs == nil {
+		s.errs = map[string]int{}
+	}
+	msg := addrPattern.ReplaceAllString(err.Error(), "ADDR")
+	if _, ok := s.errs[msg]; ok || len(s.errs) < 8 {
+		s.errs[msg]++
+	}
+}
+
+// errorSample is the stream errors so far, most frequent first.
+func (s *faultSim) errorSample() string {
+	s.errMu.Lock()
+	defer s.errMu.Unlock()
+	if len(s.errs) == 0 {
+		return "none"
+	}
+	var out []string
+	for m, n := range s.errs {
+		out = append(out, fmt.Sprintf("%dx %q", n, m))
+	}
+	slices.Sort(out)
+	return strings.Join(out, "; ")
+}
 
 // lateCounts is a copy of the late histogram.
 func (s *faultSim) lateCounts() []int64 {
@@ -280,10 +322,11 @@ func (s *faultSim) send(ctx context.Context, a *faultAgent, conn *grpc.ClientCon
 	var sentSeq uint64
 	delay := 500 * time.Millisecond
 	for ctx.Err() == nil {
-		carried, _ := s.stream(ctx, a, conn, wake, &sentSeq)
+		carried, err := s.stream(ctx, a, conn, wake, &sentSeq)
 		if ctx.Err() != nil {
 			return
 		}
+		s.noteError(err)
 		s.reconnects.Add(1)
 		if carried {
 			delay = 500 * time.Millisecond
@@ -317,6 +360,7 @@ func (s *faultSim) stream(ctx context.Context, a *faultAgent, conn *grpc.ClientC
 		s.rejected.Add(1)
 		return false, fmt.Errorf("hello rejected: %s", r)
 	}
+	s.opened.Add(1)
 	for {
 		if n := a.newest.Load(); n != nil && n.seq > *sentSeq {
 			if err := stream.Send(&pb.IngestRequest{Msg: &pb.IngestRequest_Report{Report: n.sr}}); err != nil {
@@ -497,39 +541,18 @@ func runFaults(b *testing.B, s faultSettings) {
 			_ = cc.Close()
 		}
 	}()
-	// Every connection is made before any agent reports, at most 32
-	// handshakes at a time: 10,000 agents dialing three replicas at the
-	// same instant (30,000 TLS handshakes) starve a 2-core machine for
-	// minutes, their dials time out and retry, and the warm-up measures
-	// that, not the aggregator. A cluster's agents start over minutes.
+	// The agents start 64 at a time, each batch once its streams are open
+	// (or after 20 s): 10,000 agents dialing three replicas at the same
+	// instant (30,000 TLS handshakes and hellos) starve a 2-core machine
+	// for minutes, their dials and hellos time out and retry, and the
+	// warm-up measures that, not the aggregator. A cluster's agents start
+	// over minutes.
 	conns = make([]*grpc.ClientConn, s.nodes*s.replicas)
 	for i := range conns {
 		conns[i], err = grpc.NewClient(procs[i%s.replicas].listen, append(wire.DialOptions(), grpc.WithTransportCredentials(credentials.NewTLS(creds)))...)
 		require.NoError(b, err)
 	}
-	connStart := time.Now()
-	sem := make(chan struct{}, 32)
-	var connected atomic.Int64
-	var cwg sync.WaitGroup
-	for _, cc := range conns {
-		sem <- struct{}{}
-		cwg.Add(1)
-		go func() {
-			defer cwg.Done()
-			defer func() { <-sem }()
-			cctx, ccancel := context.WithTimeout(ctx, time.Minute)
-			defer ccancel()
-			cc.Connect()
-			for st := cc.GetState(); st != connectivity.Ready; st = cc.GetState() {
-				if !cc.WaitForStateChange(cctx, st) {
-					return
-				}
-			}
-			connected.Add(1)
-		}()
-	}
-	cwg.Wait()
-	fmt.Printf("    %d of %d connections ready after %s\n", connected.Load(), len(conns), time.Since(connStart).Round(100*time.Millisecond))
+	rampStart := time.Now()
 	for i, a := range sim.agents {
 		for r := range procs {
 			cc := conns[i*s.replicas+r]
@@ -539,14 +562,24 @@ func runFaults(b *testing.B, s faultSettings) {
 		wg.Add(1)
 		phase := time.Duration(rand.Int64N(int64(interval)))
 		go func() { defer wg.Done(); sim.publish(actx, a, phase) }()
+		if (i+1)%64 == 0 || i == len(sim.agents)-1 {
+			want := int64((i + 1) * s.replicas)
+			for t0 := time.Now(); sim.opened.Load() < want && time.Since(t0) < 20*time.Second; {
+				time.Sleep(20 * time.Millisecond)
+			}
+		}
 	}
+	fmt.Printf("    %d agents started, %d of %d streams open after %s; stream errors: %s\n", s.nodes, sim.opened.Load(), len(conns),
+		time.Since(rampStart).Round(100*time.Millisecond), sim.errorSample())
 
 	// Warm-up: a leader writes every node, all Healthy.
 	start := time.Now()
-	require.Eventually(b, func() bool {
+	if !assert.Eventually(b, func() bool {
 		h, err := hc.HealthV1alpha1().Healths(namespace).Get(ctx, report.ComponentNode, metav1.GetOptions{})
 		return err == nil && len(h.Status.Nodes) == s.nodes && h.Status.Overall == healthv1alpha1.StatusHealthy
-	}, 10*time.Minute, time.Second, "the node object never listed every node Healthy")
+	}, 10*time.Minute, time.Second) {
+		b.Fatalf("the node object never listed every node Healthy; %d streams open; stream errors: %s", sim.opened.Load(), sim.errorSample())
+	}
 	fmt.Printf("    warm-up: %d nodes on %d replicas in the Health objects after %s (leader %s)\n", s.nodes, s.replicas, time.Since(start).Round(time.Second), leaseHolder(ctx, cs))
 	time.Sleep(10 * time.Second)
 	baseline, _, err := readStates(ctx, hc)
@@ -942,6 +975,7 @@ func runFaults(b *testing.B, s faultSettings) {
 		fmtBound(lateQuantile(late0, late1, 0.5)), fmtBound(lateQuantile(late0, late1, 0.99)), time.Duration(sim.maxLate.Load()).Seconds(), sim.skipped.Load(),
 		recKill-rec0, sim.reconnects.Load()-recKill, sim.rejected.Load()-rej0, sim.sendErrors.Load()-sendErr0, float64(simPeakRSS.Load())/(1<<20))
 	say("  replicas' peak RSS      %.0f MiB (the largest)", float64(peakRSS.Load())/(1<<20))
+	say("  stream errors           %s", sim.errorSample())
 	if lost > 0 {
 		b.Errorf("%d lost writes %s after the kill: %s", lost, s.settle, strings.Join(lostSample, "; "))
 	}
