@@ -834,6 +834,7 @@ func runFaults(b *testing.B, s faultSettings) {
 	busy1, total1, err := benchproc.MachineCPU()
 	require.NoError(b, err)
 	late1 := sim.lateCounts()
+	var applyMean float64
 	for i, p := range procs {
 		if i == killed {
 			continue
@@ -841,6 +842,10 @@ func runFaults(b *testing.B, s faultSettings) {
 		m, err := benchproc.Gather(p.metricsAddr)
 		require.NoError(b, err)
 		accepted[i][1] = benchproc.Value(m, "cozy_health_reports_accepted_total", nil)
+		if p.identity == newLeader {
+			// The next leader's mean status apply, since it took over.
+			applyMean = benchproc.Value(m, "cozy_health_write_duration_seconds", nil)
+		}
 	}
 	for i, pc := range append(cpus, replicaCPU...) {
 		if i-len(cpus) == killed {
@@ -952,6 +957,7 @@ func runFaults(b *testing.B, s faultSettings) {
 	b.ReportMetric(lateQuantile(late0, late1, 0.99), "sim_late_p99_s")
 	b.ReportMetric(float64(peakRSS.Load())/(1<<20), "replica_peak_rss_MiB")
 	b.ReportMetric(float64(s.replicas), "replicas")
+	b.ReportMetric(applyMean, "leader_apply_mean_s")
 	b.ReportMetric(load.Load1, "load1_before")
 
 	say := func(format string, args ...any) { fmt.Printf("    "+format+"\n", args...) }
@@ -965,7 +971,8 @@ func runFaults(b *testing.B, s faultSettings) {
 		leader, newLeader, takeover.Sub(killAt).Seconds(), firstWrite.Sub(killAt).Seconds())
 	say("  lost writes             %d entries of %d nodes x %d objects differ from what they must read %s after the kill%s; the disk object matched everywhere %s after the kill (%d still differing at its last event)",
 		lost, s.nodes, len(report.NodeComponents), s.settle, strings.Join(append([]string{""}, lostSample...), "; "), sinceOrNever(settled, killAt), stillMismatched)
-	say("  apiserver writes        %.2f Health writes/s (target <= 2 /s), %.2f Lease writes/s (the apiserver's apiserver_request_total)", writesPerSec, (lw1-lw0)/elapsed)
+	say("  apiserver writes        %.2f Health writes/s (target <= 2 /s), %.2f Lease writes/s (the apiserver's apiserver_request_total); the next leader's mean status apply %.2f s",
+		writesPerSec, (lw1-lw0)/elapsed, applyMean)
 	say("  Health objects          bytes as JSON: %s; largest %s %.0f KiB (etcd's request limit 1536 KiB)", strings.Join(sizeList, ", "), largestName, float64(largest)/1024)
 	say("  false Unknown           %d nodes that never went silent read Unknown at some point (the simulator late, or a replica's view)", falseUnknown)
 	say("  reports accepted /s     %s (killed: until the kill)", strings.Join(reportsPerSec, ", "))

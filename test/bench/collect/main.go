@@ -323,8 +323,9 @@ func FaultRows(sizes []int) []Row {
 			row("etcd_cpu_%core", "CPU of etcd", "% of a core"),
 			row("simulator_cpu_%core", "CPU of the simulated agents", "% of a core"),
 			row("machine_busy_%", "the machine's CPU busy", "%"),
-			row("sim_late_p99_s", "simulated reports late against their schedule, p99 (bucket bound)", "s"),
+			row("sim_late_p99_s", "simulated reports late against their schedule, p99 (bucket bound; +Inf: over 2.5 s)", "s"),
 			row("replica_peak_rss_MiB", "RSS peak of a replica", "MiB"),
+			row("leader_apply_mean_s", "the next leader's mean status apply", "s"),
 		)
 	}
 	return rows
