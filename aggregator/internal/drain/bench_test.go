@@ -203,3 +203,18 @@ func BenchmarkPlacementIndex5000Nodes(b *testing.B) {
 	b.StopTimer()
 	b.ReportMetric(float64(cpu)/float64(b.N)/float64(time.Millisecond), "cpu-ms")
 }
+
+// BenchmarkEvaluateAll5000Nodes is one evaluation of the disruption budget
+// (every node's reboot verdict, drainserver.Budget's work every period on
+// every replica) of the simulated 5,000-node cluster.
+func BenchmarkEvaluateAll5000Nodes(b *testing.B) {
+	s := drain.NewSnapshot(draintest.SimulatedCluster(), draintest.T0)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if got := drain.EvaluateAll(s, draintest.T0); len(got) != draintest.BenchNodes {
+			b.Fatalf("%d verdicts, want %d", len(got), draintest.BenchNodes)
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Milliseconds())/float64(b.N), "ms/evaluation")
+}

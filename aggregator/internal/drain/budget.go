@@ -26,6 +26,7 @@ func (s *Snapshot) Nodes() []string {
 // by node.
 func EvaluateAll(s *Snapshot, now time.Time) map[string]Result {
 	out := make(map[string]Result, s.Len())
+	s = s.forEvaluation(now)
 	for _, node := range s.Nodes() {
 		out[node] = EvaluateIntent(node, IntentReboot, s, now)
 	}
@@ -44,7 +45,9 @@ type BudgetSnapshot struct {
 	// next one (drainserver.Budget.Run's period, stretched by
 	// NextBudgetWait).
 	Took, Period time.Duration
-	// Results are every known node's reboot verdict, by node.
+	// Results are every known node's reboot verdict, by node; the budget
+	// keeps each one's blocked and unknown reasons only (API reads no
+	// other).
 	Results map[string]Result
 
 	// encoded is API() as JSON, encoded once for every request that reads

@@ -176,7 +176,7 @@ func corroborated(r replica, reps []replica, claimedUp int) bool {
 // Replicas LINSTOR counts but no reporting node holds are uncertain, and
 // so is a replica claim no other holder's view of LINSTOR corroborates.
 func countReplicas(res, node string, s *Snapshot, now time.Time) replicaCount {
-	reps := s.replicas(res)
+	reps, lives := s.replicasAt(res, now)
 	c := replicaCount{replicas: len(reps)}
 	ltdUpToDate := -1
 	claimedUp, othersUp, viewUp := 0, 0, -1
@@ -191,7 +191,8 @@ func countReplicas(res, node string, s *Snapshot, now time.Time) replicaCount {
 			viewUp = r.upToDateReplicas
 		}
 	}
-	for _, r := range reps {
+	for i := range reps {
+		r := &reps[i]
 		if r.replicas > c.replicas {
 			c.replicas = r.replicas
 		}
@@ -199,10 +200,16 @@ func countReplicas(res, node string, s *Snapshot, now time.Time) replicaCount {
 			ltdUpToDate = r.upToDateReplicas
 		}
 		if r.node == node {
-			c.target = r
+			c.target = *r
 			continue
 		}
-		lv, why := s.liveness(r.node, now)
+		var lv liveness
+		var why string
+		if lives != nil {
+			lv, why = lives[i].lv, lives[i].why
+		} else {
+			lv, why = s.liveness(r.node, now)
+		}
 		switch {
 		case lv == gone:
 			c.others = append(c.others, r.node+" "+why)
@@ -218,7 +225,7 @@ func countReplicas(res, node string, s *Snapshot, now time.Time) replicaCount {
 				c.upToDateMaybe++
 			}
 			c.others = append(c.others, r.node+" Unknown")
-		case !corroborated(r, reps, claimedUp):
+		case !corroborated(*r, reps, claimedUp):
 			c.reachableMaybe++
 			if r.upToDate && !r.diskless {
 				c.upToDateMaybe++

@@ -81,6 +81,92 @@ type Snapshot struct {
 	// ctl is the LINSTOR controller's view when the aggregator reads it;
 	// nil: the agents' drbd-resource reports are read.
 	ctl *controllerView
+	// memo is set on the copy one evaluation of every node reads
+	// (forEvaluation); nil otherwise.
+	memo *evalMemo
+}
+
+// evalMemo is what every node's verdict at one now shares (EvaluateAll):
+// each raft cluster's View and each DRBD resource's replicas, read once
+// instead of once per node that reads them (per node, 5,000 times a budget
+// at 5,000 nodes).
+type evalMemo struct {
+	now   time.Time
+	views map[string]quorum.View
+	// byRes is every resource's replicas from the agents' reports; nil
+	// when the controller's view is read (it is indexed already).
+	byRes map[string]resMemo
+	// live is every node's liveness and freshness at now.
+	live map[string]nodeLive
+}
+
+// resMemo is one resource's replicas and their holders' liveness, in the
+// same order.
+type resMemo struct {
+	reps []replica
+	live []nodeLive
+}
+
+// nodeLive is one node's liveness at an evaluation's now.
+type nodeLive struct {
+	lv    liveness
+	why   string
+	fresh bool
+}
+
+// forEvaluation returns a copy of s for evaluating many nodes at now: its
+// raft views and replicas are read once, here. s itself is unchanged (its
+// readers may be concurrent).
+func (s *Snapshot) forEvaluation(now time.Time) *Snapshot {
+	c := *s
+	m := &evalMemo{now: now, views: make(map[string]quorum.View, 1+len(quorum.OVNDatabases))}
+	m.views[quorum.Etcd] = s.view(quorum.Etcd, now)
+	for _, db := range quorum.OVNDatabases {
+		m.views[db] = s.view(db, now)
+	}
+	m.live = make(map[string]nodeLive, len(s.nodes))
+	for name := range s.nodes {
+		lv, why := s.liveness(name, now)
+		m.live[name] = nodeLive{lv: lv, why: why, fresh: s.fresh(name, now)}
+	}
+	if s.ctl == nil {
+		// Every holder's facts in name order: each resource's replicas
+		// come out in its holders' order (sorted), as replicas reads them.
+		names := make([]string, 0, len(s.facts))
+		for name, f := range s.facts {
+			if len(f.drbd) > 0 {
+				names = append(names, name)
+			}
+		}
+		sort.Strings(names)
+		// One backing array each, carved per resource by its holders.
+		total := 0
+		for _, h := range s.holders {
+			total += len(h)
+		}
+		reps, lives := make([]replica, 0, total), make([]nodeLive, 0, total)
+		at := make(map[string]*resMemo, len(s.holders))
+		m.byRes = make(map[string]resMemo, len(s.holders))
+		for res, h := range s.holders {
+			n := len(reps)
+			at[res] = &resMemo{reps: reps[n : n : n+len(h)], live: lives[n : n : n+len(h)]}
+			reps, lives = reps[:n+len(h)], lives[:n+len(h)]
+		}
+		for _, name := range names {
+			l := m.live[name]
+			for _, d := range s.facts[name].drbd {
+				if r := at[d.resource]; r != nil && len(r.reps) < cap(r.reps) {
+					r.reps = append(r.reps, d.rep)
+					r.live = append(r.live, l)
+				}
+			}
+		}
+		for res, r := range at {
+			m.byRes[res] = *r
+		}
+	}
+	c.memo = m
+	return &c
 }
 
 // WithControllerView returns s reading the LINSTOR replicas from the
@@ -266,6 +352,11 @@ func (x *Indexer) Snapshot(nodes map[string]NodeInfo, takenAt time.Time) *Snapsh
 // view is the raft reader's View of cluster at now (quorum.Read over the
 // nodes of s.raft, each as fresh as it is at now).
 func (s *Snapshot) view(cluster string, now time.Time) quorum.View {
+	if m := s.memo; m != nil && now.Equal(m.now) {
+		if v, ok := m.views[cluster]; ok {
+			return v
+		}
+	}
 	nodes := make([]quorum.Node, 0, len(s.raft))
 	for _, name := range s.raft {
 		n := s.nodes[name]
@@ -323,6 +414,9 @@ func (s *Snapshot) replicas(res string) []replica {
 	if s.ctl != nil {
 		return s.ctl.byRes[res]
 	}
+	if m := s.memo; m != nil && m.byRes != nil {
+		return m.byRes[res].reps
+	}
 	holders := s.holders[res]
 	out := make([]replica, 0, len(holders))
 	for _, n := range holders {
@@ -338,6 +432,17 @@ func (s *Snapshot) replicas(res string) []replica {
 	return out
 }
 
+// replicasAt returns every replica of resource res, by node, and when
+// the evaluation's memo has them (forEvaluation) their holders' liveness
+// at now, in the same order; nil liveness: ask liveness.
+func (s *Snapshot) replicasAt(res string, now time.Time) ([]replica, []nodeLive) {
+	if m := s.memo; m != nil && m.byRes != nil && now.Equal(m.now) {
+		r := m.byRes[res]
+		return r.reps, r.live
+	}
+	return s.replicas(res), nil
+}
+
 // Known tells whether node is a Kubernetes Node or has an agent report.
 func (s *Snapshot) Known(node string) bool {
 	n, ok := s.nodes[node]
@@ -349,6 +454,11 @@ func (s *Snapshot) Len() int { return len(s.nodes) }
 
 // fresh tells whether node's agent is within its heartbeat grace at now.
 func (s *Snapshot) fresh(node string, now time.Time) bool {
+	if m := s.memo; m != nil && now.Equal(m.now) {
+		if l, ok := m.live[node]; ok {
+			return l.fresh
+		}
+	}
 	n, ok := s.nodes[node]
 	if !ok || n.LastReport == nil || !n.Fresh {
 		return false
@@ -359,6 +469,11 @@ func (s *Snapshot) fresh(node string, now time.Time) bool {
 // liveness classifies node at now for the projections, with a short
 // explanation when it is not live.
 func (s *Snapshot) liveness(node string, now time.Time) (liveness, string) {
+	if m := s.memo; m != nil && now.Equal(m.now) {
+		if l, ok := m.live[node]; ok {
+			return l.lv, l.why
+		}
+	}
 	n, ok := s.nodes[node]
 	switch {
 	case !ok || !n.Exists:

@@ -69,12 +69,22 @@ func NewBudget(svc *Service, reg prometheus.Registerer) (*Budget, error) {
 }
 
 // Update evaluates every known node now and exports the verdicts; it
-// returns them by node.
+// returns them by node, each with its blocked and unknown reasons only
+// (withoutSafeReasons).
 func (b *Budget) Update() map[string]drain.Result {
 	now := b.svc.clock.Now()
 	snap := b.svc.Snapshot(now)
 	out := drain.EvaluateAll(snap, now)
 	for node, res := range out {
+		out[node] = withoutSafeReasons(res)
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for node, res := range out {
+		// A node's series change only with its verdict.
+		if p, ok := b.last[node]; ok && p.Verdict == res.Verdict {
+			continue
+		}
 		for _, v := range []drain.Verdict{drain.Safe, drain.Blocked, drain.Unknown} {
 			val := 0.0
 			if res.Verdict == v {
@@ -83,8 +93,6 @@ func (b *Budget) Update() map[string]drain.Result {
 			b.gauge.WithLabelValues(node, string(v)).Set(val)
 		}
 	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
 	changed := len(b.last) != len(out)
 	for node, prev := range b.last {
 		if res, ok := out[node]; !ok {
@@ -102,6 +110,35 @@ func (b *Budget) Update() map[string]drain.Result {
 	b.last = out
 	b.latest = &drain.BudgetSnapshot{Gen: b.gen, At: now, Results: out}
 	return out
+}
+
+// withoutSafeReasons is r keeping only its blocked and unknown reasons:
+// the budget is read for its verdicts (the gauge, the rollup) and those
+// reasons (BudgetSnapshot.API), and at thousands of nodes the safe ones
+// (one or more per rule per node) were most of what an evaluation kept
+// alive between two.
+func withoutSafeReasons(r drain.Result) drain.Result {
+	n := 0
+	for _, x := range r.Reasons {
+		if x.Verdict != drain.Safe {
+			n++
+		}
+	}
+	if n == len(r.Reasons) {
+		return r
+	}
+	if n == 0 {
+		r.Reasons = nil
+		return r
+	}
+	kept := make([]drain.Reason, 0, n)
+	for _, x := range r.Reasons {
+		if x.Verdict != drain.Safe {
+			kept = append(kept, x)
+		}
+	}
+	r.Reasons = kept
+	return r
 }
 
 // Run updates the budget every period (NextBudgetWait: longer where an

@@ -49,4 +49,21 @@ cozy_health_drain_verdict{node="node-3",verdict="unknown"} 0
 	assert.Equal(t, drain.Blocked, got["node-3"].Verdict)
 	assert.Equal(t, 1.0, testutil.ToFloat64(b.gauge.WithLabelValues("node-2", "blocked")))
 	assert.Equal(t, 0.0, testutil.ToFloat64(b.gauge.WithLabelValues("node-2", "safe")))
+
+	// The budget keeps each verdict's blocked and unknown reasons, and
+	// only those: drain-check's own answer has the safe ones too.
+	now := clk.Now()
+	for node, r := range got {
+		full := drain.Evaluate(node, svc.Snapshot(now), now)
+		assert.Equal(t, full.Verdict, r.Verdict, node)
+		var want []drain.Reason
+		for _, x := range full.Reasons {
+			if x.Verdict != drain.Safe {
+				want = append(want, x)
+			}
+		}
+		assert.Equal(t, want, r.Reasons, node)
+		assert.Less(t, len(r.Reasons), len(full.Reasons), "%s: its safe reasons are dropped", node)
+	}
+	assert.NotEmpty(t, got["node-2"].Reasons, "a blocked node keeps why")
 }
