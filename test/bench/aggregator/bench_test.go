@@ -68,7 +68,12 @@ type agent struct {
 	instance string
 	seq      uint64
 	controlP bool
-	stop     atomic.Bool
+	// resources are the DRBD resources the node holds a replica of: each
+	// of the cluster's resources has its 3 replicas on 3 neighbouring
+	// nodes, all of them reporting (a healthy cluster, as the drain rules
+	// and the budget see it).
+	resources []string
+	stop      atomic.Bool
 	// degrade makes the agent's next reports carry a Degraded fsync
 	// probe; degradedSent is the unix-nano time the first one was sent,
 	// recoveredSent that of the first Healthy one after it.
@@ -96,9 +101,9 @@ func (a *agent) report(now time.Time, degraded bool) *report.NodeReport {
 		{Component: report.ComponentKubeOVN, Check: report.CheckKubeOVNPinger, Status: h, Reason: "PingOK", Message: "0 unreachable", ResourceRef: nodeRef},
 		{Component: report.ComponentLinstor, Check: report.CheckLinstorSatellite, Status: h, Reason: "Online", Message: "satellite ONLINE", ResourceRef: nodeRef},
 	}
-	for i := range 3 {
+	for _, res := range a.resources {
 		obs = append(obs, report.Observation{Component: report.ComponentLinstor, Check: report.CheckDRBDResource, Status: h, Reason: "UpToDate", Message: "UpToDate",
-			ResourceRef: &report.ResourceRef{Kind: report.KindResource, Name: fmt.Sprintf("pvc-%s-%d", a.node, i)},
+			ResourceRef: &report.ResourceRef{Kind: report.KindResource, Name: res},
 			Attributes:  map[string]float64{report.AttrUpToDate: 1, report.AttrReplicas: 3, report.AttrUpToDateReplicas: 3}})
 	}
 	if a.controlP {
@@ -260,6 +265,9 @@ func newCluster(ctx context.Context, b *testing.B, nodes int) *cluster {
 		s, err := signing.LoadKeyFile(priv)
 		require.NoError(b, err)
 		agents[i] = &agent{node: name, signer: s, instance: fmt.Sprintf("bench-%d-%d", i, time.Now().UnixNano()), controlP: i < 3}
+		for k := range 3 {
+			agents[i].resources = append(agents[i].resources, fmt.Sprintf("pvc-%05d", (i-k+nodes)%nodes))
+		}
 	}
 	// The Node objects, as a cluster has them: every node Ready (the
 	// aggregator's warm-up waits for Ready nodes), the three etcd members'
@@ -471,6 +479,13 @@ func runBench(b *testing.B, nodes int, window time.Duration) {
 	rej := benchproc.Value(m1, "cozy_health_reports_rejected_total", nil)
 	claimsRejected := benchproc.Value(m1, "cozy_health_claims_rejected_total", nil)
 	require.Zero(b, claimsRejected, "the control-plane nodes' etcd member claims are believed (cozy_health_claims_rejected_total); log: %s", logPath)
+	// The disruption budget of the simulated cluster (every node's reboot
+	// verdict, evaluated every few seconds): healthy, so every node safe.
+	budget := map[string]float64{}
+	for _, v := range []string{"safe", "blocked", "unknown"} {
+		budget[v] = benchproc.Value(m1, "cozy_health_drain_verdict", map[string]string{"verdict": v})
+	}
+	require.Positive(b, budget["safe"], "cozy_health_drain_verdict: the budget was evaluated; log: %s", logPath)
 	rollupMean := benchproc.Value(m1, "cozy_health_rollup_duration_seconds", nil)
 	writeMean := benchproc.Value(m1, "cozy_health_write_duration_seconds", nil)
 	heapInuse := benchproc.Value(m1, "go_memstats_heap_inuse_bytes", nil)
@@ -595,6 +610,7 @@ func runBench(b *testing.B, nodes int, window time.Duration) {
 	say("  apiserver writes        %.2f /s successful (target <= 2 /s); %v failed writes in total", writesPerSec, writeErrs)
 	say("  reports accepted        %.0f /s; %v rejected in total; %d rejected acks seen by agents; %d stream reconnects", reportsPerSec, rej, rejected.Load(), reconnects.Load())
 	say("  Node objects            %d, all Ready, 3 control-plane (created in %s); %v etcd/OVN claims rejected (cozy_health_claims_rejected_total)", nodes, nodesTook.Round(100*time.Millisecond), claimsRejected)
+	say("  drain budget            %v safe, %v blocked, %v unknown (cozy_health_drain_verdict; 3 resources of 3 replicas per node)", budget["safe"], budget["blocked"], budget["unknown"])
 	say("  report -> Health        p50 %.2f s, max %.2f s over %d nodes recovering (send of the report -> the disk object shows it); turning Degraded (held by the damper) p50 %.2f s, max %.2f s",
 		pct(toHealth, 0.5), pct(toHealth, 1), len(toHealth), pct(worsen, 0.5), pct(worsen, 1))
 	say("  silent -> Unknown       %.1f s after its first missed report (target <= 15 s); %.1f s after its last report (grace 3 x 5 s = 15 s)", sinceMissed, sinceLast)
