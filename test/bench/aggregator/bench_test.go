@@ -41,6 +41,7 @@ import (
 	healthv1alpha1 "github.com/cozystack/cozy-health/pkg/apis/health/v1alpha1"
 	"github.com/cozystack/cozy-health/pkg/client/clientset/versioned"
 	"github.com/cozystack/cozy-health/pkg/report"
+	"github.com/cozystack/cozy-health/pkg/report/reporttest"
 	"github.com/cozystack/cozy-health/pkg/signing"
 	"github.com/cozystack/cozy-health/pkg/tlsutil"
 	"github.com/cozystack/cozy-health/pkg/wire"
@@ -110,7 +111,12 @@ func (a *agent) report(now time.Time, degraded bool) *report.NodeReport {
 		obs = append(obs,
 			report.Observation{Component: report.ComponentEtcd, Check: report.CheckEtcdMember, Status: h, Reason: "MemberHealthy", Message: "member healthy", ResourceRef: nodeRef, Attributes: map[string]float64{report.AttrIsLearner: 0}},
 			report.Observation{Component: report.ComponentEtcd, Check: report.CheckEtcdMembership, Status: h, Reason: "MembersListed", Message: "3 voting", ResourceRef: nodeRef, Attributes: map[string]float64{report.AttrVotingMembers: 3}},
-			report.Observation{Component: report.ComponentEtcd, Check: report.CheckFsyncLatency, Status: h, Reason: "LatencyOK", Message: "wal p99 3ms", ResourceRef: nodeRef})
+			report.Observation{Component: report.ComponentEtcd, Check: report.CheckFsyncLatency, Status: h, Reason: "LatencyOK", Message: "wal p99 3ms", ResourceRef: nodeRef},
+			// kube-ovn runs (every node's pinger says so): its ovn-central
+			// members are on the control-plane nodes, as Cozystack places
+			// them (without them every node's drain verdict is unknown).
+			reporttest.OVNCentralMember("OVN_Northbound", h, 3),
+			reporttest.OVNCentralMember("OVN_Southbound", h, 3))
 	}
 	return &report.NodeReport{NodeName: a.node, AgentInstanceID: a.instance, Sequence: a.seq, SentAt: now, Interval: interval, AgentVersion: "bench", Observations: obs}
 }
