@@ -99,10 +99,10 @@ func (b *BudgetSnapshot) API() drainapi.Budget {
 }
 
 // maxBudgetDutyCycle bounds the share of one core the budget loop takes:
-// every node's verdict costs more with more nodes (each judges the
-// cluster's quorums and replicas), so the wait after an evaluation is at
-// least its duration over this share (1.5 s at 5,000 nodes: 30 s), and
-// never shorter than the loop's period (drainserver.Budget.Run).
+// an evaluation costs more with more nodes and resources, so the wait
+// after one is at least its duration over this share (one of 1.5 s waits
+// 30 s; BenchmarkEvaluateAll5000Nodes measures it), and never shorter
+// than the loop's period (drainserver.Budget.Run).
 const maxBudgetDutyCycle = 0.05
 
 // NextBudgetWait is the wait after an evaluation that took took, with
