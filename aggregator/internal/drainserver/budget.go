@@ -19,8 +19,8 @@ import (
 // computes it from its own full state, so any replica's series answer
 // "which node could be drained now?" and "can any?".
 type Budget struct {
-	svc   *Service
-	gauge *prometheus.GaugeVec
+	svc  *Service
+	desc *prometheus.Desc
 
 	// mu guards last: the verdict last exported per node, so a node gone
 	// from the state loses its series; and latest.
@@ -42,10 +42,49 @@ func (b *Budget) Accepted(string, time.Time) {}
 func (b *Budget) Removed(node string) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	for _, v := range []drain.Verdict{drain.Safe, drain.Blocked, drain.Unknown} {
-		b.gauge.DeleteLabelValues(node, string(v))
+	if _, ok := b.last[node]; !ok {
+		return
 	}
-	delete(b.last, node)
+	// A copy: the map is also the latest evaluation's Results, which
+	// readers of Latest range over without the lock.
+	last := make(map[string]drain.Result, len(b.last))
+	for n, r := range b.last {
+		if n != node {
+			last[n] = r
+		}
+	}
+	b.last = last
+}
+
+// budgetVerdicts are the values of cozy_health_drain_verdict's verdict
+// label, in the order Collect writes them.
+var budgetVerdicts = []drain.Verdict{drain.Safe, drain.Blocked, drain.Unknown}
+
+// Describe implements prometheus.Collector.
+func (b *Budget) Describe(ch chan<- *prometheus.Desc) { ch <- b.desc }
+
+// MetricTypes names the type of cozy_health_drain_verdict before the
+// first evaluation has series (pkg/reference.Typed).
+func (b *Budget) MetricTypes() map[*prometheus.Desc]prometheus.ValueType {
+	return map[*prometheus.Desc]prometheus.ValueType{b.desc: prometheus.GaugeValue}
+}
+
+// Collect implements prometheus.Collector: cozy_health_drain_verdict of
+// every node of the last evaluation, written at the scrape from the
+// verdicts the budget keeps anyway (a GaugeVec would keep three series,
+// about 2.5 KiB, per node besides).
+func (b *Budget) Collect(ch chan<- prometheus.Metric) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for node, r := range b.last {
+		for _, v := range budgetVerdicts {
+			val := 0.0
+			if r.Verdict == v {
+				val = 1
+			}
+			ch <- prometheus.MustNewConstMetric(b.desc, prometheus.GaugeValue, val, node, string(v))
+		}
+	}
 }
 
 // Latest is the last evaluation; nil before the first.
@@ -57,15 +96,16 @@ func (b *Budget) Latest() *drain.BudgetSnapshot {
 
 // NewBudget returns the budget of svc; reg may be nil.
 func NewBudget(svc *Service, reg prometheus.Registerer) (*Budget, error) {
-	g := prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "cozy_health", Subsystem: "drain", Name: "verdict",
-		Help: "The drain verdict (reboot) of every node, computed continuously: 1 for the node's current verdict (safe, blocked, unknown), 0 for the others."},
-		[]string{"node", "verdict"})
+	b := &Budget{svc: svc, last: map[string]drain.Result{},
+		desc: prometheus.NewDesc("cozy_health_drain_verdict",
+			"The drain verdict (reboot) of every node, computed continuously: 1 for the node's current verdict (safe, blocked, unknown), 0 for the others.",
+			[]string{"node", "verdict"}, nil)}
 	if reg != nil {
-		if err := reg.Register(g); err != nil {
+		if err := reg.Register(b); err != nil {
 			return nil, fmt.Errorf("register drain budget metric: %w", err)
 		}
 	}
-	return &Budget{svc: svc, gauge: g, last: map[string]drain.Result{}}, nil
+	return b, nil
 }
 
 // Update evaluates every known node now and exports the verdicts; it
@@ -80,28 +120,11 @@ func (b *Budget) Update() map[string]drain.Result {
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	for node, res := range out {
-		// A node's series change only with its verdict.
-		if p, ok := b.last[node]; ok && p.Verdict == res.Verdict {
-			continue
-		}
-		for _, v := range []drain.Verdict{drain.Safe, drain.Blocked, drain.Unknown} {
-			val := 0.0
-			if res.Verdict == v {
-				val = 1
-			}
-			b.gauge.WithLabelValues(node, string(v)).Set(val)
-		}
-	}
 	changed := len(b.last) != len(out)
 	for node, prev := range b.last {
-		if res, ok := out[node]; !ok {
+		if res, ok := out[node]; !ok || res.Verdict != prev.Verdict {
 			changed = true
-			for _, v := range []drain.Verdict{drain.Safe, drain.Blocked, drain.Unknown} {
-				b.gauge.DeleteLabelValues(node, string(v))
-			}
-		} else if res.Verdict != prev.Verdict {
-			changed = true
+			break
 		}
 	}
 	if changed || b.latest == nil {

@@ -47,8 +47,27 @@ cozy_health_drain_verdict{node="node-3",verdict="unknown"} 0
 	assert.Equal(t, drain.Safe, got["node-1"].Verdict)
 	assert.Equal(t, drain.Blocked, got["node-2"].Verdict)
 	assert.Equal(t, drain.Blocked, got["node-3"].Verdict)
-	assert.Equal(t, 1.0, testutil.ToFloat64(b.gauge.WithLabelValues("node-2", "blocked")))
-	assert.Equal(t, 0.0, testutil.ToFloat64(b.gauge.WithLabelValues("node-2", "safe")))
+	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(`
+# HELP cozy_health_drain_verdict The drain verdict (reboot) of every node, computed continuously: 1 for the node's current verdict (safe, blocked, unknown), 0 for the others.
+# TYPE cozy_health_drain_verdict gauge
+cozy_health_drain_verdict{node="node-1",verdict="blocked"} 0
+cozy_health_drain_verdict{node="node-1",verdict="safe"} 1
+cozy_health_drain_verdict{node="node-1",verdict="unknown"} 0
+cozy_health_drain_verdict{node="node-2",verdict="blocked"} 1
+cozy_health_drain_verdict{node="node-2",verdict="safe"} 0
+cozy_health_drain_verdict{node="node-2",verdict="unknown"} 0
+cozy_health_drain_verdict{node="node-3",verdict="blocked"} 1
+cozy_health_drain_verdict{node="node-3",verdict="safe"} 0
+cozy_health_drain_verdict{node="node-3",verdict="unknown"} 0
+`), "cozy_health_drain_verdict"))
+	// A node gone from the state loses its series at once; the evaluation
+	// Latest serves is not changed under its readers.
+	latest := b.Latest()
+	b.Removed("node-3")
+	assert.Contains(t, latest.Results, "node-3")
+	n, err := testutil.GatherAndCount(reg, "cozy_health_drain_verdict")
+	require.NoError(t, err)
+	assert.Equal(t, 6, n)
 
 	// The budget keeps each verdict's blocked and unknown reasons, and
 	// only those: drain-check's own answer has the safe ones too.
