@@ -256,3 +256,59 @@ func cpuTime() time.Duration {
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
+
+// BenchmarkIngestVerifiers drives the verifiers as streams do: each of
+// `streams` goroutines hands its reports one at a time to
+// Server.verifyReport and waits for the ack, so reports of different
+// streams meet at the verifiers (and, since batched verification, are
+// verified in batches). reports/cpu-s divides by the process's CPU time
+// over the verify phases only (signing happens outside them);
+// sigs/batch is the mean of cozy_health_ingest_verify_batch_size.
+//
+//	go test -run '^$' -bench IngestVerifiers -benchtime 4096x ./aggregator/internal/ingest/
+func BenchmarkIngestVerifiers(b *testing.B) {
+	f, dir := newBenchFleet(b)
+	// Each stream count divides benchNodes, so that chunkFor gives report i
+	// to a node of stream i%streams.
+	for _, streams := range []int{8, 40, 100} {
+		b.Run(fmt.Sprintf("streams-%d", streams), func(b *testing.B) {
+			srv := benchServer(b, dir)
+			jobs := make([]*verifyJob, streams)
+			for i := range jobs {
+				jobs[i] = &verifyJob{resp: make(chan *pb.IngestResponse, 1)}
+			}
+			var cpu, wall time.Duration
+			n := 0
+			b.ResetTimer()
+			for n < b.N {
+				b.StopTimer()
+				sess, srs := chunkFor(b, f, min(benchChunk, b.N-n), streams)
+				runtime.GC()
+				c0, t0 := cpuTime(), time.Now()
+				b.StartTimer()
+				var wg sync.WaitGroup
+				for s := range streams {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						for i := s; i < len(srs); i += streams {
+							jobs[s].sess = sess[i]
+							if ack := srv.verifyReport(jobs[s], srs[i]).GetAck(); !ack.GetAccepted() {
+								b.Errorf("rejected: %s", ack.GetRejectReason())
+								return
+							}
+						}
+					}()
+				}
+				wg.Wait()
+				b.StopTimer()
+				cpu += cpuTime() - c0
+				wall += time.Since(t0)
+				n += len(srs)
+			}
+			b.ReportMetric(float64(n)/cpu.Seconds(), "reports/cpu-s")
+			b.ReportMetric(float64(n)/wall.Seconds(), "reports/s-wall")
+			reportBatchSizes(b, srv)
+		})
+	}
+}
