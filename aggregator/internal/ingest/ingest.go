@@ -173,27 +173,29 @@ func New(cfg Config, deps Deps) (*Server, error) {
 }
 
 // startVerifiers starts n goroutines (the verifiers) that verify every report
-// (handleReport's checks) for all streams. A stream's own goroutine only
-// receives, hands over and acknowledges, so its stack never holds an ed25519
+// (handleReport) for all streams. A stream's own goroutine only receives,
+// hands over and acknowledges, so its stack never holds an ed25519
 // verification or a payload decode and stays small: with one goroutine per
 // agent stream, that is most of the aggregator's stack memory at 5,000
-// nodes. A verifier takes the reports waiting together and verifies their
-// signatures in one batch (batch.go). Stop ends them.
+// nodes. Stop ends them.
 func (s *Server) startVerifiers(n int) {
 	s.jobs = make(chan *verifyJob)
 	s.stop = make(chan struct{})
-	g := &gatherer{jobs: s.jobs, stop: s.stop}
 	for range n {
 		s.verifiers.Add(1)
 		go func() {
 			defer s.verifiers.Done()
-			vb := newVerifierBatch()
 			for {
-				var done bool
-				vb.jobs, done = g.gather(vb.jobs)
-				s.verifyJobs(vb)
-				if done {
+				select {
+				case <-s.stop:
 					return
+				case j := <-s.jobs:
+					if j.pub != nil {
+						j.key, j.keyErr = signing.NewVerifyKey(j.pub)
+						j.resp <- nil
+						continue
+					}
+					j.resp <- s.handleReport(j.sess, j.sr)
 				}
 			}
 		}()
@@ -207,9 +209,7 @@ func (s *Server) Stop() {
 	s.verifiers.Wait()
 }
 
-// verifyReport has a verifier check the report as handleReport does (its
-// signature possibly verified in a batch with other streams' reports,
-// batch.go) and waits for its answer.
+// verifyReport runs handleReport on a verifier and waits for its answer.
 func (s *Server) verifyReport(j *verifyJob, sr *pb.SignedReport) *pb.IngestResponse {
 	j.sr = sr
 	// The report is garbage once checked: the job must not keep it alive

@@ -62,9 +62,6 @@ type metrics struct {
 	// the same node.
 	pending  prometheus.Gauge
 	replaced prometheus.Counter
-	// verifyBatchSize observes, per batch a verifier gathered, how many
-	// report signatures were verified together (batch.go).
-	verifyBatchSize prometheus.Histogram
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -101,16 +98,11 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		Name: "cozy_health_ingest_streams_replaced_total",
 		Help: "Authenticated agent streams closed because a newer stream of the same node was authenticated.",
 	})
-	m.verifyBatchSize = prometheus.NewHistogram(prometheus.HistogramOpts{
-		Name:    "cozy_health_ingest_verify_batch_size",
-		Help:    "Report signatures verified together in one batch by an ingest verifier (1: verified alone). A batch with a bad signature is verified again one signature at a time.",
-		Buckets: []float64{1, 2, 4, 8, 16, 32, 64},
-	})
 	for _, r := range []string{tokenReviewCached, tokenReviewCalled, tokenReviewError, tokenReviewThrottled, tokenReviewShape} {
 		m.tokenReviews.WithLabelValues(r)
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.received, m.accepted, m.rejected, m.streams, m.tokenReviews, m.pending, m.replaced, m.verifyBatchSize} {
+		for _, c := range []prometheus.Collector{m.received, m.accepted, m.rejected, m.streams, m.tokenReviews, m.pending, m.replaced} {
 			if err := reg.Register(c); err != nil {
 				return nil, fmt.Errorf("register ingest metrics: %w", err)
 			}

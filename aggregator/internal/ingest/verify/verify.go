@@ -59,45 +59,21 @@ func New(l Limits) *Verifier {
 // sequence order) and returns an empty reason. It returns the report's
 // sequence when known, and the rejection reason and its detail otherwise.
 // A rejected report changes nothing but the node's rate bucket.
-//
-// It is Admit, sess.Key.Verify and Finish in a row; a caller that verifies
-// the signatures of many reports at once (signing.Batch) calls the three
-// itself.
 func (c *Verifier) Verify(sess *Session, sr *pb.SignedReport, now time.Time, accept func(*report.NodeReport, time.Time)) (uint64, string, string) {
-	if reason, detail := c.Admit(sess, sr, now); reason != "" {
-		return 0, reason, detail
-	}
-	return c.Finish(sess, sr, now, sess.Key.Verify(sr.GetPayload(), sr.GetSignature()), accept)
-}
-
-// Admit runs the checks before the signature's (oversized, rate_limited,
-// missing_signature, unknown_key) and returns the first rejection, or an
-// empty reason: then sr's signature is to be verified with sess.Key and
-// the result passed to Finish with the same now. It takes a token from the
-// node's rate bucket when the size passes.
-func (c *Verifier) Admit(sess *Session, sr *pb.SignedReport, now time.Time) (string, string) {
 	if n := len(sr.GetPayload()); n > c.limits.MaxPayloadBytes {
-		return ReasonOversized, fmt.Sprintf("payload of %d bytes over the %d byte limit", n, c.limits.MaxPayloadBytes)
+		return 0, ReasonOversized, fmt.Sprintf("payload of %d bytes over the %d byte limit", n, c.limits.MaxPayloadBytes)
 	}
 	if !c.limiters.allow(sess.Node, now) {
-		return ReasonRateLimited, fmt.Sprintf("over %.3g reports/s (burst %d)", c.limits.RatePerNode, c.limits.RateBurst)
+		return 0, ReasonRateLimited, fmt.Sprintf("over %.3g reports/s (burst %d)", c.limits.RatePerNode, c.limits.RateBurst)
 	}
 	if len(sr.GetSignature()) == 0 {
-		return ReasonMissingSignature, "report is not signed"
+		return 0, ReasonMissingSignature, "report is not signed"
 	}
 	if sr.GetKeyId() != sess.KeyID {
-		return ReasonUnknownKey, fmt.Sprintf("report key id %q is not the stream's key %s", sr.GetKeyId(), sess.KeyID)
+		return 0, ReasonUnknownKey, fmt.Sprintf("report key id %q is not the stream's key %s", sr.GetKeyId(), sess.KeyID)
 	}
-	return "", ""
-}
-
-// Finish runs the checks from the signature's on (bad_signature, malformed,
-// node_mismatch, skew, replay) for a report Admit admitted; sigErr is
-// sess.Key.Verify's answer for sr's payload and signature (or a batch's
-// answer, which is the same: signing.Batch). Its results are Verify's.
-func (c *Verifier) Finish(sess *Session, sr *pb.SignedReport, now time.Time, sigErr error, accept func(*report.NodeReport, time.Time)) (uint64, string, string) {
-	if sigErr != nil {
-		return 0, ReasonBadSignature, sigErr.Error()
+	if err := sess.Key.Verify(sr.GetPayload(), sr.GetSignature()); err != nil {
+		return 0, ReasonBadSignature, err.Error()
 	}
 	// The generated reflection-free decoder (vtprotobuf): a third of the
 	// cost of proto.Unmarshal. It does not check that strings are UTF-8;
