@@ -28,8 +28,7 @@ type batchCase struct {
 	msg, sig []byte
 }
 
-// batchCases are the edge cases, Zcash's ZIP-215 vectors, the speccheck
-// cases and random
+// batchCases are the edge cases, Zcash's ZIP-215 vectors and random
 // genuine and edited signatures, as entries a Batch can take (a key
 // NewVerifyKey refuses never reaches one: ingest refuses its Hello).
 func batchCases(t testing.TB) []batchCase {
@@ -47,10 +46,6 @@ func batchCases(t testing.TB) []batchCase {
 	pubs, sigs := zip215Vectors(t)
 	for i := range pubs {
 		add(fmt.Sprintf("ZIP-215 vector %d", i), pubs[i], []byte("Zcash"), sigs[i])
-	}
-	spubs, smsgs, ssigs := speccheckCases(t)
-	for i := range spubs {
-		add(fmt.Sprintf("speccheck case %d", i), spubs[i], smsgs[i], ssigs[i])
 	}
 	r := rand.New(rand.NewPCG(3, 4))
 	for i := range 64 {

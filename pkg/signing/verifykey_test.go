@@ -419,38 +419,3 @@ func BenchmarkVerify(b *testing.B) {
 		}
 	})
 }
-
-// speccheckCases are the 12 cases of "Taming the many EdDSAs" (Chalkias,
-// Garillot, Nikolaenko, 2020), from curve25519-voi
-// v0.0.0-20230904125328-1f23a7beb09a,
-// primitives/ed25519/testdata/speccheck_cases.json.gz: small-order A and R,
-// mixed-order A, non-canonical A, R and S, cofactored-only signatures.
-func speccheckCases(t testing.TB) (pubs, msgs, sigs [][]byte) {
-	f, err := os.Open("testdata/speccheck_cases.json.gz")
-	require.NoError(t, err)
-	defer f.Close()
-	zr, err := gzip.NewReader(f)
-	require.NoError(t, err)
-	var cs []struct {
-		Message   string `json:"message"`
-		PubKey    string `json:"pub_key"`
-		Signature string `json:"signature"`
-	}
-	require.NoError(t, json.NewDecoder(zr).Decode(&cs))
-	for _, c := range cs {
-		pubs, msgs, sigs = append(pubs, mustHex(c.PubKey)), append(msgs, mustHex(c.Message)), append(sigs, mustHex(c.Signature))
-	}
-	return pubs, msgs, sigs
-}
-
-// Each speccheck case is decided by ZIP-215, in the relation to
-// crypto/ed25519 that zip215's comment states.
-func TestSpeccheckCasesZIP215(t *testing.T) {
-	pubs, msgs, sigs := speccheckCases(t)
-	require.Len(t, pubs, 12)
-	var got []bool
-	for i := range pubs {
-		got = append(got, checkZIP215(t, pubs[i], msgs[i], sigs[i]))
-	}
-	t.Logf("ZIP-215 decisions: %v", got)
-}
