@@ -35,7 +35,11 @@ import (
 // the aggregator's: ServerOptions, the verifiers, a sink keeping every
 // node's latest report (COZY_HEALTH_BENCH_CONN_STREAMS, default 2000;
 // COZY_HEALTH_BENCH_PROFILE_DIR: heap profiles with and without the
-// connections, to diff with `go tool pprof -base`).
+// connections, to diff with `go tool pprof -base`). What the agents send
+// before the measurement: COZY_HEALTH_BENCH_CONN_ROUNDS,
+// COZY_HEALTH_BENCH_CONN_WARM_INTERVAL and COZY_HEALTH_BENCH_CONN_OBSERVATIONS
+// (see TestConnMemoryAgents); COZY_HEALTH_BENCH_CONN_CPU_WINDOW (e.g. 10s)
+// also measures the server's CPU per report over that long.
 //
 //	go test -run '^$' -bench BenchmarkConnMemory -benchtime 1x ./aggregator/internal/ingest/
 func BenchmarkConnMemory(b *testing.B) {
@@ -87,6 +91,16 @@ func BenchmarkConnMemory(b *testing.B) {
 			_ = child.Process.Kill()
 			_ = child.Wait()
 			b.Fatal("the agents' process ended before every stream was connected")
+		}
+		if w, err := time.ParseDuration(os.Getenv("COZY_HEALTH_BENCH_CONN_CPU_WINDOW")); err == nil && w > 0 {
+			// The server's CPU while the agents report every 5 s: what a
+			// report costs it, TLS reads and writes included.
+			c0, t0 := cpuTime(), time.Now()
+			time.Sleep(w)
+			cpu, wall := cpuTime()-c0, time.Since(t0)
+			perReport := cpu.Seconds() / (wall.Seconds() * float64(n) / 5)
+			fmt.Printf("    server CPU %.1f ms/s while %d agents report every 5 s: %.1f µs per report\n", cpu.Seconds()*1000/wall.Seconds(), n, perReport*1e6)
+			b.ReportMetric(perReport*1e6, "server_cpu_µs/report")
 		}
 		with := liveMemory()
 		writeHeap(b, "heap-conns.pprof")
@@ -171,7 +185,24 @@ func TestConnMemoryAgents(t *testing.T) {
 	dir := os.Getenv("COZY_HEALTH_CONNMEM_KEYS")
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
+	// The agents send COZY_HEALTH_BENCH_CONN_ROUNDS reports (default 2)
+	// COZY_HEALTH_BENCH_CONN_WARM_INTERVAL apart (default: the interval)
+	// before the connections are measured, then one every interval:
+	// many quick reports show a connection's state after it has sent a
+	// few hundred KiB (crypto/tls writes small records only for a new
+	// connection's first 128 KiB). COZY_HEALTH_BENCH_CONN_OBSERVATIONS
+	// (default 20) sets a report's size.
 	const interval = 5 * time.Second
+	p := agentParams{interval: interval, warm: interval, rounds: 2, observations: benchObservations}
+	if d, err := time.ParseDuration(os.Getenv("COZY_HEALTH_BENCH_CONN_WARM_INTERVAL")); err == nil && d > 0 {
+		p.warm = d
+	}
+	if v, err := strconv.Atoi(os.Getenv("COZY_HEALTH_BENCH_CONN_ROUNDS")); err == nil && v > 0 {
+		p.rounds = uint64(v)
+	}
+	if v, err := strconv.Atoi(os.Getenv("COZY_HEALTH_BENCH_CONN_OBSERVATIONS")); err == nil && v > 0 {
+		p.observations = v
+	}
 	var connected, rounds sync.WaitGroup
 	errs := make(chan error, n)
 	connected.Add(n)
@@ -188,7 +219,7 @@ func TestConnMemoryAgents(t *testing.T) {
 		}
 		defer conn.Close()
 		go func() {
-			errs <- connAgent(ctx, conn, signer, node, interval, &connected, &rounds)
+			errs <- connAgent(ctx, conn, signer, node, p, &connected, &rounds)
 		}()
 	}
 	done := make(chan struct{})
@@ -203,10 +234,17 @@ func TestConnMemoryAgents(t *testing.T) {
 	_, _ = bufio.NewReader(os.Stdin).ReadString('\n')
 }
 
-// connAgent says hello, then sends a report every interval (phase
-// random), acknowledging connected after the hello and rounds after two
-// reports.
-func connAgent(ctx context.Context, conn *grpc.ClientConn, signer *signing.Signer, node string, interval time.Duration, connected, rounds *sync.WaitGroup) error {
+// agentParams are what a bench agent sends: p.rounds reports p.warm
+// apart, then one every p.interval, of p.observations observations.
+type agentParams struct {
+	interval, warm time.Duration
+	rounds         uint64
+	observations   int
+}
+
+// connAgent says hello, then sends reports (phase random), acknowledging
+// connected after the hello and rounds after p.rounds reports.
+func connAgent(ctx context.Context, conn *grpc.ClientConn, signer *signing.Signer, node string, p agentParams, connected, rounds *sync.WaitGroup) error {
 	st, err := pb.NewIngestServiceClient(conn).Ingest(ctx)
 	if err != nil {
 		return err
@@ -221,7 +259,7 @@ func connAgent(ctx context.Context, conn *grpc.ClientConn, signer *signing.Signe
 		return fmt.Errorf("%s hello: %v %v", node, err, resp)
 	}
 	connected.Done()
-	t := time.NewTimer(time.Duration(rand.Int64N(int64(interval))))
+	t := time.NewTimer(time.Duration(rand.Int64N(int64(p.warm))))
 	defer t.Stop()
 	for seq := uint64(1); ; seq++ {
 		select {
@@ -229,7 +267,7 @@ func connAgent(ctx context.Context, conn *grpc.ClientConn, signer *signing.Signe
 			return nil
 		case <-t.C:
 		}
-		sr, err := signer.SignReport(sampleReport(node, instance, seq, time.Now(), benchObservations))
+		sr, err := signer.SignReport(sampleReport(node, instance, seq, time.Now(), p.observations))
 		if err != nil {
 			return err
 		}
@@ -243,9 +281,13 @@ func connAgent(ctx context.Context, conn *grpc.ClientConn, signer *signing.Signe
 		if !resp.GetAck().GetAccepted() {
 			return fmt.Errorf("%s report %d rejected: %s", node, seq, resp.GetAck().GetRejectReason())
 		}
-		if seq == 2 {
+		if seq == p.rounds {
 			rounds.Done()
 		}
-		t.Reset(interval)
+		if seq < p.rounds {
+			t.Reset(p.warm)
+		} else {
+			t.Reset(p.interval)
+		}
 	}
 }
