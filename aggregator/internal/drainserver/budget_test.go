@@ -1,6 +1,8 @@
 package drainserver
 
 import (
+	"fmt"
+	"sort"
 	"strings"
 	"testing"
 
@@ -13,6 +15,29 @@ import (
 	"github.com/cozystack/cozy-health/aggregator/internal/drain"
 	"github.com/cozystack/cozy-health/pkg/report"
 )
+
+// verdictExposition is cozy_health_drain_verdict as a scrape shows it
+// for verdicts: three series a node, 1 for its verdict, 0 for the others.
+func verdictExposition(verdicts map[string]drain.Verdict) string {
+	var b strings.Builder
+	b.WriteString("# HELP cozy_health_drain_verdict The drain verdict (reboot) of every node, computed continuously: 1 for the node's current verdict (safe, blocked, unknown), 0 for the others.\n")
+	b.WriteString("# TYPE cozy_health_drain_verdict gauge\n")
+	nodes := make([]string, 0, len(verdicts))
+	for n := range verdicts {
+		nodes = append(nodes, n)
+	}
+	sort.Strings(nodes)
+	for _, n := range nodes {
+		for _, v := range []drain.Verdict{drain.Blocked, drain.Safe, drain.Unknown} {
+			val := 0
+			if verdicts[n] == v {
+				val = 1
+			}
+			fmt.Fprintf(&b, "cozy_health_drain_verdict{node=%q,verdict=%q} %d\n", n, v, val)
+		}
+	}
+	return b.String()
+}
 
 // The budget exports every node's verdict, 1 for the current one: a
 // healthy 3-member etcd lets any one node go; with node-1's member down,
@@ -28,38 +53,16 @@ func TestBudgetExportsEveryNodesVerdict(t *testing.T) {
 
 	got := b.Update()
 	require.Len(t, got, 3)
-	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(`
-# HELP cozy_health_drain_verdict The drain verdict (reboot) of every node, computed continuously: 1 for the node's current verdict (safe, blocked, unknown), 0 for the others.
-# TYPE cozy_health_drain_verdict gauge
-cozy_health_drain_verdict{node="node-1",verdict="blocked"} 0
-cozy_health_drain_verdict{node="node-1",verdict="safe"} 1
-cozy_health_drain_verdict{node="node-1",verdict="unknown"} 0
-cozy_health_drain_verdict{node="node-2",verdict="blocked"} 0
-cozy_health_drain_verdict{node="node-2",verdict="safe"} 1
-cozy_health_drain_verdict{node="node-2",verdict="unknown"} 0
-cozy_health_drain_verdict{node="node-3",verdict="blocked"} 0
-cozy_health_drain_verdict{node="node-3",verdict="safe"} 1
-cozy_health_drain_verdict{node="node-3",verdict="unknown"} 0
-`), "cozy_health_drain_verdict"))
+	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(verdictExposition(map[string]drain.Verdict{
+		"node-1": drain.Safe, "node-2": drain.Safe, "node-3": drain.Safe})), "cozy_health_drain_verdict"))
 
 	st.Accept(memberReport("node-1", 2, report.StatusDown), t0)
 	got = b.Update()
 	assert.Equal(t, drain.Safe, got["node-1"].Verdict)
 	assert.Equal(t, drain.Blocked, got["node-2"].Verdict)
 	assert.Equal(t, drain.Blocked, got["node-3"].Verdict)
-	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(`
-# HELP cozy_health_drain_verdict The drain verdict (reboot) of every node, computed continuously: 1 for the node's current verdict (safe, blocked, unknown), 0 for the others.
-# TYPE cozy_health_drain_verdict gauge
-cozy_health_drain_verdict{node="node-1",verdict="blocked"} 0
-cozy_health_drain_verdict{node="node-1",verdict="safe"} 1
-cozy_health_drain_verdict{node="node-1",verdict="unknown"} 0
-cozy_health_drain_verdict{node="node-2",verdict="blocked"} 1
-cozy_health_drain_verdict{node="node-2",verdict="safe"} 0
-cozy_health_drain_verdict{node="node-2",verdict="unknown"} 0
-cozy_health_drain_verdict{node="node-3",verdict="blocked"} 1
-cozy_health_drain_verdict{node="node-3",verdict="safe"} 0
-cozy_health_drain_verdict{node="node-3",verdict="unknown"} 0
-`), "cozy_health_drain_verdict"))
+	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(verdictExposition(map[string]drain.Verdict{
+		"node-1": drain.Safe, "node-2": drain.Blocked, "node-3": drain.Blocked})), "cozy_health_drain_verdict"))
 	// A node gone from the state loses its series at once; the evaluation
 	// Latest serves is not changed under its readers.
 	latest := b.Latest()
