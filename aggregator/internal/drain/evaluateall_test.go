@@ -40,6 +40,11 @@ func mixedCluster(rng *rand.Rand, n int) map[string]NodeInfo {
 		for _, h := range rng.Perm(n)[:holders] {
 			diskless := rng.Intn(4) == 0
 			obs[h] = append(obs[h], drbd(res, statuses[rng.Intn(len(statuses))], !diskless && rng.Intn(6) > 0, diskless, replicas, upToDate))
+			if rng.Intn(20) == 0 {
+				// A node listing the resource twice, the second time
+				// otherwise (a lying or broken agent).
+				obs[h] = append(obs[h], drbd(res, statuses[rng.Intn(len(statuses))], rng.Intn(2) == 0, false, replicas, upToDate))
+			}
 		}
 	}
 	nodes := make(map[string]NodeInfo, n)

@@ -154,9 +154,17 @@ func (s *Snapshot) forEvaluation(now time.Time) *Snapshot {
 		}
 		for _, name := range names {
 			l := m.live[name]
-			for _, d := range s.facts[name].drbd {
+			drbd := s.facts[name].drbd
+			for i, d := range drbd {
+				// A node listing one resource twice is its holder twice
+				// (buildHolders), each time with its first listing, as
+				// replicas finds it (sort.Search).
+				first := d
+				for j := i; j > 0 && drbd[j-1].resource == d.resource; j-- {
+					first = drbd[j-1]
+				}
 				if r := at[d.resource]; r != nil && len(r.reps) < cap(r.reps) {
-					r.reps = append(r.reps, d.rep)
+					r.reps = append(r.reps, first.rep)
 					r.live = append(r.live, l)
 				}
 			}
