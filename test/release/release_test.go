@@ -185,11 +185,9 @@ func TestReleaseThroughFlux(t *testing.T) {
 	require.NoError(t, c.InstallCRDFiles(ctx, "cozystack/cozystack.io_packagesources.yaml", "cozystack/cozystack.io_packages.yaml"))
 	sh("kubectl apply --server-side -f " + filepath.Join(r1.out, "flux", "cozystack-package.yaml"))
 	sh("kubectl -n cozy-system wait ocirepository/cozy-health-package --for=condition=Ready --timeout=3m")
-	repo, err := dyn.Resource(ociRepositoryGVR).Namespace(platformNS).Get(ctx, "cozy-health-package", metav1.GetOptions{})
-	require.NoError(t, err)
-	revision, _, _ := unstructured.NestedString(repo.Object, "status", "artifact", "revision")
-	assert.Equal(t, r1.rel.Package.Digest, revision, "source-controller fetched the pushed artifact (pinned by digest, its revision is the digest)")
-	url, _, _ := unstructured.NestedString(repo.Object, "status", "artifact", "url")
+	artifact := ociArtifact(ctx, t, dyn, "cozy-health-package")
+	assert.Equal(t, r1.rel.Package.Digest, artifact["revision"], "source-controller fetched the pushed artifact (pinned by digest, its revision is the digest)")
+	url, _ := artifact["url"].(string)
 	files := fetchArtifact(ctx, t, url)
 	var wrapper map[string]any
 	require.NoError(t, yaml.Unmarshal(files["system/cozy-health/values.yaml"], &wrapper))
@@ -301,6 +299,27 @@ func history(ctx context.Context, t *testing.T, dyn dynamic.Interface) map[strin
 		return len(h) > 0, nil
 	}), "the HelmRelease records its release: %v", last)
 	return h[0].(map[string]any)
+}
+
+// ociArtifact is an OCIRepository's status.artifact once source-controller
+// has recorded it. Ready=True alone does not say it is there: Flux's patch
+// helper writes the conditions before the rest of the status
+// (fluxcd/pkg/runtime v0.89.0 patch/patch.go, Helper.Patch), so a wait on
+// the condition can return between the two patches.
+func ociArtifact(ctx context.Context, t *testing.T, dyn dynamic.Interface, name string) map[string]any {
+	t.Helper()
+	var artifact map[string]any
+	var last any
+	require.NoError(t, wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		repo, err := dyn.Resource(ociRepositoryGVR).Namespace(platformNS).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, nil //nolint:nilerr // keep polling
+		}
+		last = repo.Object["status"]
+		artifact, _, _ = unstructured.NestedMap(repo.Object, "status", "artifact")
+		return artifact["revision"] != nil && artifact["url"] != nil, nil
+	}), "OCIRepository %s/%s records its artifact: %v", platformNS, name, last)
+	return artifact
 }
 
 func imageRef(rel releaseJSON, name string) string {
