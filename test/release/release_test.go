@@ -289,7 +289,7 @@ func history(ctx context.Context, t *testing.T, dyn dynamic.Interface) map[strin
 	t.Helper()
 	var h []any
 	var last any
-	require.NoError(t, wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+	err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
 		hr, err := dyn.Resource(helmReleaseGVR).Namespace(releaseNS).Get(ctx, "cozy-health", metav1.GetOptions{})
 		if err != nil {
 			return false, nil //nolint:nilerr // keep polling
@@ -297,7 +297,10 @@ func history(ctx context.Context, t *testing.T, dyn dynamic.Interface) map[strin
 		last = hr.Object["status"]
 		h, _, _ = unstructured.NestedSlice(hr.Object, "status", "history")
 		return len(h) > 0, nil
-	}), "the HelmRelease records its release: %v", last)
+	})
+	// The poll runs before last is read for the message (Go leaves the
+	// order of a variable's read among a call's arguments unspecified).
+	require.NoError(t, err, "the HelmRelease records its release: %v", last)
 	return h[0].(map[string]any)
 }
 
@@ -310,7 +313,7 @@ func ociArtifact(ctx context.Context, t *testing.T, dyn dynamic.Interface, name 
 	t.Helper()
 	var artifact map[string]any
 	var last any
-	require.NoError(t, wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+	err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
 		repo, err := dyn.Resource(ociRepositoryGVR).Namespace(platformNS).Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			return false, nil //nolint:nilerr // keep polling
@@ -318,7 +321,8 @@ func ociArtifact(ctx context.Context, t *testing.T, dyn dynamic.Interface, name 
 		last = repo.Object["status"]
 		artifact, _, _ = unstructured.NestedMap(repo.Object, "status", "artifact")
 		return artifact["revision"] != nil && artifact["url"] != nil, nil
-	}), "OCIRepository %s/%s records its artifact: %v", platformNS, name, last)
+	})
+	require.NoError(t, err, "OCIRepository %s/%s records its artifact: %v", platformNS, name, last)
 	return artifact
 }
 
